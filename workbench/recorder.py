@@ -1,0 +1,343 @@
+"""Collection on the ranks: phase spans, memory samples, clock alignment.
+
+The recorder runs inside training steps, so the hot path is two ``time.time_ns()`` calls and one
+``deque.append`` of a tuple. Everything else — building Arrow tables, writing Parquet, sampling
+memory — happens in a background thread that wakes every ``flush_interval_s``. A rank that dies
+loses at most the rows of the last interval.
+
+Typical use on a rank::
+
+    rec = Recorder.for_rank(run_dir)            # rank and host from MPI / the environment
+    rec.align_clocks(comm)                      # optional: offset to rank 0's clock over MPI
+    for epoch in range(epochs):
+        rec.epoch = epoch
+        for batch in rec.wrap_iterator(dataset):     # time waiting for data -> phase "input"
+            with rec.phase("compute", "train_step"):
+                ...
+    rec.close()
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import psutil
+
+from workbench.events import EVENT_COLUMNS, MEMORY_COLUMNS, check_phase
+from workbench.store import StreamWriter, read_run_meta, write_rank_meta
+
+F = TypeVar("F", bound=Callable[..., Any])
+_RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "HOROVOD_RANK", "SLURM_PROCID")
+
+
+def detect_rank() -> int:
+    """This process's MPI rank from the launcher's environment (0 when not under MPI)."""
+    for variable in _RANK_VARIABLES:
+        value = os.environ.get(variable)
+        if value is not None and value.isdigit():
+            return int(value)
+    return 0
+
+
+class _Span:
+    """Context manager for one span; a tiny class because it runs once per training step."""
+
+    __slots__ = ("_recorder", "_phase", "_name", "_detail", "_step", "_epoch", "_bytes", "_start")
+
+    def __init__(self, recorder: Recorder, phase: str, name: str, detail: str, step: int, epoch: int, nbytes: int):
+        self._recorder = recorder
+        self._phase = phase
+        self._name = name
+        self._detail = detail
+        self._step = step
+        self._epoch = epoch
+        self._bytes = nbytes
+        self._start = 0
+
+    def __enter__(self) -> _Span:
+        self._start = time.time_ns()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        recorder = self._recorder
+        recorder._events.append(
+            (
+                self._phase,
+                self._name,
+                self._detail,
+                recorder.step if self._step < 0 else self._step,
+                recorder.epoch if self._epoch < 0 else self._epoch,
+                self._start - recorder.clock_offset_ns,
+                time.time_ns() - recorder.clock_offset_ns,
+                self._bytes,
+            )
+        )
+
+
+class Recorder:
+    """Records one rank's phase spans and memory samples into a run directory."""
+
+    def __init__(
+        self,
+        run_path: str | Path,
+        *,
+        rank: int | None = None,
+        host: str | None = None,
+        flush_interval_s: float = 0.5,
+        memory_interval_s: float | None = None,
+    ) -> None:
+        self.run_path = Path(run_path)
+        meta = read_run_meta(self.run_path)  # one clear error if this is not a run directory
+        self.run_id: str = meta["run_id"]
+        self.rank = detect_rank() if rank is None else int(rank)
+        self.host = host or socket.gethostname()
+        self.flush_interval_s = flush_interval_s
+        self.clock_offset_ns = 0
+        self.clock_precision_ns: int | None = None
+        #: Current step and epoch, stamped on spans that do not name their own.
+        self.step = -1
+        self.epoch = -1
+        self._events: collections.deque[tuple] = collections.deque()
+        self._memory: collections.deque[tuple] = collections.deque()
+        self._event_writer = StreamWriter(self.run_path, "events", self.rank)
+        self._memory_writer = StreamWriter(self.run_path, "memory", self.rank)
+        self._process = psutil.Process()
+        self._process.cpu_percent(None)  # prime: the first real reading is then "since now"
+        self._gpu = _GpuMemoryProbe()
+        self._known_phases: set[str] = set()
+        self._memory_interval_s = memory_interval_s
+        self._last_memory_sample = 0.0
+        self._write_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._closed = False
+        self._write_rank_meta()
+        self._thread = threading.Thread(target=self._background, name=f"workbench-recorder-{self.rank}", daemon=True)
+        self._thread.start()
+
+    # -- spans -------------------------------------------------------------------------------
+    def _checked(self, phase: str) -> str:
+        if phase not in self._known_phases:
+            self._known_phases.add(check_phase(phase))
+        return phase
+
+    def phase(
+        self, phase: str, name: str | None = None, *, detail: str = "", step: int = -1, epoch: int = -1, nbytes: int = -1
+    ) -> _Span:
+        """``with rec.phase("evaluation"): ...`` records the block as one span."""
+        return _Span(self, self._checked(phase), name or phase, detail, step, epoch, nbytes)
+
+    def record(
+        self,
+        phase: str,
+        start_ns: int,
+        end_ns: int,
+        name: str | None = None,
+        *,
+        detail: str = "",
+        step: int = -1,
+        epoch: int = -1,
+        nbytes: int = -1,
+        aligned: bool = False,
+    ) -> None:
+        """Add a span measured elsewhere (local ``time.time_ns()`` unless ``aligned``)."""
+        offset = 0 if aligned else self.clock_offset_ns
+        self._events.append(
+            (
+                self._checked(phase),
+                name or phase,
+                detail,
+                self.step if step < 0 else step,
+                self.epoch if epoch < 0 else epoch,
+                int(start_ns) - offset,
+                int(end_ns) - offset,
+                nbytes,
+            )
+        )
+
+    def timed(self, phase: str, name: str | None = None) -> Callable[[F], F]:
+        """Decorator: every call of the function becomes a span of ``phase``."""
+        self._checked(phase)
+
+        def decorate(function: F) -> F:
+            label = name or function.__name__
+
+            @functools.wraps(function)
+            def wrapper(*args: Any, **kwargs: Any) -> Any:
+                with self.phase(phase, label):
+                    return function(*args, **kwargs)
+
+            return wrapper  # type: ignore[return-value]
+
+        return decorate
+
+    def wrap_iterator(self, iterable: Iterable[Any], name: str = "next_batch") -> Iterator[Any]:
+        """Yield from ``iterable`` recording the wait for each next item as phase ``input``.
+
+        Works for ``tf.data.Dataset`` (its Python iterator) and any other iterable: the time
+        spent inside ``next()`` is exactly the time the training loop waited for data.
+        """
+        iterator = iter(iterable)
+        while True:
+            start = time.time_ns()
+            try:
+                item = next(iterator)
+            except StopIteration:
+                return
+            self.record("input", start, time.time_ns(), name)
+            yield item
+
+    def keras_callback(self, *, record_batches: bool = True) -> Any:
+        """A Keras callback recording train steps (compute), test batches (evaluation), epochs."""
+        from workbench._keras import RecorderCallback
+
+        return RecorderCallback(self, record_batches=record_batches)
+
+    def now_ns(self) -> int:
+        """The current time on the aligned clock."""
+        return time.time_ns() - self.clock_offset_ns
+
+    # -- memory ------------------------------------------------------------------------------
+    def sample_memory(self, label: str = "interval", iteration: int = -1) -> int:
+        """Take one memory sample now (e.g. after every ``predict`` call); returns RSS in bytes."""
+        rss = self._process.memory_info().rss
+        self._memory.append(
+            (self.now_ns(), rss, self._gpu.bytes_used(), self._process.cpu_percent(None), label, iteration)
+        )
+        return rss
+
+    def start_memory_sampler(self, interval_s: float = 0.25) -> None:
+        """Sample memory every ``interval_s`` in the background thread."""
+        self._memory_interval_s = interval_s
+
+    # -- clocks ------------------------------------------------------------------------------
+    def align_clocks(self, comm: Any, rounds: int = 16) -> tuple[int, int]:
+        """Estimate this rank's clock offset to rank 0 over MPI; see ``align_clocks``."""
+        self.clock_offset_ns, self.clock_precision_ns = align_clocks(comm, rounds=rounds)
+        self._write_rank_meta()
+        return self.clock_offset_ns, self.clock_precision_ns
+
+    # -- persistence -------------------------------------------------------------------------
+    def _write_rank_meta(self) -> None:
+        write_rank_meta(
+            self.run_path,
+            self.rank,
+            host=self.host,
+            pid=os.getpid(),
+            clock_offset_ns=self.clock_offset_ns,
+            clock_precision_ns=self.clock_precision_ns,
+        )
+
+    def flush(self) -> None:
+        """Write buffered rows now (the background thread does this every interval)."""
+        with self._write_lock:
+            self._flush_stream(self._events, EVENT_COLUMNS[3:], self._event_writer)
+            self._flush_stream(self._memory, MEMORY_COLUMNS[3:], self._memory_writer)
+
+    def _flush_stream(self, buffer: collections.deque, columns: tuple[str, ...], writer: StreamWriter) -> None:
+        count = len(buffer)
+        if not count:
+            return
+        rows = [buffer.popleft() for _ in range(count)]
+        data: dict[str, list[Any]] = {name: list(values) for name, values in zip(columns, zip(*rows))}
+        data = {"run_id": [self.run_id] * count, "rank": [self.rank] * count, "host": [self.host] * count, **data}
+        writer.write(data)
+
+    def _background(self) -> None:
+        while not self._stop.wait(self._tick()):
+            try:
+                now = time.monotonic()
+                if self._memory_interval_s and now - self._last_memory_sample >= self._memory_interval_s:
+                    self._last_memory_sample = now
+                    self.sample_memory("interval")
+                self.flush()
+            except Exception:  # noqa: BLE001 - a full disk must not kill the training process
+                continue
+
+    def _tick(self) -> float:
+        if self._memory_interval_s:
+            return min(self.flush_interval_s, self._memory_interval_s)
+        return self.flush_interval_s
+
+    def close(self) -> None:
+        """Stop the background thread and write everything still buffered."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self.flush()
+
+    def __enter__(self) -> Recorder:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+
+class _GpuMemoryProbe:
+    """GPU memory used by this process through NVML, when an NVIDIA driver is present."""
+
+    def __init__(self) -> None:
+        self._handles: list[Any] = []
+        self._pid = os.getpid()
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self._nvml = pynvml
+            self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        except Exception:  # noqa: BLE001 - no driver, no library: no GPU memory column
+            self._handles = []
+
+    def bytes_used(self) -> int:
+        if not self._handles:
+            return -1
+        total = 0
+        for handle in self._handles:
+            try:
+                for process in self._nvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                    if process.pid == self._pid and process.usedGpuMemory is not None:
+                        total += int(process.usedGpuMemory)
+            except Exception:  # noqa: BLE001
+                return -1
+        return total
+
+
+def align_clocks(comm: Any, rounds: int = 16) -> tuple[int, int]:
+    """Offset of this rank's clock to rank 0's, and its precision bound, in ns.
+
+    Cristian's method over MPI: rank 0 pings each rank ``rounds`` times; the rank answers with
+    its ``time.time_ns()``. With the round trip of least delay, offset = t_rank − (t_send +
+    t_recv)/2, and the true offset lies within ± half that round trip — the precision bound we
+    store. Aligned time = local time − offset. Rank 0's offset is 0 by definition.
+    """
+    rank, size = comm.Get_rank(), comm.Get_size()
+    result = (0, 0)
+    for peer in range(1, size):
+        if rank == 0:
+            best = None
+            for _ in range(rounds):
+                sent = time.time_ns()
+                comm.send(None, dest=peer, tag=7301)
+                remote = comm.recv(source=peer, tag=7302)
+                received = time.time_ns()
+                round_trip = received - sent
+                if best is None or round_trip < best[0]:
+                    best = (round_trip, remote - (sent + received) // 2)
+            assert best is not None
+            comm.send((best[1], best[0] // 2 + 1), dest=peer, tag=7303)
+        elif rank == peer:
+            for _ in range(rounds):
+                comm.recv(source=0, tag=7301)
+                comm.send(time.time_ns(), dest=0, tag=7302)
+            result = comm.recv(source=0, tag=7303)
+    comm.Barrier()
+    return int(result[0]), int(result[1])
