@@ -1,0 +1,1 @@
+"""Benchmarks behind every figure in the README; each is ``workbench bench NAME``."""

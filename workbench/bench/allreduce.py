@@ -1,0 +1,140 @@
+"""Allreduce bus bandwidth: raw MPI (mpi4py, numpy buffers) beside Horovod (TF tensors).
+
+Method of nccl-tests and the OSU micro-benchmarks: per message size, warm-up calls, then a timed
+loop between barriers; the time of a call is the slowest rank's mean. algbw = bytes / time and
+busbw = algbw · 2(n−1)/n, the bandwidth each link must sustain in a ring allreduce, comparable
+across rank counts. Both libraries run on the same ranks in the same process, interleaved per size.
+
+Run as ``workbench bench allreduce --ranks N``; this module is also the program mpiexec starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from workbench.config import ClusterConfig
+
+DEFAULT_SIZES = tuple(2**k for k in range(10, 27, 2))  # 1 KiB, 4 KiB, ..., 64 MiB
+
+
+def bus_bandwidth_factor(ranks: int) -> float:
+    """busbw / algbw for a ring allreduce: 2(n−1)/n (0 for one rank: nothing crosses a link)."""
+    return 2.0 * (ranks - 1) / ranks
+
+
+def _time_calls(call: Any, comm: Any, min_seconds: float, min_iterations: int, max_iterations: int) -> float:
+    """Mean seconds per call of the slowest rank, after warm-up; all ranks agree on the count."""
+    from mpi4py import MPI
+
+    for _ in range(3):
+        call()
+    comm.Barrier()
+    start = time.perf_counter()
+    call()
+    estimate = comm.allreduce(time.perf_counter() - start, op=MPI.MAX)
+    iterations = int(min(max_iterations, max(min_iterations, min_seconds / max(estimate, 1e-7))))
+    comm.Barrier()
+    start = time.perf_counter()
+    for _ in range(iterations):
+        call()
+    elapsed = time.perf_counter() - start
+    return comm.allreduce(elapsed, op=MPI.MAX) / iterations
+
+
+def measure(sizes: tuple[int, ...] = DEFAULT_SIZES, min_seconds: float = 0.25) -> list[dict[str, Any]]:
+    """Run on every rank (under mpiexec); rank 0 gets the rows, the others an empty list."""
+    import numpy as np
+    from mpi4py import MPI
+
+    import horovod.tensorflow as hvd
+    import tensorflow as tf
+
+    hvd.init()
+    comm = MPI.COMM_WORLD
+    ranks = comm.Get_size()
+    factor = bus_bandwidth_factor(ranks)
+    rows = []
+    for nbytes in sizes:
+        count = max(1, nbytes // 4)
+        send = np.ones(count, dtype=np.float32)
+        receive = np.empty_like(send)
+        tensor = tf.constant(send)
+
+        def mpi_call(send: Any = send, receive: Any = receive) -> None:
+            comm.Allreduce(send, receive, op=MPI.SUM)
+
+        def horovod_call(tensor: Any = tensor, name: str = f"bench_allreduce_{nbytes}") -> None:
+            hvd.allreduce(tensor, op=hvd.Sum, name=name).numpy()
+
+        mpi_seconds = _time_calls(mpi_call, comm, min_seconds, 5, 2000)
+        horovod_seconds = _time_calls(horovod_call, comm, min_seconds, 5, 2000)
+        if not np.allclose(receive[:4], ranks):
+            raise RuntimeError(f"MPI allreduce returned {receive[:4]} instead of {ranks}")
+        actual = count * 4
+        rows.append(
+            {
+                "bytes": actual,
+                "ranks": ranks,
+                "mpi_seconds": mpi_seconds,
+                "horovod_seconds": horovod_seconds,
+                "mpi_algbw_gbps": actual / mpi_seconds / 1e9,
+                "horovod_algbw_gbps": actual / horovod_seconds / 1e9,
+                "mpi_busbw_gbps": actual / mpi_seconds / 1e9 * factor,
+                "horovod_busbw_gbps": actual / horovod_seconds / 1e9 * factor,
+                "horovod_over_mpi": mpi_seconds / horovod_seconds,
+            }
+        )
+    return rows if comm.Get_rank() == 0 else []
+
+
+def run(ranks: int = 2, *, config: ClusterConfig | None = None, sizes: tuple[int, ...] = DEFAULT_SIZES,
+        min_seconds: float = 0.25, timeout_s: float = 900) -> list[dict[str, Any]]:
+    """Start ``ranks`` MPI processes with the cluster's settings and return rank 0's rows."""
+    config = config or ClusterConfig(n=ranks)
+    environment = config.engine_environment()
+    with tempfile.TemporaryDirectory() as scratch:
+        out = Path(scratch) / "rows.json"
+        command = [
+            *config.mpiexec_command(), "-n", str(ranks), *config.mpiexec_args(environment),
+            sys.executable, "-m", "workbench.bench.allreduce", "--out", str(out),
+            "--sizes", ",".join(map(str, sizes)), "--min-seconds", str(min_seconds),
+        ]
+        completed = subprocess.run(
+            command, env={**os.environ, **environment}, capture_output=True, text=True, timeout=timeout_s, check=False
+        )
+        if completed.returncode != 0 or not out.exists():
+            raise RuntimeError(f"allreduce benchmark failed (exit {completed.returncode}):\n{completed.stderr[-3000:]}")
+        return json.loads(out.read_text())
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    lines = [f"{'bytes':>10} {'MPI busbw GB/s':>15} {'Horovod busbw GB/s':>19} {'Horovod/MPI':>12}"]
+    for row in rows:
+        lines.append(
+            f"{row['bytes']:>10} {row['mpi_busbw_gbps']:>15.3f} {row['horovod_busbw_gbps']:>19.3f} "
+            f"{row['horovod_over_mpi']:>12.2f}"
+        )
+    return "\n".join(lines)
+
+
+def _main() -> None:
+    parser = argparse.ArgumentParser(description="allreduce benchmark program (started by mpiexec)")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)))
+    parser.add_argument("--min-seconds", type=float, default=0.25)
+    args = parser.parse_args()
+    rows = measure(tuple(int(s) for s in args.sizes.split(",")), args.min_seconds)
+    if rows:
+        Path(args.out).write_text(json.dumps(rows))
+
+
+if __name__ == "__main__":
+    _main()
