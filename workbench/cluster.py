@@ -160,6 +160,8 @@ class Cluster(AsyncFirst):
             self._remember_launcher_pids()
             self.client = await self._ipp.connect_client()
             await self._wait_for_engines()
+            # cloudpickle sends notebook functions and their globals by value, as users expect
+            self.client[:].use_cloudpickle()
             self._pids |= set(self.client[:].apply_sync(_engine_pid))
         except BaseException as error:
             output = self._engine_output()
@@ -189,7 +191,7 @@ class Cluster(AsyncFirst):
     def _engine_output(self, limit: int = 4000) -> str:
         try:
             output = self._ipp.engine_set.get_output() if self._ipp is not None and self._ipp.engines else ""
-        except Exception:  # noqa: BLE001 - output is a courtesy; the error is raised regardless
+        except Exception:
             output = ""
         output = output or "(the engines printed nothing)"
         return output[-limit:]
@@ -227,13 +229,13 @@ class Cluster(AsyncFirst):
         if self.client is not None:
             try:
                 self.client.close()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
             self.client = None
         if self._ipp is not None:
             try:
                 await asyncio.wait_for(self._ipp.stop_cluster(), timeout=30)
-            except Exception as error:  # noqa: BLE001 - we kill what is left below
+            except Exception as error:
                 log.warning("ipyparallel stop failed (%r); killing its processes", error)
             self._ipp = None
         _reap(self._pids)

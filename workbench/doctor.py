@@ -34,7 +34,7 @@ class Problem:
 def _tensorflow_facts() -> dict[str, Any]:
     try:
         import tensorflow as tf
-    except Exception as error:  # noqa: BLE001 - any import failure is a finding
+    except Exception as error:
         return {"installed": False, "error": f"{type(error).__name__}: {error}"}
     devices = [f"{d.device_type}:{d.name.rsplit(':', 1)[-1]}" for d in tf.config.list_physical_devices()]
     return {"installed": True, "version": tf.__version__, "devices": devices}
@@ -43,12 +43,12 @@ def _tensorflow_facts() -> dict[str, Any]:
 def _horovod_facts() -> dict[str, Any]:
     try:
         import horovod
-    except Exception as error:  # noqa: BLE001
+    except Exception as error:
         return {"installed": False, "error": f"{type(error).__name__}: {error}"}
     facts: dict[str, Any] = {"installed": True, "version": horovod.__version__}
     try:
         import horovod.tensorflow as hvd
-    except Exception as error:  # noqa: BLE001 - e.g. the TF op library was not built or mismatches TF
+    except Exception as error:
         facts.update(tensorflow_ops=False, error=f"{type(error).__name__}: {error}")
         return facts
     facts.update(
@@ -83,7 +83,7 @@ def _mpi_facts() -> dict[str, Any]:
 
         mpi4py.rc.thread_level = "multiple"
         from mpi4py import MPI
-    except Exception as error:  # noqa: BLE001
+    except Exception as error:
         return {"mpi4py": False, "error": f"{type(error).__name__}: {error}"}
     library = MPI.Get_library_version().strip().splitlines()[0]
     implementation = "openmpi" if "Open MPI" in library else "mpich" if "MPICH" in library else "other"
@@ -109,7 +109,7 @@ def _gpu_facts() -> list[dict[str, Any]]:
         import pynvml
 
         pynvml.nvmlInit()
-    except Exception:  # noqa: BLE001 - no NVIDIA driver here
+    except Exception:
         return []
     gpus = []
     for index in range(pynvml.nvmlDeviceGetCount()):
@@ -154,7 +154,8 @@ def diagnose(facts: dict[str, Any]) -> list[Problem]:
     problems: list[Problem] = []
     rebuild = "rebuild with `make clean-venv venv` (the Makefile sets HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1)"
     if not facts["python"]["version"].startswith("3.11."):
-        problems.append(Problem(f"Python {facts['python']['version']}", "use Python 3.11 (PYTHON=python3.11 make venv)"))
+        version = facts["python"]["version"]
+        problems.append(Problem(f"Python {version}", "use Python 3.11 (PYTHON=python3.11 make venv)"))
     tf = facts["tensorflow"]
     if not tf.get("installed"):
         problems.append(Problem(f"TensorFlow is not importable ({tf.get('error')})", "run `make venv`"))
@@ -194,9 +195,10 @@ def render(facts: dict[str, Any], problems: list[Problem]) -> str:
     """The one screen: every fact a user needs before trusting a measurement."""
     lines = [f"Python       {facts['python']['version']}  ({facts['python']['executable']})"]
     tf = facts["tensorflow"]
-    lines.append(
-        f"TensorFlow   {tf['version']}  devices: {', '.join(tf['devices'])}" if tf.get("installed") else "TensorFlow   missing"
-    )
+    if tf.get("installed"):
+        lines.append(f"TensorFlow   {tf['version']}  devices: {', '.join(tf['devices'])}")
+    else:
+        lines.append("TensorFlow   missing")
     hvd = facts["horovod"]
     if hvd.get("installed") and hvd.get("tensorflow_ops"):
         frameworks = "  ".join(f"{_yes(v)} {k}" for k, v in hvd["frameworks"].items())
@@ -222,9 +224,8 @@ def render(facts: dict[str, Any], problems: list[Problem]) -> str:
     machine = facts["machine"]
     lines.append(f"Machine      {machine['cores']} cores, {machine['memory_gb']} GiB memory  ({machine['platform']})")
     gpus = facts["gpus"]
-    lines.append(
-        "GPUs         " + ("; ".join(f"{g['index']}: {g['name']} {g['memory_total_gb']} GiB" for g in gpus) or "none (NVML)")
-    )
+    described = "; ".join(f"{g['index']}: {g['name']} {g['memory_total_gb']} GiB" for g in gpus)
+    lines.append(f"GPUs         {described or 'none (NVML)'}")
     lines.append("")
     lines += [f"PROBLEM: {problem}" for problem in problems] or ["OK: the stack is complete."]
     return "\n".join(lines)

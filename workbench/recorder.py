@@ -50,7 +50,7 @@ def detect_rank() -> int:
 class _Span:
     """Context manager for one span; a tiny class because it runs once per training step."""
 
-    __slots__ = ("_recorder", "_phase", "_name", "_detail", "_step", "_epoch", "_bytes", "_start")
+    __slots__ = ("_bytes", "_detail", "_epoch", "_name", "_phase", "_recorder", "_start", "_step")
 
     def __init__(self, recorder: Recorder, phase: str, name: str, detail: str, step: int, epoch: int, nbytes: int):
         self._recorder = recorder
@@ -129,7 +129,14 @@ class Recorder:
         return phase
 
     def phase(
-        self, phase: str, name: str | None = None, *, detail: str = "", step: int = -1, epoch: int = -1, nbytes: int = -1
+        self,
+        phase: str,
+        name: str | None = None,
+        *,
+        detail: str = "",
+        step: int = -1,
+        epoch: int = -1,
+        nbytes: int = -1,
     ) -> _Span:
         """``with rec.phase("evaluation"): ...`` records the block as one span."""
         return _Span(self, self._checked(phase), name or phase, detail, step, epoch, nbytes)
@@ -258,7 +265,7 @@ class Recorder:
                     self._last_memory_sample = now
                     self.sample_memory("interval")
                 self.flush()
-            except Exception:  # noqa: BLE001 - a full disk must not kill the training process
+            except Exception:
                 continue
 
     def _tick(self) -> float:
@@ -294,7 +301,7 @@ class _GpuMemoryProbe:
             pynvml.nvmlInit()
             self._nvml = pynvml
             self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
-        except Exception:  # noqa: BLE001 - no driver, no library: no GPU memory column
+        except Exception:
             self._handles = []
 
     def bytes_used(self) -> int:
@@ -306,7 +313,7 @@ class _GpuMemoryProbe:
                 for process in self._nvml.nvmlDeviceGetComputeRunningProcesses(handle):
                     if process.pid == self._pid and process.usedGpuMemory is not None:
                         total += int(process.usedGpuMemory)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 return -1
         return total
 

@@ -54,7 +54,7 @@ def test_impossible_rank_count_is_one_clear_error(bad):
 def test_unknown_mpi_and_missing_hostfile(tmp_path):
     with pytest.raises(ConfigError, match="unknown"):
         ClusterConfig(mpi="intel")  # type: ignore[arg-type]
-    with pytest.raises(ConfigError, match="hostfile .* does not exist"):
+    with pytest.raises(ConfigError, match=r"hostfile .* does not exist"):
         ClusterConfig(hostfile=str(tmp_path / "nope"))
 
 
