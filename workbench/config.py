@@ -114,6 +114,8 @@ class ClusterConfig:
             "KMP_BLOCKTIME": "1",
             "TF_CPP_MIN_LOG_LEVEL": "2",
             "PYTHONUNBUFFERED": "1",
+            # the ranks' `python` and `mpiexec` are the project's, as in an activated venv
+            "PATH": os.pathsep.join(filter(None, [str(venv_bin()), os.environ.get("PATH")])),
         }
         if self.horovod_cycle_time_ms is not None:
             environment["HOROVOD_CYCLE_TIME"] = str(self.horovod_cycle_time_ms)

@@ -1,0 +1,138 @@
+"""Memory: resident set size per rank over time or iteration, with the analysis' growth fit.
+
+A leak shows as a steady slope; drawing the fitted slope (and its verdict) beside the samples lets a
+reader check the verdict against the raw curve instead of trusting a number.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+import plotly.colors
+import plotly.graph_objects as go
+
+#: Bytes per MB on every memory axis (SI megabytes, like the analysis' ``*_mb`` columns).
+BYTES_PER_MB = 1e6
+
+_RANK_COLOURS = plotly.colors.qualitative.Dark24
+
+
+def rank_colour(rank: int) -> str:
+    """Stable colour of a rank in memory plots (ranks are not phases, so another palette)."""
+    return _RANK_COLOURS[int(rank) % len(_RANK_COLOURS)]
+
+
+def memory_figure(
+    samples: pd.DataFrame,
+    growth: pd.DataFrame | None = None,
+    *,
+    x: Literal["auto", "time", "iteration"] = "auto",
+    t0_ns: int | None = None,
+    ranks: list[int] | None = None,
+    title: str | None = None,
+    height: int | None = None,
+) -> go.Figure:
+    """RSS in MB per (rank, label) against time (s since ``t0_ns``) or iteration.
+
+    ``growth`` = [rank, label, n, slope_mb_per_x, ci_low, ci_high, peak_mb, start_mb, end_mb,
+    verdict] adds, per row, a dashed line with that slope through the centroid of the matching
+    samples (where an ordinary least-squares fit passes) and puts the verdict in its legend entry.
+    The slope's unit must match ``x``: MB per second for time, MB per call for iteration.
+    ``x="auto"`` uses iteration when every sample has one (call-site sampling), else time.
+    """
+    if x not in ("auto", "time", "iteration"):
+        raise ValueError(f"x must be 'auto', 'time' or 'iteration', not {x!r}")
+    fig = go.Figure()
+    if samples is None or len(samples) == 0:
+        fig.add_annotation(text="no memory samples", showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
+        return _layout(fig, title, height, "seconds since run start")
+    if x == "auto":
+        has_iteration = "iteration" in samples and bool((samples["iteration"] >= 0).all())
+        x = "iteration" if has_iteration else "time"
+    if x == "iteration":
+        samples = samples[samples["iteration"] >= 0]
+        xs = samples["iteration"].to_numpy(dtype=np.float64)
+        x_title, unit = "iteration", "call"
+    else:
+        time_ns = samples["time_ns"].to_numpy(dtype=np.int64)
+        t0 = int(time_ns.min()) if t0_ns is None else int(t0_ns)
+        xs = (time_ns - t0) / 1e9
+        x_title, unit = "seconds since run start", "s"
+    if ranks is not None:
+        keep = samples["rank"].isin(ranks).to_numpy()
+        samples, xs = samples[keep], xs[keep]
+    data = pd.DataFrame(
+        {
+            "rank": samples["rank"].to_numpy(dtype=np.int64),
+            "label": samples["label"].astype(str).to_numpy() if "label" in samples else "",
+            "x": xs,
+            "mb": samples["rss_bytes"].to_numpy(dtype=np.float64) / BYTES_PER_MB,
+        }
+    ).sort_values(["rank", "label", "x"], kind="stable")
+    labels = sorted(pd.unique(data["label"]))
+    dashes = ("solid", "dot", "dashdot", "longdash")
+    fits = _growth_rows(growth)
+    for (rank, label), group in data.groupby(["rank", "label"], sort=True):
+        colour = rank_colour(rank)
+        name = f"rank {rank}" if len(labels) == 1 else f"rank {rank} · {label}"
+        fig.add_scatter(
+            x=group["x"].to_numpy(),
+            y=group["mb"].to_numpy(),
+            mode="lines+markers" if len(group) <= 200 else "lines",
+            name=name,
+            legendgroup=name,
+            line={"color": colour, "dash": dashes[labels.index(label) % len(dashes)], "width": 1.5},
+            marker={"size": 4},
+            hovertemplate=f"{name}<br>{x_title} %{{x}}<br>%{{y:.1f}} MB<extra></extra>",
+        )
+        fit = fits.get((int(rank), str(label))) or fits.get((int(rank), None))
+        if fit is not None and len(group) >= 2:
+            fig.add_trace(_fit_trace(group, fit, name, colour, unit))
+    return _layout(fig, title, height, x_title)
+
+
+def _growth_rows(growth: pd.DataFrame | None) -> dict[tuple[int, str | None], dict]:
+    """Growth rows keyed by (rank, label); a table without labels applies to all of a rank."""
+    if growth is None or len(growth) == 0:
+        return {}
+    rows = {}
+    for row in growth.to_dict("records"):
+        label = str(row["label"]) if "label" in row and pd.notna(row["label"]) else None
+        rows[(int(row["rank"]), label)] = row
+    return rows
+
+
+def _fit_trace(group: pd.DataFrame, fit: dict, name: str, colour: str, unit: str) -> go.Scatter:
+    """Dashed line with the fitted slope through the samples' centroid, verdict in the legend."""
+    slope = float(fit["slope_mb_per_x"])
+    x0, x1 = float(group["x"].min()), float(group["x"].max())
+    xm, ym = float(group["x"].mean()), float(group["mb"].mean())
+    ci = ""
+    if pd.notna(fit.get("ci_low")) and pd.notna(fit.get("ci_high")):
+        ci = f" [{float(fit['ci_low']):+.3g}, {float(fit['ci_high']):+.3g}]"
+    verdict = str(fit.get("verdict", ""))
+    label = f"{name}: {verdict} {slope:+.3g} MB/{unit}{ci}".replace("  ", " ")
+    return go.Scatter(
+        x=[x0, x1],
+        y=[ym + slope * (x0 - xm), ym + slope * (x1 - xm)],
+        mode="lines",
+        name=label,
+        legendgroup=name,
+        line={"color": colour, "dash": "dash", "width": 2},
+        hovertemplate=f"{label}<extra>fit</extra>",
+    )
+
+
+def _layout(fig: go.Figure, title: str | None, height: int | None, x_title: str) -> go.Figure:
+    fig.update_layout(
+        title=title,
+        height=height or 380,
+        margin={"l": 60, "r": 20, "t": 60 if title else 30, "b": 50},
+        uirevision="memory",
+        hovermode="closest",
+    )
+    fig.update_xaxes(title=x_title)
+    fig.update_yaxes(title="RSS (MB)")
+    return fig

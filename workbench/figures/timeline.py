@@ -1,0 +1,304 @@
+"""Timeline: one row per rank, one bar per span, coloured by phase.
+
+Drawing is what makes a live timeline slow, so this module keeps the figure cheap: ONE trace per
+phase (not per span), numeric 1-D arrays (sent to the browser as binary buffers by FigureWidget),
+and a draw-side decimation that merges neighbouring same-phase spans of a rank that are closer than
+about one pixel, so that a window never carries more than ``max_spans`` bars. The decimation only
+changes what is drawn; merged bars say in their hover how many spans and how much busy time they
+stand for; where phases interleave below a pixel, a bar per pixel-ish bucket takes the colour of
+its busiest phase and its hover lists every phase's share.
+
+Two styles are offered: ``"bar"`` (horizontal ``go.Bar`` with ``base=start``, ``x=duration``;
+exact hover per bar, the default) and ``"gl"`` (``go.Scattergl`` thick line segments separated by
+gaps; WebGL, for very many spans, hover only at the segment ends).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from workbench.figures import colours_for, phase_order
+
+#: Bars drawn at most per window before neighbouring same-phase spans are merged.
+DEFAULT_MAX_SPANS = 5_000
+#: Horizontal resolution assumed for the merge: gaps narrower than window/width_px are not visible.
+DEFAULT_WIDTH_PX = 1_600
+
+SPAN_COLUMNS = ("rank", "phase", "name", "step", "last_step", "epoch", "start_s", "end_s", "count", "busy_s")
+
+_HOVER = (
+    "rank %{y} · %{hovertext}<br>step %{customdata[1]}, epoch %{customdata[2]}"
+    "<br>start %{customdata[0]:.6f} s, %{x:.6f} s long"
+    "<br>%{customdata[3]} span(s), busy %{customdata[4]:.6f} s"
+)
+
+
+def spans_frame(events: pd.DataFrame, *, t0_ns: int | None = None) -> pd.DataFrame:
+    """Events as drawable spans in seconds since ``t0_ns`` (default: the earliest start).
+
+    Integer nanoseconds are subtracted before the conversion to float so that microsecond spans a
+    day into the epoch keep their precision.
+    """
+    if events is None or len(events) == 0:
+        return pd.DataFrame({c: pd.Series(dtype=_span_dtype(c)) for c in SPAN_COLUMNS})
+    start = events["start_ns"].to_numpy(dtype=np.int64)
+    end = events["end_ns"].to_numpy(dtype=np.int64)
+    t0 = int(start.min()) if t0_ns is None else int(t0_ns)
+    step = events["step"].to_numpy(dtype=np.int64)
+    return pd.DataFrame(
+        {
+            "rank": events["rank"].to_numpy(dtype=np.int64),
+            "phase": events["phase"].astype(str).to_numpy(),
+            "name": events["name"].astype(str).to_numpy(),
+            "step": step,
+            "last_step": step,
+            "epoch": events["epoch"].to_numpy(dtype=np.int64),
+            "start_s": (start - t0) / 1e9,
+            "end_s": (end - t0) / 1e9,
+            "count": np.ones(len(events), dtype=np.int64),
+            "busy_s": (end - start) / 1e9,
+        }
+    )
+
+
+def _span_dtype(column: str) -> str:
+    if column in ("phase", "name"):
+        return "object"
+    return "float64" if column.endswith("_s") else "int64"
+
+
+def _merge_adjacent(spans: pd.DataFrame, resolution_s: float, limit: int) -> pd.DataFrame | None:
+    """Merge time-adjacent spans of a rank that share a phase and are less than ``resolution_s`` apart.
+
+    Only neighbours in time order merge, so interleaved phases are never hidden under one bar.
+    Returns None, before the costly aggregation, when more than ``limit`` bars would remain.
+    """
+    spans = spans.sort_values(["rank", "start_s"], kind="stable", ignore_index=True)
+    rank = spans["rank"].to_numpy()
+    phase = spans["phase"].to_numpy()
+    start = spans["start_s"].to_numpy()
+    reach = spans.groupby("rank", sort=False)["end_s"].cummax().to_numpy()
+    new_segment = np.ones(len(spans), dtype=bool)
+    new_segment[1:] = (rank[1:] != rank[:-1]) | (phase[1:] != phase[:-1]) | (start[1:] - reach[:-1] >= resolution_s)
+    if int(new_segment.sum()) > limit:
+        return None
+    merged = spans.groupby(np.cumsum(new_segment), sort=False).agg(
+        rank=("rank", "first"),
+        phase=("phase", "first"),
+        name=("name", "first"),
+        step=("step", "first"),
+        last_step=("last_step", "last"),
+        epoch=("epoch", "first"),
+        start_s=("start_s", "first"),
+        end_s=("end_s", "max"),
+        count=("count", "sum"),
+        busy_s=("busy_s", "sum"),
+    )
+    return merged.reset_index(drop=True)
+
+
+def _bin(spans: pd.DataFrame, lo: float, hi: float, buckets: int) -> pd.DataFrame:
+    """One bar per (rank, time bucket) in the phase that was busiest there (a pixel's colour).
+
+    The bar's hover names every phase's share of the bucket, so the minority phases stay visible
+    in numbers until the user zooms in far enough to see them drawn.
+    """
+    width = (hi - lo) / buckets
+    start = spans["start_s"].to_numpy().clip(lo, hi)
+    end = spans["end_s"].to_numpy().clip(lo, hi)
+    first = np.clip(((start - lo) // width).astype(np.int64), 0, buckets - 1)
+    last = np.clip(((end - lo) // width).astype(np.int64), 0, buckets - 1)
+    pieces = last - first + 1
+    index = np.repeat(np.arange(len(spans)), pieces)
+    bucket = first[index] + (np.arange(pieces.sum()) - np.repeat(np.cumsum(pieces) - pieces, pieces))
+    bucket_lo = lo + bucket * width
+    piece_start = np.maximum(start[index], bucket_lo)
+    piece_end = np.minimum(end[index], bucket_lo + width)
+    cells = pd.DataFrame(
+        {
+            "rank": spans["rank"].to_numpy()[index],
+            "bucket": bucket,
+            "phase": spans["phase"].to_numpy()[index],
+            "name": spans["name"].to_numpy()[index],
+            "step": spans["step"].to_numpy()[index],
+            "last_step": spans["last_step"].to_numpy()[index],
+            "epoch": spans["epoch"].to_numpy()[index],
+            "start_s": piece_start,
+            "end_s": piece_end,
+            "count": spans["count"].to_numpy()[index],
+            "busy_s": np.maximum(piece_end - piece_start, 0.0),
+        }
+    )
+    per_phase = cells.groupby(["rank", "bucket", "phase"], sort=False).agg(
+        name=("name", "first"), busy_s=("busy_s", "sum")
+    )
+    per_phase = per_phase.reset_index().sort_values(["rank", "bucket", "busy_s"], ascending=[True, True, False])
+    total = per_phase.groupby(["rank", "bucket"], sort=False)["busy_s"].transform("sum").to_numpy()
+    share = np.divide(per_phase["busy_s"].to_numpy(), total, out=np.zeros(len(total)), where=total > 0)
+    keys = ["rank", "bucket"]
+    first_of_cell = ~per_phase.duplicated(keys).to_numpy()
+    texts: list[str] = []
+    for phase, fraction, first_row in zip(per_phase["phase"], share, first_of_cell, strict=True):
+        if first_row:
+            texts.append(f"{phase} {fraction:.0%}")
+        else:
+            texts[-1] += f", {phase} {fraction:.0%}"
+    dominant = per_phase[first_of_cell].set_index(keys)
+    dominant["share"] = texts
+    extent = cells.groupby(keys, sort=False).agg(
+        step=("step", "min"),
+        last_step=("last_step", "max"),
+        epoch=("epoch", "min"),
+        start_s=("start_s", "min"),
+        end_s=("end_s", "max"),
+        count=("count", "sum"),
+    )
+    out = extent.join(dominant[["phase", "busy_s", "share"]])
+    out["name"] = "binned: " + out["share"]
+    return out.reset_index()[list(SPAN_COLUMNS)]
+
+
+def decimate_spans(
+    spans: pd.DataFrame,
+    *,
+    max_spans: int | None = DEFAULT_MAX_SPANS,
+    window: tuple[float, float] | None = None,
+    width_px: int = DEFAULT_WIDTH_PX,
+) -> tuple[pd.DataFrame, float]:
+    """Spans overlapping ``window`` (seconds), reduced to at most ``max_spans`` bars.
+
+    First, time-adjacent same-phase spans of a rank closer than one pixel (window / width_px) are
+    merged. If phases interleave below a pixel, that is not enough, so each rank's window is cut
+    into at most max_spans / ranks buckets drawn in their busiest phase. Returns the bars and the
+    resolution in seconds (0.0 when every span is drawn as it is). A dense window thus degrades
+    to coarser bars instead of to a frozen browser; zooming in brings the detail back.
+    """
+    if window is not None:
+        lo, hi = window
+        spans = spans[(spans["end_s"] >= lo) & (spans["start_s"] <= hi)]
+    if max_spans is None or len(spans) <= max_spans:
+        return spans.reset_index(drop=True), 0.0
+    lo = float(spans["start_s"].min()) if window is None else float(window[0])
+    hi = float(spans["end_s"].max()) if window is None else float(window[1])
+    hi = max(hi, lo + 1e-9)
+    resolution = (hi - lo) / max(int(width_px), 1)
+    merged = _merge_adjacent(spans, resolution, int(max_spans))
+    if merged is not None:
+        return merged, resolution
+    n_ranks = max(int(spans["rank"].nunique()), 1)
+    buckets = max(1, min(int(width_px), int(max_spans) // n_ranks))
+    return _bin(spans, lo, hi, buckets), (hi - lo) / buckets
+
+
+def _phase_trace(spans: pd.DataFrame, phase: str, colour: str, style: str, visible: bool) -> go.Bar | go.Scattergl:
+    start = spans["start_s"].to_numpy(dtype=np.float64)
+    duration = spans["end_s"].to_numpy(dtype=np.float64) - start
+    rank = spans["rank"].to_numpy(dtype=np.float64)
+    custom = np.column_stack(
+        [
+            start,
+            spans["step"].to_numpy(dtype=np.float64),
+            spans["epoch"].to_numpy(dtype=np.float64),
+            spans["count"].to_numpy(dtype=np.float64),
+            spans["busy_s"].to_numpy(dtype=np.float64),
+        ]
+    )
+    names = spans["name"].to_numpy(dtype=object)
+    template = _HOVER + f"<extra>{phase}</extra>"
+    if style == "bar":
+        return go.Bar(
+            name=phase,
+            orientation="h",
+            y=rank,
+            x=duration,
+            base=start,
+            width=0.8,
+            marker={"color": colour, "line": {"width": 0}},
+            customdata=custom,
+            hovertext=names,
+            hovertemplate=template,
+            visible=visible,
+        )
+    # Scattergl: each span is a segment start->end; NaN separates segments.
+    n = len(spans)
+    xs = np.full(3 * n, np.nan)
+    xs[0::3], xs[1::3] = start, start + duration
+    ys = np.full(3 * n, np.nan)
+    ys[0::3], ys[1::3] = rank, rank
+    custom3 = np.repeat(custom, 3, axis=0)
+    return go.Scattergl(
+        name=phase,
+        x=xs,
+        y=ys,
+        mode="lines",
+        connectgaps=False,
+        line={"color": colour, "width": 14},
+        customdata=custom3,
+        hovertext=np.repeat(names, 3),
+        hovertemplate=template.replace("%{x:.6f} s long", "%{customdata[4]:.6f} s busy"),
+        visible=visible,
+    )
+
+
+def timeline_figure(
+    events: pd.DataFrame,
+    *,
+    t0_ns: int | None = None,
+    window: tuple[float, float] | None = None,
+    max_spans: int | None = DEFAULT_MAX_SPANS,
+    width_px: int = DEFAULT_WIDTH_PX,
+    ranks: list[int] | None = None,
+    phases: list[str] | None = None,
+    known_phases: list[str] | None = None,
+    style: Literal["bar", "gl"] = "bar",
+    title: str | None = None,
+    height: int | None = None,
+) -> go.Figure:
+    """Per-rank timeline of ``events`` (the events.py schema), time in seconds since ``t0_ns``.
+
+    ``ranks`` fixes the rows (a rank without events still gets its row); ``phases`` lists the
+    phases to show; the others keep an empty, hidden trace so that the trace list (one per phase
+    seen) stays stable across live updates. ``window`` = (start_s, end_s) limits and fixes the
+    x range. ``layout.meta`` records ``spans``, ``drawn`` and ``resolution_s`` of the decimation.
+    """
+    if style not in ("bar", "gl"):
+        raise ValueError(f"style must be 'bar' or 'gl', not {style!r}")
+    spans = spans_frame(events, t0_ns=t0_ns)
+    order = phase_order([*(known_phases or ()), *pd.unique(spans["phase"])])
+    colours = colours_for(order)
+    shown = set(order if phases is None else phases)
+    visible_spans = spans[spans["phase"].isin(shown)]
+    drawn, resolution = decimate_spans(visible_spans, max_spans=max_spans, window=window, width_px=width_px)
+    by_phase = dict(tuple(drawn.groupby("phase", sort=False))) if len(drawn) else {}
+    empty = drawn.iloc[0:0]
+    traces = [_phase_trace(by_phase.get(p, empty), p, colours[p], style, visible=p in shown) for p in order]
+    row_ranks = sorted(int(r) for r in pd.unique(spans["rank"])) if ranks is None else [int(r) for r in ranks]
+    fig = go.Figure(data=traces)
+    fig.update_layout(
+        title=title,
+        barmode="overlay",
+        bargap=0.2,
+        height=height or max(260, 36 * len(row_ranks) + 140),
+        margin={"l": 70, "r": 20, "t": 60 if title else 30, "b": 50},
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0, "traceorder": "normal"},
+        hovermode="closest",
+        uirevision="timeline",
+        meta={"spans": len(spans), "drawn": len(drawn), "resolution_s": float(resolution)},
+    )
+    fig.update_yaxes(
+        title="rank",
+        type="category",
+        categoryorder="array",
+        categoryarray=row_ranks,
+        tickvals=row_ranks,
+        ticktext=[str(r) for r in row_ranks],
+        autorange="reversed",
+    )
+    fig.update_xaxes(title="seconds since run start", range=list(window) if window is not None else None)
+    if len(spans) == 0:
+        fig.add_annotation(text="no events", showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
+    return fig

@@ -1,0 +1,592 @@
+"""Live dashboard: timeline, phase breakdown and memory of a running job, refreshed in the notebook.
+
+The dashboard only holds figures, controls and the frames it was sent. Rows come from an injected
+``source`` (``store.RunTail`` or anything with ``poll() -> (events, memory)`` returning new rows);
+numbers come from an injected ``analyse`` callable. So it can be driven headless in tests by calling
+``update()``, and a failure anywhere becomes one line in the status bar instead of a traceback that
+would bury the notebook output while a job runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import importlib
+import logging
+import threading
+import time
+import warnings
+from collections import deque
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any, Protocol
+
+import ipywidgets as w
+import pandas as pd
+import plotly.graph_objects as go
+
+from workbench.figures import breakdown_figure, colours_for, memory_figure, phase_order, timeline_figure
+from workbench.figures.timeline import DEFAULT_MAX_SPANS
+
+log = logging.getLogger(__name__)
+
+WAITING = "waiting for the first events from the ranks…"
+#: Choices of the time-window slider: label -> seconds (0 = the whole run).
+WINDOWS: tuple[tuple[str, float], ...] = (
+    ("10 s", 10.0),
+    ("30 s", 30.0),
+    ("1 min", 60.0),
+    ("5 min", 300.0),
+    ("15 min", 900.0),
+    ("full", 0.0),
+)
+TAB_TIMELINE, TAB_BREAKDOWN, TAB_MEMORY = 0, 1, 2
+
+
+class Source(Protocol):
+    """Where rows come from: each ``poll()`` returns only rows not returned before."""
+
+    def poll(self) -> tuple[pd.DataFrame, pd.DataFrame]: ...
+
+
+Analyse = Callable[[pd.DataFrame], pd.DataFrame]
+
+
+def default_analyse() -> tuple[Analyse | None, str]:
+    """``workbench.analysis``'s phase breakdown if it can be imported, else (None, why not).
+
+    Imported lazily so that the dashboard works (timeline, memory) even when the analysis layer is
+    missing or broken.
+    """
+    try:
+        found: Any = importlib.import_module("workbench.analysis")
+        found = getattr(found, "phase_breakdown", None) or importlib.import_module("workbench.analysis.phase_breakdown")
+    except Exception as exc:
+        return None, f"{type(exc).__name__}: {exc}"
+    if isinstance(found, ModuleType):
+        found = getattr(found, "phase_breakdown", None) or getattr(found, "breakdown", None)
+    if not callable(found):
+        return None, "workbench.analysis has no phase_breakdown function"
+    return found, ""
+
+
+def one_line(where: str, exc: BaseException, limit: int = 200) -> str:
+    """An exception as a single short line for the status bar."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    line = f"{where} failed: {type(exc).__name__}" + (f": {text}" if text else "")
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+class Dashboard:
+    """Live view of a run: tabs (timeline, breakdown, memory), controls and a status line.
+
+    ``update()`` polls once and redraws synchronously; ``start()`` does so every ``refresh_s``
+    without blocking the kernel; the Stop button (or ``stop()``) ends refreshing and calls
+    ``on_stop``. ``clock`` (monotonic seconds) is injectable for tests of the stale-rank message.
+    """
+
+    def __init__(
+        self,
+        source: Source,
+        *,
+        analyse: Analyse | None = None,
+        analyse_memory: Analyse | None = None,
+        on_stop: Callable[[], object] | None = None,
+        refresh_s: float = 0.5,
+        stale_s: float = 10.0,
+        max_spans: int | None = DEFAULT_MAX_SPANS,
+        run_id: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.source = source
+        self.analyse_memory = analyse_memory
+        self.on_stop = on_stop
+        self.refresh_s = refresh_s
+        self.stale_s = stale_s
+        self.max_spans = max_spans
+        self.run_id = run_id or getattr(source, "run_id", None)
+        self.clock = clock
+        if analyse is None:
+            self.analyse, self._analyse_missing = default_analyse()
+        else:
+            self.analyse, self._analyse_missing = analyse, ""
+        #: One dict per update: poll_s, redraw_s, new_events, drawn_spans.
+        self.timings: deque[dict[str, float]] = deque(maxlen=10_000)
+        self.error: str = ""
+        self.last_exception: BaseException | None = None
+
+        self._event_chunks: list[pd.DataFrame] = []
+        self._memory_chunks: list[pd.DataFrame] = []
+        self._events: pd.DataFrame | None = None
+        self._memory: pd.DataFrame | None = None
+        self._n_events = 0
+        self._t0_ns: int | None = None
+        self._last_seen: dict[int, float] = {}
+        self._phases: list[str] = []
+        self._hidden_ranks: set[int] = set()
+        self._view: tuple[float, float] | None = None
+        self._drawn_range: tuple[float, float] | None = None
+        self._stale_tabs: set[int] = {TAB_TIMELINE, TAB_BREAKDOWN, TAB_MEMORY}
+        self._drawing = False
+        self._drawn_spans = 0
+        self._resolution_s = 0.0
+        self._running = False
+        self._stopped = False
+        self._task: asyncio.Task | None = None
+        self._timer: threading.Timer | None = None
+        self._lock = threading.Lock()
+        self._build_widgets()
+        self._show_status()
+
+    # ------------------------------------------------------------------ widgets
+    def _build_widgets(self) -> None:
+        self.status = w.HTML(layout=w.Layout(width="100%"))
+        self.rank_select = w.SelectMultiple(
+            options=[], value=[], description="ranks", rows=4, layout=w.Layout(width="160px")
+        )
+        self.window_slider = w.SelectionSlider(
+            options=list(WINDOWS), value=0.0, description="window", continuous_update=False
+        )
+        self.phase_box = w.HBox([], layout=w.Layout(flex_flow="row wrap"))
+        self.phase_checks: dict[str, w.Checkbox] = {}
+        self.stop_button = w.Button(description="Stop", button_style="danger", icon="stop")
+        self.timeline = go.FigureWidget()
+        self.breakdown = go.FigureWidget()
+        self.breakdown_note = w.HTML()
+        self.memory = go.FigureWidget()
+        self.tabs = w.Tab(children=[self.timeline, w.VBox([self.breakdown_note, self.breakdown]), self.memory])
+        self.tabs.titles = ("timeline", "breakdown", "memory")
+        controls = w.HBox([self.rank_select, w.VBox([self.window_slider, self.phase_box]), self.stop_button])
+        self.widget = w.VBox([self.status, controls, self.tabs])
+
+        self.rank_select.observe(self._guarded(self._on_ranks), names="value")
+        self.window_slider.observe(self._guarded(self._on_window), names="value")
+        self.tabs.observe(self._guarded(self._on_tab), names="selected_index")
+        self.stop_button.on_click(lambda _button: self.stop())
+        self.timeline.layout.on_change(self._guarded(self._on_zoom), "xaxis.range", "xaxis.autorange")
+
+    def _guarded(self, handler: Callable[..., object]) -> Callable[..., None]:
+        """Wrap a widget callback so that an error lands in the status line, not the log area."""
+
+        def run(*args: object) -> None:
+            try:
+                handler(*args)
+            except Exception as exc:
+                self._fail("redraw", exc)
+                self._show_status()
+
+        return run
+
+    def _on_ranks(self, change: dict) -> None:
+        if self._drawing:
+            return
+        self._hidden_ranks = set(self.rank_select.options) - set(change["new"])
+        self._redraw(force=True)
+
+    def _on_window(self, _change: dict) -> None:
+        self._view = None
+        self._redraw(force=True)
+
+    def _on_tab(self, _change: dict) -> None:
+        self._redraw()
+
+    def _on_phase(self, _change: dict) -> None:
+        if not self._drawing:
+            self._redraw(force=True)
+
+    def _on_zoom(self, *_args: Any) -> None:
+        """Re-decimate the window the user zoomed to, so that zooming in reveals merged detail.
+
+        Only user-set axis properties count (the browser's autorange arrives as defaults), and a
+        range equal to the one last drawn is the echo of our own redraw, not a zoom.
+        """
+        if self._drawing or not self._last_seen:
+            return
+        axis = self.timeline.layout.xaxis.to_plotly_json()
+        xrange = axis.get("range")
+        if axis.get("autorange") is True or xrange is None:
+            view = None
+        elif len(xrange) == 2 and all(isinstance(v, int | float) for v in xrange):
+            view = (float(xrange[0]), float(xrange[1]))
+            drawn = self._drawn_range
+            if drawn is not None and all(abs(a - b) <= 1e-9 * max(1.0, abs(b)) for a, b in zip(view, drawn)):
+                return
+        else:
+            return
+        if view == self._view:
+            return
+        self._view = view
+        self._stale_tabs.add(TAB_TIMELINE)
+        self._redraw()
+
+    # ------------------------------------------------------------------ data
+    def update(self) -> None:
+        """Poll the source once and redraw; errors become the status line, never a traceback."""
+        if not self._lock.acquire(blocking=False):
+            return  # an update is already running (timer thread and a manual call)
+        try:
+            started = time.perf_counter()
+            new_events = 0
+            try:
+                events, memory = self.source.poll()
+                poll_s = time.perf_counter() - started
+                new_events = self._ingest(events, memory)
+                self.error = ""
+            except Exception as exc:
+                poll_s = time.perf_counter() - started
+                self._fail("poll", exc)
+            drawn = time.perf_counter()
+            try:
+                self._redraw()
+            except Exception as exc:
+                self._fail("redraw", exc)
+            self.timings.append(
+                {
+                    "poll_s": poll_s,
+                    "redraw_s": time.perf_counter() - drawn,
+                    "new_events": float(new_events),
+                    "drawn_spans": float(self._drawn_spans),
+                }
+            )
+            self._show_status()
+        finally:
+            self._lock.release()
+
+    def _ingest(self, events: pd.DataFrame | None, memory: pd.DataFrame | None) -> int:
+        now = self.clock()
+        n_new = 0 if events is None else len(events)
+        if n_new:
+            self._event_chunks.append(events)
+            self._events = None
+            self._n_events += n_new
+            first = int(events["start_ns"].min())
+            self._t0_ns = first if self._t0_ns is None else min(self._t0_ns, first)
+            for rank in pd.unique(events["rank"]):
+                self._last_seen[int(rank)] = now
+            if self.run_id is None and "run_id" in events:
+                ids = [r for r in pd.unique(events["run_id"]) if r]
+                self.run_id = str(ids[0]) if ids else None
+            self._sync_controls(pd.unique(events["phase"].astype(str)))
+            self._stale_tabs.update((TAB_TIMELINE, TAB_BREAKDOWN))
+        if memory is not None and len(memory):
+            self._memory_chunks.append(memory)
+            self._memory = None
+            if self._t0_ns is None:
+                self._t0_ns = int(memory["time_ns"].min())
+            self._stale_tabs.add(TAB_MEMORY)
+        return n_new
+
+    def _sync_controls(self, new_phases: Any) -> None:
+        """Add newly seen ranks (shown unless hidden before) and phases (checked) to the controls."""
+        self._drawing = True
+        try:
+            ranks = sorted(self._last_seen)
+            if list(self.rank_select.options) != ranks:
+                self.rank_select.options = ranks
+                self.rank_select.value = [r for r in ranks if r not in self._hidden_ranks]
+            added = [p for p in new_phases if p not in self._phases]
+            if added:
+                self._phases = phase_order([*self._phases, *added])
+                colours = colours_for(self._phases)
+                for phase in added:
+                    box = w.Checkbox(value=True, description=phase, indent=False, layout=w.Layout(width="auto"))
+                    box.observe(self._guarded(self._on_phase), names="value")
+                    self.phase_checks[phase] = box
+                self.phase_box.children = [
+                    w.HBox(
+                        [
+                            w.HTML(f'<span style="color:{colours[p]};font-size:1.3em">■</span>'),
+                            self.phase_checks[p],
+                        ]
+                    )
+                    for p in self._phases
+                ]
+        finally:
+            self._drawing = False
+
+    @property
+    def events(self) -> pd.DataFrame | None:
+        """All events received so far (None before the first)."""
+        if self._events is None and self._event_chunks:
+            self._events = pd.concat(self._event_chunks, ignore_index=True)
+            self._event_chunks = [self._events]
+        return self._events
+
+    @property
+    def memory_samples(self) -> pd.DataFrame | None:
+        """All memory samples received so far (None before the first)."""
+        if self._memory is None and self._memory_chunks:
+            self._memory = pd.concat(self._memory_chunks, ignore_index=True)
+            self._memory_chunks = [self._memory]
+        return self._memory
+
+    def _visible_ranks(self) -> list[int]:
+        return [r for r in sorted(self._last_seen) if r not in self._hidden_ranks]
+
+    def _shown_phases(self) -> list[str]:
+        return [p for p in self._phases if self.phase_checks[p].value]
+
+    def _window(self, events: pd.DataFrame) -> tuple[float, float] | None:
+        if self._view is not None:
+            return self._view
+        seconds = self.window_slider.value
+        if not seconds or self._t0_ns is None:
+            return None
+        end = (int(events["end_ns"].max()) - self._t0_ns) / 1e9
+        return (max(end - seconds, 0.0), end)
+
+    # ------------------------------------------------------------------ drawing
+    def _redraw(self, force: bool = False) -> None:
+        """Redraw the visible tab if its data or controls changed; other tabs wait until shown."""
+        if force:
+            self._stale_tabs.update((TAB_TIMELINE, TAB_BREAKDOWN, TAB_MEMORY))
+        tab = self.tabs.selected_index or 0
+        if tab not in self._stale_tabs:
+            return
+        self._stale_tabs.discard(tab)
+        if tab == TAB_TIMELINE:
+            self._draw_timeline()
+        elif tab == TAB_BREAKDOWN:
+            self._draw_breakdown()
+        else:
+            self._draw_memory()
+
+    def _filtered_events(self) -> pd.DataFrame | None:
+        events = self.events
+        if events is None:
+            return None
+        if self._hidden_ranks:
+            events = events[~events["rank"].isin(self._hidden_ranks)]
+        return events
+
+    def _draw_timeline(self) -> None:
+        events = self._filtered_events()
+        if events is None:
+            return
+        window = self._window(events)
+        fig = timeline_figure(
+            events,
+            t0_ns=self._t0_ns,
+            window=window,
+            max_spans=self.max_spans,
+            ranks=self._visible_ranks(),
+            phases=self._shown_phases(),
+            known_phases=self._phases,
+        )
+        meta = fig.layout.meta or {}
+        self._drawn_spans = int(meta.get("drawn", 0))
+        self._resolution_s = float(meta.get("resolution_s", 0.0))
+        self._drawn_range = window
+        self._sync(self.timeline, fig)
+
+    def _draw_breakdown(self) -> None:
+        if self.analyse is None:
+            self.breakdown_note.value = html.escape(f"analysis unavailable ({self._analyse_missing})")
+            return
+        events = self._filtered_events()
+        if events is None or len(events) == 0:
+            self.breakdown_note.value = html.escape(WAITING)
+            return
+        self.breakdown_note.value = ""
+        fig = breakdown_figure(self.analyse(events), phases=self._shown_phases())
+        self._sync(self.breakdown, fig)
+
+    def _draw_memory(self) -> None:
+        samples = self.memory_samples
+        if samples is None:
+            return
+        if self._hidden_ranks:
+            samples = samples[~samples["rank"].isin(self._hidden_ranks)]
+        growth = self.analyse_memory(samples) if self.analyse_memory is not None else None
+        self._sync(self.memory, memory_figure(samples, growth, t0_ns=self._t0_ns))
+
+    def _sync(self, widget: go.FigureWidget, fig: go.Figure) -> None:
+        self._drawing = True
+        try:
+            sync_figure(widget, fig)
+        finally:
+            self._drawing = False
+
+    # ------------------------------------------------------------------ status
+    def _fail(self, where: str, exc: BaseException) -> None:
+        self.error = one_line(where, exc)
+        self.last_exception = exc
+        log.debug("dashboard %s failed", where, exc_info=exc)
+
+    def status_text(self) -> str:
+        """The status line as plain text (also what the widget shows)."""
+        parts = []
+        if self._stopped:
+            parts.append("stopped")
+        if self.error:
+            parts.append(self.error)
+        if not self._last_seen:
+            parts.append(WAITING)
+            return " · ".join(parts)
+        now = self.clock()
+        if self.run_id:
+            parts.append(f"run {self.run_id}")
+        ranks = sorted(self._last_seen)
+        parts.append(f"{len(ranks)} rank{'s' if len(ranks) != 1 else ''} seen ({_ranges(ranks)})")
+        parts.append(f"{self._n_events:,} events")
+        parts.append(f"last event {now - max(self._last_seen.values()):.0f} s ago")
+        if self._resolution_s > 0:
+            parts.append(f"drawing {self._drawn_spans:,} bars (spans closer than {self._resolution_s:.2g} s merged)")
+        parts.extend(self.stale_messages(now))
+        return " · ".join(parts)
+
+    def stale_messages(self, now: float | None = None) -> list[str]:
+        """One message per rank silent for more than ``stale_s`` while another rank is not."""
+        now = self.clock() if now is None else now
+        ages = {rank: now - seen for rank, seen in self._last_seen.items()}
+        if not any(age <= self.stale_s for age in ages.values()):
+            return []
+        return [
+            f"rank {rank} has sent nothing for {age:.0f} s" for rank, age in sorted(ages.items()) if age > self.stale_s
+        ]
+
+    def _show_status(self) -> None:
+        text = self.status_text()
+        colour = "#b00020" if self.error else ("#a05a00" if "has sent nothing" in text else "inherit")
+        self.status.value = (
+            f'<div style="white-space:nowrap;overflow:hidden;text-overflow:ellipsis;color:{colour}" '
+            f'title="{html.escape(text)}">{html.escape(text)}</div>'
+        )
+
+    # ------------------------------------------------------------------ refresh loop
+    def start(self) -> Dashboard:
+        """Refresh every ``refresh_s``: an asyncio task on the kernel's loop, else a daemon timer."""
+        if self._running:
+            return self
+        self._running, self._stopped = True, False
+        self.stop_button.disabled = False
+        loop = _running_loop()
+        if loop is not None:
+            self._task = loop.create_task(self._run_async())
+        else:
+            self._tick()
+        return self
+
+    async def _run_async(self) -> None:
+        while self._running:
+            self.update()
+            await asyncio.sleep(self.refresh_s)
+
+    def _tick(self) -> None:
+        if not self._running:
+            return
+        self.update()
+        if self._running:
+            self._timer = threading.Timer(self.refresh_s, self._tick)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def stop(self) -> None:
+        """Stop refreshing and call ``on_stop`` (e.g. to end the job); errors go to the status line."""
+        self._running, self._stopped = False, True
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self.stop_button.disabled = True
+        if self.on_stop is not None:
+            try:
+                self.on_stop()
+            except Exception as exc:
+                self._fail("stop", exc)
+        self._show_status()
+
+    @property
+    def running(self) -> bool:
+        """True while the periodic refresh is active."""
+        return self._running
+
+    # ------------------------------------------------------------------ text fallback
+    def text_summary(self) -> str:
+        """Status plus a plain-text table of per-rank phase seconds (for terminals and logs)."""
+        lines = [self.status_text()]
+        events = self._filtered_events()
+        if events is None or len(events) == 0:
+            return "\n".join(lines)
+        if self.analyse is None:
+            counts = events.groupby(["rank", "phase"]).size().unstack(fill_value=0)
+            lines.append(f"per-phase seconds need workbench.analysis ({self._analyse_missing}); events per rank:")
+            lines.append(counts.to_string())
+            return "\n".join(lines)
+        try:
+            table = self.analyse(events)
+            by = [c for c in table.columns if c not in ("phase", "seconds", "fraction")]
+            grid = table.pivot_table(index=by[0], columns="phase", values="seconds", aggfunc="sum", fill_value=0.0)
+            grid = grid[[p for p in phase_order(grid.columns) if p in grid.columns]]
+            lines.append("seconds per phase:")
+            lines.append(grid.to_string(float_format=lambda v: f"{v:.3f}"))
+        except Exception as exc:
+            lines.append(one_line("analysis", exc))
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return self.text_summary()
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text("Dashboard(...)" if cycle else self.text_summary())
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None, **kwargs: Any) -> dict:
+        bundle = self.widget._repr_mimebundle_(**kwargs)
+        bundle["text/plain"] = self.text_summary()
+        return bundle
+
+
+def sync_figure(widget: go.FigureWidget, fig: go.Figure) -> None:
+    """Copy ``fig`` into ``widget`` with as few messages as possible.
+
+    Same traces (type and name, in order): one batched restyle of the changed properties, which
+    keeps the browser's zoom and legend state. Otherwise the traces are replaced.
+    """
+    same = [(t.type, t.name) for t in widget.data] == [(t.type, t.name) for t in fig.data]
+    if not same:
+        widget.data = []
+        widget.add_traces(list(fig.data))
+    with widget.batch_update():
+        if same:
+            for old, new in zip(widget.data, fig.data, strict=True):
+                props = new.to_plotly_json()
+                props.pop("type", None)
+                old.update(props, overwrite=True)
+        layout = fig.layout.to_plotly_json()
+        layout.pop("template", None)
+        widget.layout.update(layout, overwrite=True)
+        widget.layout.annotations = fig.layout.annotations
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop running in this thread (ipykernel has one), or None in a plain script."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            loop = asyncio.get_event_loop()
+        except RuntimeError:
+            return None
+    return loop if loop.is_running() else None
+
+
+def _ranges(ranks: list[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``0-2, 5`` for a compact status line."""
+    out: list[str] = []
+    start = prev = None
+    for rank in ranks:
+        if start is None:
+            start = prev = rank
+        elif rank == prev + 1:
+            prev = rank
+        else:
+            out.append(f"{start}" if start == prev else f"{start}-{prev}")
+            start = prev = rank
+    if start is not None:
+        out.append(f"{start}" if start == prev else f"{start}-{prev}")
+    return ", ".join(out)
