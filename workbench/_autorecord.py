@@ -69,7 +69,7 @@ class _PostImportHook(importlib.abc.MetaPathFinder):
                 original = spec.loader.exec_module
                 callback = self.callback
 
-                def exec_module(module: Any, original: Any = original) -> None:
+                def exec_module(module: Any, original: Any = original, callback: Any = callback) -> None:
                     original(module)
                     callback(module)
 

@@ -18,11 +18,10 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])  # engines cannot im
 
 
 def _allreduce_both() -> tuple[float, float]:
-    import numpy as np
-    from mpi4py import MPI
-
     import horovod.tensorflow as hvd
+    import numpy as np
     import tensorflow as tf
+    from mpi4py import MPI
 
     rank = MPI.COMM_WORLD.Get_rank()
     mpi_sum = MPI.COMM_WORLD.allreduce(float(rank + 1), op=MPI.SUM)

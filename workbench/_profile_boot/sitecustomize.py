@@ -10,7 +10,7 @@ if os.environ.get("WORKBENCH_PROFILE_RUN"):
         from workbench._autorecord import start
 
         start(os.environ["WORKBENCH_PROFILE_RUN"])
-    except Exception as error:  # noqa: BLE001 - profiling must never stop the user's script
+    except Exception as error:  # profiling must never stop the user's script
         import sys
 
         print(f"workbench profile: recording disabled on this rank ({error})", file=sys.stderr)

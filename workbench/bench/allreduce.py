@@ -51,11 +51,10 @@ def _time_calls(call: Any, comm: Any, min_seconds: float, min_iterations: int, m
 
 def measure(sizes: tuple[int, ...] = DEFAULT_SIZES, min_seconds: float = 0.25) -> list[dict[str, Any]]:
     """Run on every rank (under mpiexec); rank 0 gets the rows, the others an empty list."""
-    import numpy as np
-    from mpi4py import MPI
-
     import horovod.tensorflow as hvd
+    import numpy as np
     import tensorflow as tf
+    from mpi4py import MPI
 
     hvd.init()
     comm = MPI.COMM_WORLD

@@ -32,7 +32,8 @@ def to_chrome_trace(events: pd.DataFrame, memory: pd.DataFrame | None = None, *,
         for phase, tid in track.items():
             trace.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": tid, "args": {"name": phase}})
     for row in events.itertuples(index=False):
-        args = {key: value for key, value in (("step", row.step), ("epoch", row.epoch), ("bytes", row.bytes)) if value >= 0}
+        known = (("step", row.step), ("epoch", row.epoch), ("bytes", row.bytes))
+        args: dict[str, Any] = {key: int(value) for key, value in known if value >= 0}
         if row.detail:
             args["detail"] = row.detail
         trace.append(
