@@ -113,7 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run a case study headless: results as Parquet + one HTML report")
     run.add_argument("case", help="eval-frequency | predict-leak")
     run.add_argument("--ranks", type=int, default=None, help="largest rank count (default: cores)")
-    run.add_argument("--preset", choices=("reduced", "full"), default="reduced")
+    run.add_argument("--preset", choices=("ci", "reduced", "full"), default="reduced",
+                     help="ci: seconds (tests); reduced: minutes on 2 cores; full: the seed's shape")
     run.add_argument("--out", default=None, help="output directory (default: artifacts/<case>)")
     run.add_argument("--backend", choices=("horovod", "mpi4py", "both"), default="both")
     run.add_argument("--json", action="store_true", help="print one JSON summary object")
@@ -136,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         return handler(args)
     except KeyboardInterrupt:
         return 130
-    except (ValueError, FileNotFoundError, RuntimeError) as error:
+    except Exception as error:  # one clear message instead of a traceback; details below it
         message = str(error).strip().splitlines()
         print(f"workbench: {message[0] if message else type(error).__name__}", file=sys.stderr)
         for line in message[1:40]:

@@ -162,9 +162,7 @@ def events_frame(rows: list[dict] | pd.DataFrame) -> pd.DataFrame:
             raise ValueError(f"events need a {column!r} column")
     defaults = {"run_id": "", "host": "", "detail": "", "step": -1, "epoch": -1, "bytes": -1}
     for column, value in defaults.items():
-        if column not in frame:
-            frame[column] = value
-    if "name" not in frame:
-        frame["name"] = frame["phase"]
+        frame[column] = frame[column].fillna(value) if column in frame else value
+    frame["name"] = frame["name"].fillna(frame["phase"]) if "name" in frame else frame["phase"]
     table = pa.Table.from_pandas(frame[list(EVENT_COLUMNS)], schema=EVENT_SCHEMA, preserve_index=False)
     return table.to_pandas()

@@ -1,0 +1,134 @@
+"""Findings: computed seconds_lost for every kind, plain text, ranking; oversubscription."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from workbench.analysis import findings, oversubscription_finding, pop_metrics, rank_list
+from workbench.analysis.findings import FINDING_COLUMNS
+from workbench.events import events_frame
+
+S = 1_000_000_000
+
+
+def span(rank, phase, start, end, name=None):
+    return {"rank": rank, "phase": phase, "name": name or phase, "start_ns": start * S, "end_ns": end * S}
+
+
+def serial_evaluation_run():
+    """4 ranks, 100 s.
+
+    ranks 0-2 compute [0, 50); rank 3 computes [0, 40) and is idle [40, 50).
+    rank 0 evaluates [50, 90) while ranks 1-3 wait in negotiation [50, 90).
+    all ranks transfer [90, 100).
+    """
+    rows = []
+    for rank in range(4):
+        rows.append(span(rank, "compute", 0, 40 if rank == 3 else 50, "train_step"))
+        if rank == 0:
+            rows.append(span(0, "evaluation", 50, 90))
+        else:
+            rows.append(span(rank, "communication", 50, 90, "NEGOTIATE_ALLREDUCE"))
+        rows.append(span(rank, "communication", 90, 100, "MPI_ALLREDUCE"))
+    return events_frame(rows)
+
+
+def test_findings_for_a_run_with_serial_evaluation():
+    result = findings(serial_evaluation_run())
+    assert tuple(result.columns) == FINDING_COLUMNS
+    lost = dict(zip(result["kind"], result["seconds_lost"], strict=True))
+    # low parallel efficiency: useful 50, 50, 50, 40 -> PE = 47.5 / 100 = 0.475 -> 100 * (1 - 0.475) = 52.5
+    assert lost["low_parallel_efficiency"] == pytest.approx(52.5)
+    # communication: (10 + 0) on rank 0, (10 + 40) on ranks 1-3 -> mean 40 s
+    assert lost["communication"] == pytest.approx(40)
+    # serial evaluation: max 40 - total 40 / 4 ranks = 30 s
+    assert lost["serial_evaluation"] == pytest.approx(30)
+    # load imbalance: max compute 50 - mean 47.5 = 2.5 s
+    assert lost["load_imbalance"] == pytest.approx(2.5)
+    # idle: rank 3 idle 10 s -> mean 2.5 s
+    assert lost["idle"] == pytest.approx(2.5)
+    assert "input_pipeline" not in lost
+    # ranked by seconds lost; the 2.5 s tie is broken by kind name
+    assert result["kind"].tolist() == [
+        "low_parallel_efficiency",
+        "communication",
+        "serial_evaluation",
+        "idle",
+        "load_imbalance",
+    ]
+    assert result["order"].tolist() == [1, 2, 3, 4, 5]
+    assert result["fraction_of_wall"].tolist() == pytest.approx([0.525, 0.4, 0.3, 0.025, 0.025])
+    text = dict(zip(result["kind"], result["text"], strict=True))
+    # others wait: (40 + 10 + 0), (40 + 10 + 0), (40 + 10 + 10) -> mean 53.3 s = 53%
+    assert text["serial_evaluation"].startswith("rank 0 evaluates for 40% of wall time while ranks 1–3 wait")
+    assert "53% of their time" in text["serial_evaluation"]
+    assert text["load_imbalance"].startswith("load imbalance: rank 3 computes 20% less than rank 0")
+    assert text["communication"] == "communication takes 40% of wall time (30% waiting)"
+    assert text["idle"].startswith("idle: ranks spend 2% of wall time")
+    ranks = dict(zip(result["kind"], result["ranks"], strict=True))
+    assert (ranks["serial_evaluation"], ranks["load_imbalance"], ranks["idle"]) == ("0", "0, 3", "3")
+
+
+def test_input_pipeline_finding_and_threshold():
+    # 2 ranks, 10 s: rank 0 waits for input 2 s, rank 1 for 1 s -> mean 1.5 s (15%)
+    events = events_frame(
+        [
+            span(0, "input", 0, 2),
+            span(0, "compute", 2, 10),
+            span(1, "input", 0, 1),
+            span(1, "compute", 1, 10),
+        ]
+    )
+    result = findings(events, min_fraction=0.1)
+    row = result.set_index("kind").loc["input_pipeline"]
+    assert row["seconds_lost"] == pytest.approx(1.5)
+    assert row["text"] == "input pipeline: ranks wait 15% of time for the next batch (most: rank 0, 20%)"
+    # compute 8 vs 9: imbalance 9 - 8.5 = 0.5 s = 5% < min_fraction 10% -> left out
+    assert "load_imbalance" not in set(result["kind"])
+    # PE with input useful = 1.0: no efficiency finding
+    assert "low_parallel_efficiency" not in set(result["kind"])
+
+
+def test_efficient_run_has_no_findings_and_pop_can_be_passed():
+    events = events_frame([span(0, "compute", 0, 10), span(1, "compute", 0, 10)])
+    result = findings(events, pop=pop_metrics(events))
+    assert result.empty
+    assert tuple(result.columns) == FINDING_COLUMNS
+
+
+def test_findings_refuse_degenerate_input():
+    with pytest.raises(ValueError, match="no events"):
+        findings(events_frame(pd.DataFrame(columns=["rank", "phase", "start_ns", "end_ns"])))
+    events = serial_evaluation_run()
+    two = events.assign(run_id=["a" if i % 2 else "b" for i in range(len(events))])
+    with pytest.raises(ValueError, match="2 runs"):
+        findings(two)
+
+
+def test_listed_silent_rank_shows_as_idle():
+    # ranks 0, 1 compute 10 s; rank 2 has no events: idle 10 s -> mean idle 3.33 s
+    events = events_frame([span(0, "compute", 0, 10), span(1, "compute", 0, 10)])
+    result = findings(events, ranks=[0, 1, 2]).set_index("kind")
+    assert result.loc["idle", "seconds_lost"] == pytest.approx(10 / 3)
+    assert result.loc["idle", "ranks"] == "2"
+
+
+def test_oversubscription_finding():
+    # 8 ranks x 4 threads = 32 threads on 16 cores: half the threads wait -> 100 s * (1 - 16/32) = 50 s
+    row = oversubscription_finding(8, 4, 16, wall_s=100).iloc[0]
+    assert (row["kind"], row["seconds_lost"], row["fraction_of_wall"]) == ("oversubscription", 50.0, 0.5)
+    assert row["text"].startswith("oversubscription: 8 ranks x 4 threads = 32 threads on 16 cores (2.0x)")
+    assert "set 2 thread(s) per rank" in row["text"]
+    unknown_wall = oversubscription_finding(8, 4, 16).iloc[0]
+    assert (unknown_wall["seconds_lost"], unknown_wall["fraction_of_wall"]) == (0.0, 0.5)
+    assert oversubscription_finding(4, 4, 16).empty
+    with pytest.raises(ValueError, match="cores"):
+        oversubscription_finding(4, 4, 0)
+
+
+def test_rank_list():
+    assert rank_list([3, 1, 2, 5]) == "1–3, 5"
+    assert rank_list([0]) == "0"
+    assert rank_list([0, 2, 4]) == "0, 2, 4"
+    assert rank_list([]) == ""

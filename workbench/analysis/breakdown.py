@@ -1,0 +1,466 @@
+"""Where each rank's wall time went: seconds per phase, without double counting.
+
+Spans nest (a ``train_step`` holds its ``allreduce`` calls) and sometimes overlap. To make seconds
+add up, every instant on a rank is given to exactly one span, the *innermost* one: among the spans
+covering the instant, the one that started latest; on a tie the shorter one; on an exact duplicate
+the later row. Instants covered by no span are ``idle``.
+
+The sweep is vectorised (numpy): span boundaries are sorted once, every span covers a range of
+elementary intervals, and a segment tree gives each interval its highest-priority covering span.
+That keeps a million events well under a second.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from workbench import events as ev
+
+NS_PER_S = 1e9
+
+#: Columns ``phase_breakdown`` can group by. ``run_id``, ``rank`` and ``host`` name a rank's
+#: timeline ("lane"); ``epoch`` and ``step`` cut that timeline into pieces.
+LANE_COLUMNS: tuple[str, ...] = ("run_id", "rank", "host")
+TIMELINE_COLUMNS: tuple[str, ...] = ("epoch", "step")
+GROUP_COLUMNS: tuple[str, ...] = LANE_COLUMNS + TIMELINE_COLUMNS
+
+_SPAN_COLUMNS = ("run_id", "rank", "phase", "name", "start_ns", "end_ns")
+#: Keys that fit a composite int64 sort key with room to spare.
+_KEY_LIMIT = 2**62
+
+
+# --------------------------------------------------------------------------------------------
+# Public API
+# --------------------------------------------------------------------------------------------
+
+
+def phase_order(phases: Iterable[str]) -> list[str]:
+    """Display order: the known phases first (transfer before waiting), user phases, idle last."""
+    known = [ev.COMPUTE, ev.COMMUNICATION, ev.COMMUNICATION_WAIT, ev.EVALUATION, ev.INPUT, ev.CHECKPOINT]
+    present = list(dict.fromkeys(phases))
+    user = sorted(p for p in present if p not in known and p != ev.IDLE)
+    return [p for p in known if p in present] + user + ([ev.IDLE] if ev.IDLE in present else [])
+
+
+def effective_phase(events: pd.DataFrame) -> pd.Series:
+    """The phase analysis uses: communication spans that wait are ``communication_wait``.
+
+    Horovod's timeline splits a collective into waiting (negotiation, waiting for other ranks'
+    data) and moving bytes; keeping them apart tells "the network is slow" from "a rank is late".
+    """
+    codes, labels = _phase_codes(events)
+    return pd.Series(np.asarray(labels, dtype=object)[codes], index=events.index, name="phase")
+
+
+def phase_breakdown(
+    events: pd.DataFrame,
+    by: Sequence[str] = ("rank",),
+    *,
+    window: tuple[int, int] | None = None,
+    ranks: Iterable[int] | None = None,
+) -> pd.DataFrame:
+    """Seconds and fraction of wall time per phase, in long format ``[*by, phase, seconds, fraction]``.
+
+    - Every instant on a rank goes to its innermost span (see the module docstring), so a rank's
+      seconds sum to its wall time and nested ``allreduce`` time is not also counted as compute.
+    - Wall time of every rank is the run's extent: first start to last end over *all* ranks. A rank
+      that finishes early, or one listed in ``ranks`` with no events at all, shows ``idle`` for the
+      rest, because that is time the job paid for.
+    - ``by`` may hold ``run_id``, ``rank``, ``host``, ``epoch``, ``step``. With ``epoch``/``step``
+      the extent is that epoch's (step's) extent over all ranks, and idle is the part of it the rank
+      spent in none of that epoch's spans. Spans are given to the epoch/step they carry (``-1``
+      when unknown forms a group of its own). Without ``rank`` in ``by``, seconds are summed over
+      ranks (rank-seconds) and fractions are of that sum.
+    - ``window=(start_ns, end_ns)`` clips spans to the window first; wall time is then the extent of
+      the clipped spans.
+    - Communication spans named in ``events.COMMUNICATION_WAIT_ACTIVITIES`` appear as
+      ``communication_wait``. Every group lists every phase seen (0 where absent) plus ``idle``.
+    - No events (or none in the window): an empty frame with the same columns. A group whose extent
+      is zero (only zero-length spans) has fraction 0.
+    """
+    by = _check_by(by)
+    table = lane_table(events, tuple(c for c in by if c in TIMELINE_COLUMNS), window=window, ranks=ranks)
+    runs = table["run_id"].unique()
+    if len(runs) > 1 and "run_id" not in by:
+        shown = ", ".join(repr(r) for r in runs[:3]) + (", ..." if len(runs) > 3 else "")
+        raise ValueError(
+            f"events hold {len(runs)} runs ({shown}): add 'run_id' to by or select one run first"
+        )
+    columns = [*by, "phase", "seconds", "fraction"]
+    if table.empty:
+        return pd.DataFrame({c: pd.Series(dtype=_dtype_of(c)) for c in columns})
+    keys = list(by)
+    order = phase_order(table["phase"].unique())
+    if keys:
+        sums = table.groupby([*keys, "phase"], sort=False)["ns"].sum()
+        wide = sums.unstack("phase", fill_value=0.0).reindex(columns=order, fill_value=0.0).sort_index()
+        long = wide.stack(future_stack=True).rename("ns").reset_index()
+        totals = long.groupby(keys, sort=False)["ns"].transform("sum").to_numpy()
+    else:
+        long = table.groupby("phase")["ns"].sum().reindex(order, fill_value=0.0).rename("ns").reset_index()
+        totals = np.full(len(long), long["ns"].sum())
+    ns = long["ns"].to_numpy(dtype=np.float64)
+    long["seconds"] = ns / NS_PER_S
+    long["fraction"] = np.divide(ns, totals, out=np.zeros_like(ns), where=totals > 0)
+    return long[columns].reset_index(drop=True)
+
+
+def rank_wall_time(
+    events: pd.DataFrame, *, window: tuple[int, int] | None = None, ranks: Iterable[int] | None = None
+) -> pd.DataFrame:
+    """Per rank: when it was active, how long it was busy, and the run's wall time.
+
+    Columns: ``run_id, rank, first_start_ns, last_end_ns, busy_s, wall_s, idle_s``. ``busy_s`` is the
+    union of the rank's spans; ``wall_s`` is the run's extent over all ranks (the same on every rank
+    of a run) and ``idle_s = wall_s - busy_s``. A rank listed in ``ranks`` with no events has
+    ``first_start_ns = last_end_ns = -1`` and is idle for the whole run.
+    """
+    columns = ["run_id", "rank", "first_start_ns", "last_end_ns", "busy_s", "wall_s", "idle_s"]
+    table = lane_table(events, (), window=window, ranks=ranks)
+    if table.empty:
+        return pd.DataFrame({c: pd.Series(dtype=_dtype_of(c)) for c in columns})
+    keys = ["run_id", "rank"]
+    wall = table.groupby(keys)["ns"].sum()
+    idle = table[table["phase"] == ev.IDLE].groupby(keys)["ns"].sum().reindex(wall.index, fill_value=0.0)
+    frame = pd.DataFrame(
+        {"busy_s": (wall - idle) / NS_PER_S, "wall_s": wall / NS_PER_S, "idle_s": idle / NS_PER_S}
+    ).reset_index()
+    spans = _clip(_check_events(events), window)
+    active = spans.groupby(keys).agg(first_start_ns=("start_ns", "min"), last_end_ns=("end_ns", "max"))
+    frame = frame.merge(active.reset_index(), on=keys, how="left")
+    for column in ("first_start_ns", "last_end_ns"):
+        frame[column] = frame[column].fillna(-1).astype("int64")
+    return frame[columns]
+
+
+# --------------------------------------------------------------------------------------------
+# The per-lane table every analysis builds on
+# --------------------------------------------------------------------------------------------
+
+
+def lane_table(
+    events: pd.DataFrame,
+    timeline_columns: Sequence[str] = (),
+    *,
+    window: tuple[int, int] | None = None,
+    ranks: Iterable[int] | None = None,
+) -> pd.DataFrame:
+    """Nanoseconds per (run_id, rank, host, *timeline_columns, phase), ``idle`` included.
+
+    The building block of ``phase_breakdown``: one row per lane, timeline piece and phase that has
+    time, plus an ``idle`` row for every lane and piece (0 when the rank was always busy). Lanes are
+    every rank with events in a run plus ``ranks``.
+    """
+    timeline_columns = tuple(timeline_columns)
+    if not set(timeline_columns) <= set(TIMELINE_COLUMNS):
+        raise ValueError(f"timeline_columns={timeline_columns}: use a subset of {TIMELINE_COLUMNS}")
+    frame = _clip(_check_events(events, timeline_columns), window)
+    columns = ["run_id", "rank", "host", *timeline_columns, "phase", "ns"]
+    if frame.empty:
+        return pd.DataFrame({c: pd.Series(dtype=_dtype_of(c)) for c in columns})
+
+    n = len(frame)
+    run_codes, run_labels = _factorize(frame["run_id"].to_numpy())
+    rank_values = frame["rank"].to_numpy()
+    extra_ranks = np.asarray(sorted(set(int(r) for r in ranks)) if ranks is not None else [], dtype=np.int64)
+    rank_codes, rank_labels = _factorize_int(np.concatenate([rank_values.astype(np.int64), extra_ranks]))
+    rank_codes = rank_codes[:n]
+    n_ranks = len(rank_labels)
+    lane = run_codes * n_ranks + rank_codes
+    phase_codes, phase_labels = _phase_codes(frame)
+    n_phases = len(phase_labels)
+
+    # Timeline pieces (epoch/step) as one integer code.
+    piece = np.zeros(n, dtype=np.int64)
+    piece_values: list[np.ndarray] = []
+    n_pieces = 1
+    for column in timeline_columns:
+        codes, labels = _factorize_int(frame[column].to_numpy())
+        piece = piece * len(labels) + codes
+        n_pieces *= len(labels)
+        piece_values.append(np.asarray(labels))
+    if timeline_columns:
+        piece, piece_labels = _factorize_int(piece)
+        n_pieces = len(piece_labels)
+    else:
+        piece_labels = np.zeros(1, dtype=np.int64)
+
+    start = frame["start_ns"].to_numpy(np.int64)
+    end = frame["end_ns"].to_numpy(np.int64)
+    exclusive = _exclusive_ns(lane, start, end)
+
+    # Extent of every (run, piece) over all ranks: the wall time each lane is measured against.
+    run_piece = run_codes * n_pieces + piece
+    rp_codes, rp_labels = _factorize_int(run_piece)
+    extent_start = _group_reduce(np.minimum, rp_codes, len(rp_labels), start, np.iinfo(np.int64).max)
+    extent_end = _group_reduce(np.maximum, rp_codes, len(rp_labels), end, np.iinfo(np.int64).min)
+    extent = pd.DataFrame(
+        {
+            "run": rp_labels // n_pieces,
+            "piece": rp_labels % n_pieces,
+            "extent_ns": (extent_end - extent_start),
+        }
+    )
+
+    # Busy time per (lane, piece, phase).
+    cell = (lane * n_pieces + piece) * n_phases + phase_codes
+    cell_codes, cell_labels = _factorize_int(cell)
+    busy_ns = np.bincount(cell_codes, weights=exclusive, minlength=len(cell_labels))
+    busy = pd.DataFrame(
+        {
+            "lane": cell_labels // (n_pieces * n_phases),
+            "piece": (cell_labels // n_phases) % n_pieces,
+            "phase_code": cell_labels % n_phases,
+            "ns": busy_ns,
+        }
+    )
+
+    # Every lane of a run meets every piece of that run: missing combinations are fully idle.
+    lanes_present = np.flatnonzero(np.bincount(lane))
+    lanes = pd.DataFrame({"lane": lanes_present, "run": lanes_present // n_ranks})
+    if len(extra_ranks):
+        extra_codes = pd.Index(rank_labels).get_indexer(extra_ranks)
+        extra = pd.DataFrame(
+            {
+                "lane": (np.arange(len(run_labels))[:, None] * n_ranks + extra_codes[None, :]).ravel(),
+                "run": np.repeat(np.arange(len(run_labels)), len(extra_codes)),
+            }
+        )
+        lanes = pd.concat([lanes, extra]).drop_duplicates("lane")
+    grid = lanes.merge(extent, on="run")
+    covered = busy.groupby(["lane", "piece"], sort=False)["ns"].sum().rename("covered_ns").reset_index()
+    grid = grid.merge(covered, on=["lane", "piece"], how="left")
+    idle_ns = (grid["extent_ns"] - grid["covered_ns"].fillna(0.0)).clip(lower=0.0)
+    idle = pd.DataFrame({"lane": grid["lane"], "piece": grid["piece"], "phase_code": n_phases, "ns": idle_ns})
+    cells = pd.concat([busy, idle], ignore_index=True)
+
+    # Back from codes to labels.
+    lane_of = cells["lane"].to_numpy()
+    # A rank's host is constant: take it from any row of the lane ("" for listed ranks without rows).
+    row_of_lane = np.full(len(run_labels) * n_ranks, n, dtype=np.int64)
+    row_of_lane[lane] = np.arange(n, dtype=np.int64)
+    has_rows = row_of_lane < n
+    host_of_lane = np.full(len(row_of_lane), "", dtype=object)
+    host_of_lane[has_rows] = frame["host"].to_numpy(dtype=object)[row_of_lane[has_rows]]
+    out = pd.DataFrame(
+        {
+            "run_id": np.asarray(run_labels, dtype=object)[lane_of // n_ranks],
+            "rank": np.asarray(rank_labels)[lane_of % n_ranks].astype(frame["rank"].dtype),
+            "host": host_of_lane[lane_of],
+        }
+    )
+    piece_of = piece_labels[cells["piece"].to_numpy()]
+    for position, column in enumerate(timeline_columns):
+        stride = int(np.prod([len(v) for v in piece_values[position + 1 :]], dtype=np.int64))
+        out[column] = piece_values[position][(piece_of // stride) % len(piece_values[position])]
+    out["phase"] = np.asarray([*list(phase_labels), ev.IDLE], dtype=object)[cells["phase_code"].to_numpy()]
+    out["ns"] = cells["ns"].to_numpy(dtype=np.float64)
+    return out[columns]
+
+
+# --------------------------------------------------------------------------------------------
+# Internals
+# --------------------------------------------------------------------------------------------
+
+
+def _check_by(by: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(by, str):
+        by = (by,)
+    by = tuple(by)
+    unknown = [c for c in by if c not in GROUP_COLUMNS]
+    if unknown:
+        raise ValueError(f"cannot group by {unknown}: by may hold {', '.join(GROUP_COLUMNS)}")
+    if len(set(by)) != len(by):
+        raise ValueError(f"by={by} names a column twice: list each column once")
+    return by
+
+
+def _check_events(events: pd.DataFrame, extra: Sequence[str] = ()) -> pd.DataFrame:
+    """Fill optional columns and reject spans that end before they start."""
+    if not isinstance(events, pd.DataFrame):
+        raise ValueError(f"events must be a pandas DataFrame, got {type(events).__name__}")
+    missing = [c for c in ("rank", "phase", "start_ns", "end_ns", *extra) if c not in events]
+    if missing:
+        raise ValueError(f"events lack columns {missing}: build them with workbench.events.events_frame")
+    defaults = {"run_id": "", "host": "", "name": None, "epoch": -1, "step": -1}
+    absent = {c: v for c, v in defaults.items() if c not in events}
+    if absent:
+        events = events.assign(**{c: (events["phase"] if c == "name" else v) for c, v in absent.items()})
+    start = events["start_ns"].to_numpy(np.int64)
+    end = events["end_ns"].to_numpy(np.int64)
+    backwards = end < start
+    if backwards.any():
+        first = int(np.argmax(backwards))
+        rank, name = events["rank"].iloc[first], events["name"].iloc[first]
+        raise ValueError(
+            f"{int(backwards.sum())} span(s) end before they start (first: rank {rank}, {name!r}):"
+            " fix clock alignment or drop them"
+        )
+    return events
+
+
+def _clip(events: pd.DataFrame, window: tuple[int, int] | None) -> pd.DataFrame:
+    """Spans cut to ``window``; spans entirely outside it are dropped."""
+    if window is None:
+        return events
+    low, high = (int(w) for w in window)
+    if high <= low:
+        raise ValueError(f"window {window} is empty: pass (start_ns, end_ns) with start_ns < end_ns")
+    start = events["start_ns"].to_numpy(np.int64)
+    end = events["end_ns"].to_numpy(np.int64)
+    new_start, new_end = np.maximum(start, low), np.minimum(end, high)
+    keep = (new_end > new_start) | ((start == end) & (start >= low) & (start <= high))
+    clipped = events.loc[keep].copy()
+    clipped["start_ns"] = new_start[keep]
+    clipped["end_ns"] = new_end[keep]
+    return clipped
+
+
+def _factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``pd.factorize`` with a fast path for a column holding one value (one run)."""
+    if len(values) and values.dtype == object:
+        first = values[0]
+        if (values == first).all():
+            return np.zeros(len(values), dtype=np.int64), np.asarray([first], dtype=object)
+    codes, labels = pd.factorize(values)
+    return codes.astype(np.int64), np.asarray(labels)
+
+
+def _factorize_int(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Dense codes for int64 keys, labels sorted ascending (a lookup table when the range is small)."""
+    values = values.astype(np.int64, copy=False)
+    if len(values) == 0:
+        return values, values
+    bottom, top = int(values.min()), int(values.max())
+    if top - bottom < 4 * len(values) + 1024:
+        present = np.zeros(top - bottom + 1, dtype=bool)
+        present[values - bottom] = True
+        labels = np.flatnonzero(present) + bottom
+        lookup = np.cumsum(present) - 1
+        return lookup[values - bottom], labels
+    labels, codes = np.unique(values, return_inverse=True)
+    return codes.astype(np.int64), labels.astype(np.int64)
+
+
+def _group_reduce(
+    ufunc: np.ufunc, codes: np.ndarray, size: int, values: np.ndarray, initial: int
+) -> np.ndarray:
+    """Per-group min or max without pandas' overhead for the common one-group case."""
+    if size == 1:
+        return np.asarray([ufunc.reduce(values)], dtype=np.int64)
+    out = np.full(size, initial, dtype=np.int64)
+    ufunc.at(out, codes, values)
+    return out
+
+
+def _phase_codes(events: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
+    """Integer phase per span, communication waits split out as ``communication_wait``."""
+    codes, labels = pd.factorize(events["phase"].to_numpy())
+    labels = [str(p) for p in labels]
+    codes = codes.astype(np.int64)
+    if ev.COMMUNICATION in labels:
+        communication = codes == labels.index(ev.COMMUNICATION)
+        if communication.any():
+            names = events["name"].to_numpy()[communication]
+            name_codes, name_labels = pd.factorize(names)
+            is_wait = np.isin(np.asarray(name_labels, dtype=object), list(ev.COMMUNICATION_WAIT_ACTIVITIES))
+            waiting = is_wait[name_codes]
+            if waiting.any():
+                if ev.COMMUNICATION_WAIT not in labels:
+                    labels.append(ev.COMMUNICATION_WAIT)
+                sub = codes[communication]
+                sub[waiting] = labels.index(ev.COMMUNICATION_WAIT)
+                codes[communication] = sub
+    return codes, labels
+
+
+def _exclusive_ns(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Nanoseconds during which each span is the innermost one on its lane (float64, exact to 2**53)."""
+    n = len(start)
+    if n == 0:
+        return np.zeros(0, dtype=np.float64)
+    lane = lane.astype(np.int64)
+    t0 = int(start.min())
+    stride = int(end.max()) - t0 + 1
+    n_lanes = int(lane.max()) + 1
+    lanes_per_chunk = max(1, _KEY_LIMIT // stride)
+    if n_lanes > lanes_per_chunk:  # composite keys would overflow: sweep groups of lanes apart
+        out = np.zeros(n, dtype=np.float64)
+        chunk = lane // lanes_per_chunk
+        for c in np.unique(chunk):
+            mask = chunk == c
+            out[mask] = _exclusive_ns(lane[mask] % lanes_per_chunk, start[mask], end[mask])
+        return out
+    key_start = lane * stride + (start - t0)
+    key_end = lane * stride + (end - t0)
+    bounds = np.concatenate([key_start, key_end])
+    order = np.argsort(bounds, kind="stable")
+    sorted_bounds = bounds[order]
+    is_new = np.empty(2 * n, dtype=bool)
+    is_new[0] = True
+    np.not_equal(sorted_bounds[1:], sorted_bounds[:-1], out=is_new[1:])
+    position = np.empty(2 * n, dtype=np.int64)
+    position[order] = np.cumsum(is_new) - 1
+    first, last = position[:n], position[n:]
+    edges = sorted_bounds[is_new]
+    n_intervals = len(edges) - 1
+    if n_intervals <= 0:
+        return np.zeros(n, dtype=np.float64)
+    # Priority: later start wins, then shorter, then the later row (stable sort keeps row order).
+    priority_key = first * (n_intervals + 2) + (n_intervals + 1 - last)
+    by_priority = np.argsort(priority_key, kind="stable")
+    priority = np.empty(n, dtype=np.int64)
+    priority[by_priority] = np.arange(n, dtype=np.int64)
+    winner = _range_max(first, last, priority, n_intervals)
+    covered = winner >= 0
+    widths = np.diff(edges)[covered].astype(np.float64)
+    return np.bincount(by_priority[winner[covered]], weights=widths, minlength=n)
+
+
+def _range_max(low: np.ndarray, high: np.ndarray, value: np.ndarray, size: int) -> np.ndarray:
+    """For every point 0..size-1, the largest ``value`` among ranges ``[low, high)`` holding it (-1: none).
+
+    Offline range-max with a bottom-up segment tree: each range marks O(log size) nodes, then the
+    marks are pushed down to the leaves, level by level. All vectorised.
+    """
+    leaves = 1 << max(0, int(size - 1).bit_length())
+    tree = np.full(2 * leaves, -1, dtype=np.int64)
+    width = high - low
+    single = width == 1  # most spans cover one interval: mark their leaf directly
+    np.maximum.at(tree, low[single] + leaves, value[single])
+    wide = width > 1
+    left, right, value = low[wide] + leaves, high[wide] + leaves, value[wide]
+    while left.size:
+        odd = (left & 1).astype(bool)
+        if odd.any():
+            np.maximum.at(tree, left[odd], value[odd])
+            left = left + odd
+        odd = (right & 1).astype(bool)
+        if odd.any():
+            right = right - odd
+            np.maximum.at(tree, right[odd], value[odd])
+        left >>= 1
+        right >>= 1
+        live = left < right
+        if not live.all():
+            left, right, value = left[live], right[live], value[live]
+    level = 1
+    while level < leaves:
+        parents = tree[level : 2 * level]
+        for child in (tree[2 * level : 4 * level : 2], tree[2 * level + 1 : 4 * level : 2]):
+            np.maximum(child, parents, out=child)
+        level *= 2
+    return tree[leaves : leaves + size]
+
+
+def _dtype_of(column: str) -> str:
+    if column in ("run_id", "host", "phase"):
+        return "object"
+    if column == "rank":
+        return "int32"
+    if column in ("epoch", "step", "first_start_ns", "last_end_ns"):
+        return "int64"
+    return "float64"
