@@ -48,9 +48,15 @@ horovod:
 	$(BIN)/pip install -q --no-deps --force-reinstall $(WHEEL_CACHE)/horovod-$(HOROVOD_VERSION)-*.whl
 	$(BIN)/pip install -q -c $(CONSTRAINTS) cloudpickle psutil pyyaml packaging
 
-# The second MPI implementation, in its own prefix so that its mpiexec does not shadow Open MPI's.
+# The second MPI implementation, unpacked into its own prefix: installed into the venv, its
+# libmpi.so.12 would be the library mpi4py loads first, also under Open MPI's mpiexec.
+# ClusterConfig(mpi="mpich") points mpi4py at it (MPI4PY_LIBMPI). Horovod stays linked to Open MPI.
 mpich:
-	test -x $(VENV)/opt/mpich/bin/mpiexec || $(BIN)/pip install -q --no-deps --target $(VENV)/opt/mpich mpich==$(MPICH_VERSION)
+	@if ! test -x $(VENV)/opt/mpich/bin/mpiexec; then \
+	  tmp=$$(mktemp -d) && $(BIN)/pip download -q --no-deps -d $$tmp mpich==$(MPICH_VERSION) && \
+	  $(BIN)/python -m zipfile -e $$tmp/mpich-$(MPICH_VERSION)-*.whl $$tmp/x && \
+	  mkdir -p $(VENV)/opt/mpich && cp -r $$tmp/x/mpich-$(MPICH_VERSION).data/data/* $(VENV)/opt/mpich/ && \
+	  chmod +x $(VENV)/opt/mpich/bin/* && rm -rf $$tmp; fi
 
 # Debian's Chromium for the JupyterLab browser test (no browser download works here).
 browser:

@@ -125,6 +125,8 @@ class ClusterConfig:
             environment["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
             environment["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
         if self.mpi == "mpich":
+            # mpi4py would otherwise load the venv's Open MPI library under MPICH's mpiexec
+            environment["MPI4PY_LIBMPI"] = str(mpich_prefix() / "lib" / "libmpi.so.12")
             environment["LD_LIBRARY_PATH"] = os.pathsep.join(
                 filter(None, [str(mpich_prefix() / "lib"), os.environ.get("LD_LIBRARY_PATH")])
             )

@@ -49,14 +49,21 @@ def _time_calls(call: Any, comm: Any, min_seconds: float, min_iterations: int, m
     return comm.allreduce(elapsed, op=MPI.MAX) / iterations
 
 
-def measure(sizes: tuple[int, ...] = DEFAULT_SIZES, min_seconds: float = 0.25) -> list[dict[str, Any]]:
-    """Run on every rank (under mpiexec); rank 0 gets the rows, the others an empty list."""
-    import horovod.tensorflow as hvd
+def measure(
+    sizes: tuple[int, ...] = DEFAULT_SIZES, min_seconds: float = 0.25, with_horovod: bool = True
+) -> list[dict[str, Any]]:
+    """Run on every rank (under mpiexec); rank 0 gets the rows, the others an empty list.
+
+    ``with_horovod=False`` measures raw MPI only (Horovod is linked to Open MPI, not MPICH).
+    """
     import numpy as np
-    import tensorflow as tf
     from mpi4py import MPI
 
-    hvd.init()
+    if with_horovod:
+        import horovod.tensorflow as hvd
+        import tensorflow as tf
+
+        hvd.init()
     comm = MPI.COMM_WORLD
     ranks = comm.Get_size()
     factor = bus_bandwidth_factor(ranks)
@@ -65,16 +72,19 @@ def measure(sizes: tuple[int, ...] = DEFAULT_SIZES, min_seconds: float = 0.25) -
         count = max(1, nbytes // 4)
         send = np.ones(count, dtype=np.float32)
         receive = np.empty_like(send)
-        tensor = tf.constant(send)
 
         def mpi_call(send: Any = send, receive: Any = receive) -> None:
             comm.Allreduce(send, receive, op=MPI.SUM)
 
-        def horovod_call(tensor: Any = tensor, name: str = f"bench_allreduce_{nbytes}") -> None:
-            hvd.allreduce(tensor, op=hvd.Sum, name=name).numpy()
-
         mpi_seconds = _time_calls(mpi_call, comm, min_seconds, 5, 2000)
-        horovod_seconds = _time_calls(horovod_call, comm, min_seconds, 5, 2000)
+        horovod_seconds = float("nan")
+        if with_horovod:
+            tensor = tf.constant(send)
+
+            def horovod_call(tensor: Any = tensor, name: str = f"bench_allreduce_{nbytes}") -> None:
+                hvd.allreduce(tensor, op=hvd.Sum, name=name).numpy()
+
+            horovod_seconds = _time_calls(horovod_call, comm, min_seconds, 5, 2000)
         if not np.allclose(receive[:4], ranks):
             raise RuntimeError(f"MPI allreduce returned {receive[:4]} instead of {ranks}")
         actual = count * 4
@@ -94,17 +104,34 @@ def measure(sizes: tuple[int, ...] = DEFAULT_SIZES, min_seconds: float = 0.25) -
     return rows if comm.Get_rank() == 0 else []
 
 
-def run(ranks: int = 2, *, config: ClusterConfig | None = None, sizes: tuple[int, ...] = DEFAULT_SIZES,
-        min_seconds: float = 0.25, timeout_s: float = 900) -> list[dict[str, Any]]:
+def run(
+    ranks: int = 2,
+    *,
+    config: ClusterConfig | None = None,
+    sizes: tuple[int, ...] = DEFAULT_SIZES,
+    min_seconds: float = 0.25,
+    timeout_s: float = 900,
+) -> list[dict[str, Any]]:
     """Start ``ranks`` MPI processes with the cluster's settings and return rank 0's rows."""
     config = config or ClusterConfig(n=ranks)
     environment = config.engine_environment()
     with tempfile.TemporaryDirectory() as scratch:
         out = Path(scratch) / "rows.json"
         command = [
-            *config.mpiexec_command(), "-n", str(ranks), *config.mpiexec_args(environment),
-            sys.executable, "-m", "workbench.bench.allreduce", "--out", str(out),
-            "--sizes", ",".join(map(str, sizes)), "--min-seconds", str(min_seconds),
+            *config.mpiexec_command(),
+            "-n",
+            str(ranks),
+            *config.mpiexec_args(environment),
+            sys.executable,
+            "-m",
+            "workbench.bench.allreduce",
+            "--out",
+            str(out),
+            "--sizes",
+            ",".join(map(str, sizes)),
+            "--min-seconds",
+            str(min_seconds),
+            *([] if config.mpi == "openmpi" else ["--no-horovod"]),
         ]
         completed = subprocess.run(
             command, env={**os.environ, **environment}, capture_output=True, text=True, timeout=timeout_s, check=False
@@ -129,8 +156,9 @@ def _main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)))
     parser.add_argument("--min-seconds", type=float, default=0.25)
+    parser.add_argument("--no-horovod", action="store_true", help="raw MPI only (e.g. under MPICH)")
     args = parser.parse_args()
-    rows = measure(tuple(int(s) for s in args.sizes.split(",")), args.min_seconds)
+    rows = measure(tuple(int(s) for s in args.sizes.split(",")), args.min_seconds, not args.no_horovod)
     if rows:
         Path(args.out).write_text(json.dumps(rows))
 
