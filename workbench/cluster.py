@@ -150,7 +150,9 @@ class Cluster(AsyncFirst):
             n=config.ranks,
             controller_ip=config.controller_ip,
             config=self._ipp_config(),
-            log_level=logging.WARNING,
+            # ipyparallel logs the engines' whole output when mpiexec exits non-zero, which it does
+            # on every normal stop; start failures carry that output in ClusterStartError instead.
+            log_level=logging.ERROR,
             delay=0.1,
         )
         try:

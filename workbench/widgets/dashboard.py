@@ -151,10 +151,13 @@ class Dashboard:
         self.phase_checks: dict[str, w.Checkbox] = {}
         self.stop_button = w.Button(description="Stop", button_style="danger", icon="stop")
         self.timeline = go.FigureWidget()
-        self.breakdown = go.FigureWidget()
         self.breakdown_note = w.HTML()
-        self.memory = go.FigureWidget()
-        self.tabs = w.Tab(children=[self.timeline, w.VBox([self.breakdown_note, self.breakdown]), self.memory])
+        # Each FigureWidget ships plotly.js (~5 MB) to the browser: the other tabs get theirs when first shown.
+        self._breakdown: go.FigureWidget | None = None
+        self._memory_figure: go.FigureWidget | None = None
+        self._breakdown_box = w.VBox([self.breakdown_note])
+        self._memory_box = w.VBox([])
+        self.tabs = w.Tab(children=[self.timeline, self._breakdown_box, self._memory_box])
         self.tabs.titles = ("timeline", "breakdown", "memory")
         controls = w.HBox([self.rank_select, w.VBox([self.window_slider, self.phase_box]), self.stop_button])
         self.widget = w.VBox([self.status, controls, self.tabs])
@@ -164,6 +167,22 @@ class Dashboard:
         self.tabs.observe(self._guarded(self._on_tab), names="selected_index")
         self.stop_button.on_click(lambda _button: self.stop())
         self.timeline.layout.on_change(self._guarded(self._on_zoom), "xaxis.range", "xaxis.autorange")
+
+    @property
+    def breakdown(self) -> go.FigureWidget:
+        """The breakdown tab's figure, created on first use."""
+        if self._breakdown is None:
+            self._breakdown = go.FigureWidget()
+            self._breakdown_box.children = (self.breakdown_note, self._breakdown)
+        return self._breakdown
+
+    @property
+    def memory(self) -> go.FigureWidget:
+        """The memory tab's figure, created on first use."""
+        if self._memory_figure is None:
+            self._memory_figure = go.FigureWidget()
+            self._memory_box.children = (self._memory_figure,)
+        return self._memory_figure
 
     def _guarded(self, handler: Callable[..., object]) -> Callable[..., None]:
         """Wrap a widget callback so that an error lands in the status line, not the log area."""
@@ -556,6 +575,10 @@ def sync_figure(widget: go.FigureWidget, fig: go.Figure) -> None:
                 old.update(props, overwrite=True)
         layout = fig.layout.to_plotly_json()
         layout.pop("template", None)
+        # plotly.js fixes the width (autosize off) when a relayout changes the height alone:
+        # keep the plot as wide as its container by sending autosize with every layout update.
+        layout.pop("width", None)
+        layout["autosize"] = True
         widget.layout.update(layout, overwrite=True)
         widget.layout.annotations = fig.layout.annotations
 
