@@ -240,7 +240,7 @@ class Cluster(AsyncFirst):
             except Exception as error:
                 log.warning("ipyparallel stop failed (%r); killing its processes", error)
             self._ipp = None
-        _reap(self._pids)
+        reap_processes(self._pids)
         self._pids.clear()
 
     @property
@@ -261,8 +261,8 @@ class Cluster(AsyncFirst):
         await self.stop()
 
 
-def _reap(pids: set[int], grace_s: float = 10.0) -> None:
-    """Wait for ``pids`` to end; terminate, then kill, what is still there."""
+def reap_processes(pids: set[int], grace_s: float = 10.0) -> None:
+    """Wait up to ``grace_s`` for ``pids`` to end; terminate, then kill, what is still there."""
     processes = []
     for pid in pids:
         if pid == os.getpid():

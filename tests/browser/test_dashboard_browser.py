@@ -39,6 +39,8 @@ from typing import Any
 import psutil
 import pytest
 
+from workbench.cluster import reap_processes
+
 pytestmark = pytest.mark.browser
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -189,20 +191,7 @@ def lab_is_up(port: int) -> bool:
 
 def stop_processes(processes: list[psutil.Process]) -> None:
     """Terminate, then kill, the given processes (collected before any of them died)."""
-    alive = []
-    for process in processes:
-        try:
-            process.terminate()
-            alive.append(process)
-        except psutil.Error:
-            continue
-    _gone, alive = psutil.wait_procs(alive, timeout=10)
-    for process in alive:
-        try:
-            process.kill()
-        except psutil.Error:
-            continue
-    psutil.wait_procs(alive, timeout=5)
+    reap_processes({process.pid for process in processes}, grace_s=0)
 
 
 def tree(pid: int) -> list[psutil.Process]:
