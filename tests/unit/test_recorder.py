@@ -66,3 +66,13 @@ def test_flush_is_visible_while_running(recorder):
         pass
     time.sleep(0.3)
     assert len(Run.load(recorder.run_path).events) == 1  # flushed by the background thread
+
+
+def test_profile_names_a_missing_script(tmp_path):
+    from workbench.profile import profile_command
+
+    with pytest.raises(FileNotFoundError, match=r"script '.*nope.py' does not exist: check the path"):
+        profile_command(["python", str(tmp_path / "nope.py")], ranks=2, out=tmp_path)
+    with pytest.raises(ValueError, match="no command to profile"):
+        profile_command([], ranks=2, out=tmp_path)
+    assert not any(tmp_path.iterdir())  # nothing was created for a command that cannot run
