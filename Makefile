@@ -22,7 +22,7 @@ demo: $(VENV)/.ready
 	$(BIN)/workbench run eval-frequency --preset $(PRESET) --ranks 2
 
 test: $(VENV)/.ready browser
-	$(BIN)/ruff check workbench tests benchmarks
+	$(BIN)/ruff check workbench tests
 	$(BIN)/python -m pytest -q tests
 
 venv: $(VENV)/.ready
@@ -63,7 +63,7 @@ browser:
 	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
 lint: $(VENV)/.ready
-	$(BIN)/ruff check workbench tests benchmarks
+	$(BIN)/ruff check workbench tests
 
 clean-venv:
 	rm -rf $(VENV)
