@@ -132,3 +132,25 @@ def test_rank_list():
     assert rank_list([0]) == "0"
     assert rank_list([0, 2, 4]) == "0, 2, 4"
     assert rank_list([]) == ""
+
+
+def test_serial_evaluation_found_when_other_ranks_hold_near_empty_evaluation_spans():
+
+    s = 1_000_000_000
+    events = events_frame(
+        [
+            {"rank": 0, "phase": "compute", "start_ns": 0, "end_ns": 5 * s},
+            {"rank": 0, "phase": "evaluation", "start_ns": 5 * s, "end_ns": 9 * s},
+            {"rank": 0, "phase": "compute", "start_ns": 9 * s, "end_ns": 10 * s},
+            {"rank": 1, "phase": "compute", "start_ns": 0, "end_ns": 5 * s},
+            {"rank": 1, "phase": "evaluation", "start_ns": 5 * s, "end_ns": 5 * s + s // 100},
+            {"rank": 1, "phase": "communication", "start_ns": 5 * s + s // 100, "end_ns": 9 * s},
+            {"rank": 1, "phase": "compute", "start_ns": 9 * s, "end_ns": 10 * s},
+        ]
+    )
+    found = findings(events)
+    serial = found[found["kind"] == "serial_evaluation"].iloc[0]
+    # evaluation 4 s on rank 0 and 0.01 s on rank 1: lost = max - mean = 4 - 4.01 / 2 = 1.995 s
+    assert serial["seconds_lost"] == pytest.approx(1.995)
+    assert serial["ranks"] == "0"
+    assert "rank 0 evaluates for 40% of wall time" in serial["text"]

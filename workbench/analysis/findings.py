@@ -73,7 +73,9 @@ def findings(
         )
 
     evaluation = phase[ev.EVALUATION]
-    evaluators = evaluation.index[evaluation > 0]
+    # Serial evaluation is imbalance, not presence: ranks that evaluate for under half the busiest
+    # rank's time (often an empty span around a skipped evaluation) count as waiting for it.
+    evaluators = evaluation.index[(evaluation > 0) & (evaluation >= 0.5 * evaluation.max())]
     if 0 < len(evaluators) < n_ranks:
         lost = float(evaluation.max() - evaluation.sum() / n_ranks)
         others = seconds.index.difference(evaluators)

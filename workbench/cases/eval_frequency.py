@@ -82,9 +82,8 @@ def start_one_async(cluster: Cluster, root: str | Path, settings: TrainSettings)
     return run_path, async_result
 
 
-def summarise_run(run_path: Path, settings: TrainSettings, results: list[dict[str, Any]]) -> dict[str, Any]:
+def summarise_run(run: Run, settings: TrainSettings, results: list[dict[str, Any]]) -> dict[str, Any]:
     """One row of the result table from a recorded run."""
-    run = Run.load(run_path)
     events = run.events
     pop = analysis.pop_metrics(events).iloc[0]
     throughput = analysis.step_throughput(
@@ -104,7 +103,7 @@ def summarise_run(run_path: Path, settings: TrainSettings, results: list[dict[st
         "communication_efficiency": float(pop["communication_efficiency"]),
         "parallel_efficiency": float(pop["parallel_efficiency"]),
         "test_accuracy": results[0]["history"][-1]["test_accuracy"] if results[0]["history"] else float("nan"),
-        "path": str(run_path),
+        "path": str(run.path),
     }
     row.update({f"fraction_{phase}": float(value) for phase, value in fractions.items()})
     return row
@@ -144,10 +143,11 @@ def run(
                     if on_progress:
                         on_progress(f"{backend}, {n} rank(s), evaluate every {interval} epoch(s)")
                     run_path, results = run_one(cluster, runs_root, settings)
-                    row = summarise_run(run_path, settings, results)
+                    recorded = Run.load(run_path)
+                    row = summarise_run(recorded, settings, results)
                     rows.append(row)
                     run_paths[row["run_id"]] = run_path
-                    events_by_run[row["run_id"]] = Run.load(run_path).events
+                    events_by_run[row["run_id"]] = recorded.events
     table = pd.DataFrame(rows)
     table = _add_speedups(table, intervals, events_by_run)
     return _finish(table, events_by_run, run_paths, max_ranks, backends, intervals, out)

@@ -182,14 +182,15 @@ def train_on_rank(run_path: str, settings_dict: dict[str, Any]) -> dict[str, Any
                 apply(grads)
             step += 1
         if settings.evaluates_at(epoch):
-            with recorder.phase("evaluation", "evaluate"):
-                if settings.eval_mode == "rank0":
-                    if rank == 0:
+            if settings.eval_mode == "rank0":
+                # as in the seed: rank 0 alone evaluates; the others go on and wait in the next allreduce
+                train_metrics = test_metrics = (0.0, 0.0, 0)
+                if rank == 0:
+                    with recorder.phase("evaluation", "evaluate"):
                         train_metrics = evaluate(x_train, data.y_train)
                         test_metrics = evaluate(x_test, data.y_test)
-                    else:
-                        train_metrics = test_metrics = (0.0, 0.0, 0)
-                else:
+            else:
+                with recorder.phase("evaluation", "evaluate_shard"):
                     local = np.array(
                         [*evaluate(shard_x, shard_y), *evaluate(x_test[rank::size], data.y_test[rank::size])],
                         dtype=np.float64,

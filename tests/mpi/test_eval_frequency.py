@@ -1,0 +1,72 @@
+"""`workbench run eval-frequency` headless on the tiny `ci` preset: JSON summary, Parquet, report."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from workbench.workloads.eval_frequency import TrainSettings
+
+pytestmark = pytest.mark.mpi
+
+
+def test_headless_run_writes_json_parquet_and_report(tmp_path):
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "workbench.cli",
+            "run",
+            "eval-frequency",
+            "--preset",
+            "ci",
+            "--ranks",
+            "2",
+            "--out",
+            str(tmp_path),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    summary = json.loads(completed.stdout)
+    assert summary["ranks"] == 2 and summary["backend"] == "mpi4py"
+    assert summary["speedup_eval_fix"] > 1.0  # evaluating every 6 instead of every epoch saves time
+    assert set(summary["speedup_eval_fix_by_backend"]) == {"mpi4py", "horovod"}
+    table = pd.read_parquet(tmp_path / "runs.parquet")
+    assert len(table) == 2 * 2 * 2  # ranks 1..2 x backends x intervals {1, 6}
+    assert set(table["ranks"]) == {1, 2} and (table["test_accuracy"] > 0.1).all()
+    findings = pd.read_parquet(tmp_path / "findings.parquet")
+    slow = findings[(findings["ranks"] == 2) & (findings["eval_interval"] == 1)]
+    assert "serial_evaluation" in set(slow["kind"])
+    assert (tmp_path / "report.html").stat().st_size > 100_000
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"backend": "gloo"}, "backend 'gloo' is unknown"),
+        ({"eval_mode": "all"}, "eval_mode 'all' is unknown"),
+        ({"eval_interval": 0}, "must be >= 1"),
+    ],
+)
+def test_bad_settings_are_one_clear_error(settings, message):
+    with pytest.raises(ValueError, match=message):
+        TrainSettings(**settings)
+
+
+def test_unknown_case_and_preset():
+    completed = subprocess.run(
+        [sys.executable, "-m", "workbench.cli", "run", "eval-frequncy"], capture_output=True, text=True, check=False
+    )
+    assert completed.returncode == 2
+    assert completed.stderr.strip().splitlines()[0] == (
+        "workbench: unknown case 'eval-frequncy': choose one of eval-frequency, predict-leak"
+    )
