@@ -158,6 +158,11 @@ class ClusterConfig:
             args += ["-genvlist", ",".join(sorted(environment))]
         return args + list(self.mpi_args)
 
+    def launch_command(self, program: list[str], environment: dict[str, str] | None = None) -> list[str]:
+        """``mpiexec -n N <flags> PROGRAM``: a program on this config's ranks, outside ipyparallel."""
+        environment = self.engine_environment() if environment is None else environment
+        return [*self.mpiexec_command(), "-n", str(self.ranks), *self.mpiexec_args(environment), *program]
+
     def as_dict(self) -> dict[str, Any]:
         """For run metadata: the settings plus what they resolved to on this machine."""
         return {**asdict(self), "ranks": self.ranks, "threads": self.threads, "cores": physical_cores()}

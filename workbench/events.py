@@ -32,6 +32,7 @@ iteration  int64  call / iteration index for call-site samples (-1 for interval 
 from __future__ import annotations
 
 import re
+import zlib
 
 import pandas as pd
 import pyarrow as pa
@@ -125,9 +126,7 @@ def check_phase(phase: str) -> str:
         return phase
     if phase == COMMUNICATION_WAIT or not isinstance(phase, str) or not _USER_PHASE.match(phase):
         known = ", ".join(PHASES)
-        raise UnknownPhaseError(
-            f"unknown phase {phase!r}: use one of {known}, or a lower-case name such as 'augment'"
-        )
+        raise UnknownPhaseError(f"unknown phase {phase!r}: use one of {known}, or a lower-case name such as 'augment'")
     return phase
 
 
@@ -136,7 +135,7 @@ def phase_colour(phase: str, order: list[str] | None = None) -> str:
     if phase in PHASE_COLOURS:
         return PHASE_COLOURS[phase]
     extras = [p for p in (order or [phase]) if p not in PHASE_COLOURS]
-    index = extras.index(phase) if phase in extras else abs(hash(phase))
+    index = extras.index(phase) if phase in extras else zlib.crc32(phase.encode())  # stable across processes
     return EXTRA_COLOURS[index % len(EXTRA_COLOURS)]
 
 

@@ -45,15 +45,16 @@ def profile_command(
     _check_command(command)
     config = config or ClusterConfig(n=ranks)
     label = name or (Path(command[1]).stem if len(command) > 1 else Path(command[0]).name)
-    run_path = create_run(out, f"profile-{label}", ranks=ranks,
-                          config={"command": command, "cluster": config.as_dict()})
+    run_path = create_run(
+        out, f"profile-{label}", ranks=ranks, config={"command": command, "cluster": config.as_dict()}
+    )
     environment = config.engine_environment()
     environment["WORKBENCH_PROFILE_RUN"] = str(run_path.resolve())
     environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(BOOT_DIR), os.environ.get("PYTHONPATH")]))
     timeline_path = run_path / "horovod_timeline.json"
     if timeline:
         environment["HOROVOD_TIMELINE"] = str(timeline_path.resolve())
-    full = [*config.mpiexec_command(), "-n", str(ranks), *config.mpiexec_args(environment), *command]
+    full = config.launch_command(command, environment)
     print(f"workbench profile: run {run_path}", file=sys.stderr)
     completed = subprocess.run(full, env={**os.environ, **environment}, check=False)
     imported = 0
@@ -71,6 +72,9 @@ def profile_command(
     run = Run.load(run_path)
     per_rank = run.events.groupby("rank").size().to_dict() if len(run.events) else {}
     samples = run.memory.groupby("rank").size().to_dict() if len(run.memory) else {}
-    print(f"workbench profile: {status}; events per rank {per_rank}; memory samples per rank {samples}; "
-          f"load with workbench.Run.load({str(run_path)!r})", file=sys.stderr)
+    print(
+        f"workbench profile: {status}; events per rank {per_rank}; memory samples per rank {samples}; "
+        f"load with workbench.Run.load({str(run_path)!r})",
+        file=sys.stderr,
+    )
     return completed.returncode

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -113,26 +114,25 @@ def run(
     timeout_s: float = 900,
 ) -> list[dict[str, Any]]:
     """Start ``ranks`` MPI processes with the cluster's settings and return rank 0's rows."""
-    config = config or ClusterConfig(n=ranks)
+    config = replace(config, n=ranks) if config else ClusterConfig(n=ranks)
     environment = config.engine_environment()
     with tempfile.TemporaryDirectory() as scratch:
         out = Path(scratch) / "rows.json"
-        command = [
-            *config.mpiexec_command(),
-            "-n",
-            str(ranks),
-            *config.mpiexec_args(environment),
-            sys.executable,
-            "-m",
-            "workbench.bench.allreduce",
-            "--out",
-            str(out),
-            "--sizes",
-            ",".join(map(str, sizes)),
-            "--min-seconds",
-            str(min_seconds),
-            *([] if config.mpi == "openmpi" else ["--no-horovod"]),
-        ]
+        command = config.launch_command(
+            [
+                sys.executable,
+                "-m",
+                "workbench.bench.allreduce",
+                "--out",
+                str(out),
+                "--sizes",
+                ",".join(map(str, sizes)),
+                "--min-seconds",
+                str(min_seconds),
+                *([] if config.mpi == "openmpi" else ["--no-horovod"]),
+            ],
+            environment,
+        )
         completed = subprocess.run(
             command, env={**os.environ, **environment}, capture_output=True, text=True, timeout=timeout_s, check=False
         )

@@ -48,31 +48,13 @@ class EvalFrequencyResult:
     summary: dict[str, Any] = field(default_factory=dict)
 
 
-def run_one(
-    cluster: Cluster, root: str | Path, settings: TrainSettings, *, name: str | None = None
-) -> tuple[Path, list[dict[str, Any]]]:
-    """One training run on all engines of ``cluster``, recorded under ``root``; blocking."""
-    ranks = cluster.n
-    label = name or f"{settings.backend}-n{ranks}-k{settings.eval_interval}"
-    run_path = create_run(
-        root, label, ranks=ranks, config={"train": asdict(settings), "cluster": cluster.config.as_dict()}
-    )
-    try:
-        results = cluster.view.apply(train_on_rank, str(run_path.resolve()), asdict(settings))
-    except Exception:
-        update_run_meta(run_path, status="failed")
-        raise
-    update_run_meta(
-        run_path, status="finished", wall_s=max(r["wall_s"] for r in results), history=results[0]["history"]
-    )
-    return run_path, results
-
-
-def start_one_async(cluster: Cluster, root: str | Path, settings: TrainSettings) -> tuple[Path, Any]:
+def start_one_async(
+    cluster: Cluster, root: str | Path, settings: TrainSettings, *, suffix: str = "-live"
+) -> tuple[Path, Any]:
     """Start one run without blocking (for the live dashboard); returns (run path, AsyncResult)."""
     run_path = create_run(
         root,
-        f"{settings.backend}-n{cluster.n}-k{settings.eval_interval}-live",
+        f"{settings.backend}-n{cluster.n}-k{settings.eval_interval}{suffix}",
         ranks=cluster.n,
         config={"train": asdict(settings), "cluster": cluster.config.as_dict()},
     )
@@ -80,6 +62,20 @@ def start_one_async(cluster: Cluster, root: str | Path, settings: TrainSettings)
         train_on_rank, str(run_path.resolve()), asdict(settings)
     )
     return run_path, async_result
+
+
+def run_one(cluster: Cluster, root: str | Path, settings: TrainSettings) -> tuple[Path, list[dict[str, Any]]]:
+    """One training run on all engines of ``cluster``, recorded under ``root``; blocking."""
+    run_path, async_result = start_one_async(cluster, root, settings, suffix="")
+    try:
+        results = async_result.get()
+    except Exception:
+        update_run_meta(run_path, status="failed")
+        raise
+    update_run_meta(
+        run_path, status="finished", wall_s=max(r["wall_s"] for r in results), history=results[0]["history"]
+    )
+    return run_path, results
 
 
 def summarise_run(run: Run, settings: TrainSettings, results: list[dict[str, Any]]) -> dict[str, Any]:
