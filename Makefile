@@ -15,15 +15,15 @@ export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: demo test venv horovod mpich browser lint clean-venv
+.PHONY: demo test venv horovod mpich browser slurm lint clean-venv
 
 demo: $(VENV)/.ready
 	$(BIN)/workbench doctor
 	$(BIN)/workbench run eval-frequency --preset $(PRESET) --ranks 2
 
-test: $(VENV)/.ready browser
+test: $(VENV)/.ready browser slurm
 	$(BIN)/ruff check workbench tests
-	$(BIN)/python -m pytest -q tests
+	WORKBENCH_REQUIRE_SLURM=1 $(BIN)/python -m pytest -q tests
 
 venv: $(VENV)/.ready
 
@@ -61,6 +61,15 @@ mpich:
 # Debian's Chromium for the JupyterLab browser test (no browser download works here).
 browser:
 	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+# Debian's Slurm 22.05 + munge for tests/slurm: a private one-node cluster that tests/slurm/slurm-local.sh
+# starts under a temporary directory (no system service is enabled or started). libpmix-dev ships the
+# unversioned libpmix.so that Slurm's mpi/pmix_v4 plugin loads (srun --mpi=pmix). `make test` sets
+# WORKBENCH_REQUIRE_SLURM=1, so the Slurm tests fail instead of skipping when this did not work.
+SLURM_PACKAGES := slurmctld slurmd slurm-client munge libpmix2 libpmix-dev
+slurm:
+	@dpkg -s $(SLURM_PACKAGES) >/dev/null 2>&1 || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SLURM_PACKAGES) >/dev/null; }
 
 lint: $(VENV)/.ready
 	$(BIN)/ruff check workbench tests

@@ -1,4 +1,4 @@
-"""``workbench`` command line: doctor | bench NAME | run CASE | profile -- CMD."""
+"""``workbench`` command line: doctor | bench NAME | run CASE | analyse RUN | compare A B | profile -- CMD."""
 
 from __future__ import annotations
 
@@ -54,6 +54,14 @@ def _cmd_bench_analysis(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench_timeline(args: argparse.Namespace) -> int:
+    from workbench.bench import timeline
+
+    result = timeline.run(args.mb, path=args.path)
+    _print_json(result) if args.json else print(timeline.format_result(result))
+    return 0
+
+
 def _cmd_bench_redraw(args: argparse.Namespace) -> int:
     from workbench.bench import redraw
 
@@ -62,17 +70,137 @@ def _cmd_bench_redraw(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
-    from workbench.cases import run_case
+def _typed(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """A case option's parser whose ValueError becomes argparse's one-line usage error."""
 
-    return run_case(args.case, args)
+    def convert(text: str) -> Any:
+        try:
+            return parse(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    return convert
+
+
+def case_parser(case: Any) -> argparse.ArgumentParser:
+    """``workbench run CASE ...``: the options every case has, then the case's own."""
+    parser = argparse.ArgumentParser(prog=f"workbench run {case.name}", description=f"{case.title}: {case.about}")
+    parser.add_argument(
+        "--ranks",
+        type=int,
+        default=None,
+        help="the most ranks any point of the sweep uses (default: this machine's physical cores); "
+        "scaling sweeps cover 1..N, single-size cases run at N",
+    )
+    parser.add_argument(
+        "--preset",
+        choices=tuple(case.presets),
+        default=case.default_preset,
+        help="ci: seconds (tests); reduced: minutes on 2 cores; full: the seed's shape",
+    )
+    parser.add_argument("--out", default=None, help=f"output directory (default: artifacts/{case.name})")
+    parser.add_argument("--resume", action="store_true", help="keep the finished points of the sweep in --out")
+    parser.add_argument("--json", action="store_true", help="print one JSON summary object")
+    for option in case.options:
+        parser.add_argument(
+            option.flag,
+            dest=f"case_{option.field}",
+            metavar=option.flag.strip("-").upper(),
+            type=_typed(option.parse),
+            help=option.help,
+        )
+    return parser
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from workbench.experiment import Experiment, case_names, get_case
+
+    if args.list:
+        for name in case_names():
+            case = get_case(name)
+            print(f"{name:<16} {case.about} [presets: {', '.join(case.presets)}]")
+        return 0
+    if not args.case:
+        raise ValueError("name a case: workbench run --list shows them")
+    case = get_case(args.case)
+    options = case_parser(case).parse_args(args.case_args)
+    overrides = {
+        option.field: getattr(options, f"case_{option.field}")
+        for option in case.options
+        if getattr(options, f"case_{option.field}") is not None
+    }
+    experiment = Experiment(case, preset=options.preset, ranks=options.ranks, out=options.out, **overrides)
+
+    def tell(point: Any, status: str) -> None:
+        if status != "done":
+            print(f"  {'reusing' if status == 'reused' else 'running'}: {point.key}", file=sys.stderr)
+
+    result = experiment.run(
+        resume=options.resume, progress=not options.json, on_point=None if options.json else tell
+    )
+    if options.json:
+        _print_json(result.summary)
+    else:
+        print(case.headline(result).round(3).to_string(index=False))
+        print()
+        print(result.text())
+        sweep = result.summary["sweep"]
+        print(f"\nsweep: {sweep['points']} points, {sweep['ran']} ran, {sweep['reused']} reused")
+        print(f"report: {result.report_path}")
+    return 0 if case.healthy(result.summary) else 1
 
 
 def _cmd_profile(args: argparse.Namespace) -> int:
     from workbench.profile import profile_command
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    return profile_command(command, ranks=args.ranks, out=args.out, name=args.name, timeline=not args.no_timeline)
+    return profile_command(
+        command,
+        ranks=args.ranks,
+        out=args.out,
+        name=args.name,
+        timeline=not args.no_timeline,
+        trace_steps=args.trace_steps,
+        report=not args.no_report,
+    )
+
+
+def _cmd_analyse(args: argparse.Namespace) -> int:
+    from workbench.inspection import analyse_command
+
+    return analyse_command(args.run_dir, as_json=args.json, html=args.html)
+
+
+def _cmd_project(args: argparse.Namespace) -> int:
+    from workbench.projecting import project_command
+
+    return project_command(
+        args.run_dirs,
+        ranks=args.ranks,
+        network_name=args.network,
+        ranks_per_node=args.ranks_per_node,
+        allreduce_json=args.allreduce,
+        kind=args.kind,
+        scheme=args.scheme,
+        eval_interval=args.eval_interval,
+        shard_evaluation=args.shard_evaluation,
+        batch_scale=args.batch_scale,
+        fusion_threshold_mb=args.fusion_threshold_mb,
+        as_json=args.json,
+        html=args.html,
+    )
+
+
+def _cmd_bench_projection(args: argparse.Namespace) -> int:
+    from workbench.bench import projection
+
+    return projection.main(as_json=args.json, allreduce_json=args.allreduce)
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from workbench.inspection import compare_command
+
+    return compare_command(args.run_a, args.run_b, as_json=args.json, html=args.html)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -104,20 +232,33 @@ def build_parser() -> argparse.ArgumentParser:
     analysis.add_argument("--ranks", type=int, default=8)
     analysis.add_argument("--json", action="store_true")
     analysis.set_defaults(handler=_cmd_bench_analysis)
+    timeline = bench_sub.add_parser("timeline", help="Horovod timeline import: MB/s and peak memory")
+    timeline.add_argument("--mb", type=float, default=300.0, help="size of the synthetic timeline written first")
+    timeline.add_argument("--path", default=None, help="import this timeline instead of a synthetic one")
+    timeline.add_argument("--json", action="store_true")
+    timeline.set_defaults(handler=_cmd_bench_timeline)
     redraw = bench_sub.add_parser("redraw", help="timeline build and widget update with 8 x 10 000 spans")
     redraw.add_argument("--ranks", type=int, default=8)
     redraw.add_argument("--spans-per-rank", type=int, default=10_000)
     redraw.add_argument("--json", action="store_true")
     redraw.set_defaults(handler=_cmd_bench_redraw)
+    projection_bench = bench_sub.add_parser(
+        "projection", help="scaling projection checked against saved sweeps (artifacts/) and the seeds"
+    )
+    projection_bench.add_argument("--allreduce", default=None, metavar="FILE", help="bench allreduce --json to fit")
+    projection_bench.add_argument("--json", action="store_true")
+    projection_bench.set_defaults(handler=_cmd_bench_projection)
 
-    run = sub.add_parser("run", help="run a case study headless: results as Parquet + one HTML report")
-    run.add_argument("case", help="eval-frequency | predict-leak")
-    run.add_argument("--ranks", type=int, default=None, help="largest rank count (default: cores)")
-    run.add_argument("--preset", choices=("ci", "reduced", "full"), default="reduced",
-                     help="ci: seconds (tests); reduced: minutes on 2 cores; full: the seed's shape")
-    run.add_argument("--out", default=None, help="output directory (default: artifacts/<case>)")
-    run.add_argument("--backend", choices=("horovod", "mpi4py", "both"), default="both")
-    run.add_argument("--json", action="store_true", help="print one JSON summary object")
+    run = sub.add_parser(
+        "run",
+        help="run a case study headless: results as Parquet + one HTML report",
+        description="workbench run CASE [--ranks N] [--preset P] [--out DIR] [--resume] [--json] [case options]; "
+        "workbench run CASE --help lists the case's options",
+        add_help=False,
+    )
+    run.add_argument("--list", action="store_true", help="list the cases, one line each")
+    run.add_argument("case", nargs="?", help="a case name (workbench run --list)")
+    run.add_argument("case_args", nargs=argparse.REMAINDER, help="the case's options")
     run.set_defaults(handler=_cmd_run)
 
     profile = sub.add_parser("profile", help="profile an unmodified training script on N ranks")
@@ -125,8 +266,47 @@ def build_parser() -> argparse.ArgumentParser:
     profile.add_argument("--out", default=None, help="run store root (default: $WORKBENCH_RUNS or ./runs)")
     profile.add_argument("--name", default=None)
     profile.add_argument("--no-timeline", action="store_true", help="do not switch on Horovod's timeline")
+    profile.add_argument(
+        "--trace-steps",
+        default=None,
+        metavar="A:B",
+        help="run steps A..B-1 under TensorFlow's profiler: per-rank allreduce waits (e.g. 5:10)",
+    )
+    profile.add_argument("--no-report", action="store_true", help="do not write the HTML report")
     profile.add_argument("command", nargs=argparse.REMAINDER, help="-- python train.py ARGS")
     profile.set_defaults(handler=_cmd_profile)
+
+    analyse = sub.add_parser("analyse", help="breakdown, POP metrics, findings and steps of a recorded run")
+    analyse.add_argument("run_dir", help="a run directory, e.g. runs/<run_id>")
+    analyse.add_argument("--json", action="store_true", help="print one JSON object")
+    analyse.add_argument("--html", default=None, metavar="FILE", help="also write the HTML report to FILE")
+    analyse.set_defaults(handler=_cmd_analyse)
+
+    compare = sub.add_parser("compare", help="where the time went differently in two runs, per rank and phase")
+    compare.add_argument("run_a", help="run directory A (the baseline)")
+    compare.add_argument("run_b", help="run directory B (deltas are B - A)")
+    compare.add_argument("--json", action="store_true", help="print one JSON object")
+    compare.add_argument("--html", default=None, metavar="FILE", help="also write the HTML report to FILE")
+    compare.set_defaults(handler=_cmd_compare)
+
+    project = sub.add_parser("project", help="project recorded runs to more ranks: step time, efficiency, limits")
+    project.add_argument("run_dirs", nargs="+", help="run directories; the fewest ranks builds the model")
+    project.add_argument("--ranks", default="8,16,32,64", help="rank counts to project, e.g. 8,16,32,64")
+    project.add_argument("--network", default=None, help="10gbe (default), 100g-infiniband, nvlink, aries, aws-high,"
+                         " aws-10g-8gpu, or here (fitted to this machine)")
+    project.add_argument(
+        "--ranks-per-node", type=int, default=None, help="ranks sharing a node (overrides the network's)"
+    )
+    project.add_argument("--allreduce", default=None, metavar="FILE", help="fit the network to bench allreduce --json")
+    project.add_argument("--kind", choices=("weak", "strong"), default="weak")
+    project.add_argument("--scheme", choices=("allreduce", "ps"), default="allreduce")
+    project.add_argument("--eval-interval", type=int, default=None, help="what-if: evaluate every K epochs")
+    project.add_argument("--shard-evaluation", action="store_true", help="what-if: evaluation split over all ranks")
+    project.add_argument("--batch-scale", type=float, default=1.0, help="what-if: per-rank batch times this")
+    project.add_argument("--fusion-threshold-mb", type=float, default=None, help="what-if: HOROVOD_FUSION_THRESHOLD")
+    project.add_argument("--json", action="store_true", help="print one JSON object")
+    project.add_argument("--html", default=None, metavar="FILE", help="also write the HTML report to FILE")
+    project.set_defaults(handler=_cmd_project)
     return parser
 
 

@@ -8,6 +8,7 @@ every run, and turned into each engine's environment in exactly one function.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 from dataclasses import asdict, dataclass, field
@@ -18,6 +19,10 @@ import psutil
 
 MpiImplementation = Literal["openmpi", "mpich"]
 MPI_IMPLEMENTATIONS: tuple[str, ...] = ("openmpi", "mpich")
+LAUNCHERS: tuple[str, ...] = ("mpi", "slurm")
+SLURM_MPI: tuple[str, ...] = ("mpiexec", "pmix")
+#: Slurm's --time formats: minutes, minutes:seconds, hours:minutes:seconds, days-hours[:minutes[:seconds]].
+SLURM_TIME = re.compile(r"\d+(:\d{1,2}){0,2}|\d+-\d+(:\d{1,2}){0,2}|UNLIMITED|unlimited|infinite")
 
 
 class ConfigError(ValueError):
@@ -75,6 +80,18 @@ class ClusterConfig:
     controller_port: int | None = None
     start_timeout_s: float = 120.0
     launcher: Literal["mpi", "slurm"] = "mpi"
+    # -- launcher="slurm" only: the engines are one batch job (workbench.slurm) ---------------------
+    #: how the job's ranks start: the venv's mpiexec inside the allocation, or ``srun --mpi=pmix``
+    slurm_mpi: Literal["mpiexec", "pmix"] = "mpiexec"
+    partition: str | None = None
+    account: str | None = None
+    #: Slurm's --time, e.g. "30", "1:00:00", "1-00:00:00"
+    time_limit: str | None = None
+    gpus_per_node: int | None = None
+    #: spread the ranks over this many nodes (fewer when there are fewer ranks: a sweep's 1-rank point)
+    nodes: int | None = None
+    #: more sbatch options, one per item: ("--qos=debug", "--constraint=a100")
+    slurm_args: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.n is not None and (not isinstance(self.n, int) or self.n < 1):
@@ -87,6 +104,47 @@ class ClusterConfig:
             raise ConfigError(f"hostfile {self.hostfile!r} does not exist: pass a path to an MPI hostfile")
         if self.start_timeout_s <= 0:
             raise ConfigError("start_timeout_s must be positive")
+        if self.launcher not in LAUNCHERS:
+            raise ConfigError(f"launcher={self.launcher!r} is unknown: use one of {', '.join(LAUNCHERS)}")
+        self._check_slurm()
+
+    def _check_slurm(self) -> None:
+        """Slurm settings: only with launcher="slurm", and in forms sbatch accepts."""
+        slurm_only = {
+            "partition": self.partition,
+            "account": self.account,
+            "time_limit": self.time_limit,
+            "gpus_per_node": self.gpus_per_node,
+            "nodes": self.nodes,
+            "slurm_args": self.slurm_args or None,
+            "slurm_mpi": None if self.slurm_mpi == "mpiexec" else self.slurm_mpi,
+        }
+        if self.launcher != "slurm":
+            for name, value in slurm_only.items():
+                if value is not None:
+                    raise ConfigError(f"{name}={value!r} is a Slurm setting: pass launcher='slurm' too, or drop it")
+            return
+        if self.slurm_mpi not in SLURM_MPI:
+            raise ConfigError(f"slurm_mpi={self.slurm_mpi!r} is unknown: use one of {', '.join(SLURM_MPI)}")
+        if self.slurm_mpi == "pmix" and self.mpi != "openmpi":
+            raise ConfigError("slurm_mpi='pmix' is for Open MPI ranks only: use slurm_mpi='mpiexec' with mpi='mpich'")
+        if self.hostfile is not None:
+            raise ConfigError("hostfile is for launcher='mpi': under Slurm the allocation names the hosts (use nodes=)")
+        if self.time_limit is not None and not SLURM_TIME.fullmatch(str(self.time_limit)):
+            raise ConfigError(
+                f"time_limit={self.time_limit!r} is not a Slurm time: use minutes ('30'), 'H:MM:SS' or 'D-HH:MM:SS'"
+            )
+        for name in ("gpus_per_node", "nodes"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ConfigError(f"{name}={value!r} is not possible: use a whole number >= 1, or None")
+        if isinstance(self.slurm_args, str):
+            raise ConfigError("slurm_args must be a tuple of sbatch options, e.g. ('--qos=debug',), not one string")
+        if self.nodes is not None and min(self.nodes, self.ranks) > 1 and self.controller_ip.startswith("127."):
+            raise ConfigError(
+                f"nodes={self.nodes} with controller_ip={self.controller_ip!r}: engines on other nodes cannot reach "
+                "it; use controller_ip='0.0.0.0' (or this node's address)"
+            )
 
     @property
     def ranks(self) -> int:
@@ -97,12 +155,14 @@ class ClusterConfig:
         """Threads per rank: the cores shared out between the ranks on this machine, at least 1."""
         if self.threads_per_rank is not None:
             return self.threads_per_rank
+        if self.launcher == "slurm":
+            return 1  # this (login) node's cores say nothing about the compute nodes: one core per rank
         return max(1, physical_cores() // self.ranks)
 
     @property
     def oversubscribed(self) -> bool:
-        """More ranks than cores on this machine (with no hostfile spreading them out)."""
-        return self.hostfile is None and self.ranks > physical_cores()
+        """More ranks than cores on this machine (no hostfile, no Slurm allocation spreading them out)."""
+        return self.launcher == "mpi" and self.hostfile is None and self.ranks > physical_cores()
 
     def engine_environment(self) -> dict[str, str]:
         """Environment every engine starts with: threads, TF, Horovod, KMP, plus ``env``."""
@@ -144,7 +204,9 @@ class ClusterConfig:
         if self.mpi == "openmpi":
             if self.oversubscribed:
                 args.append("--oversubscribe")
-            bind_to = self.bind_to or ("none" if self.oversubscribed or self.threads > 1 else "core")
+            # under Slurm the compute node's cores are unknown here, and the allocation already confines the job
+            unbound = self.oversubscribed or self.threads > 1 or self.launcher == "slurm"
+            bind_to = self.bind_to or ("none" if unbound else "core")
             args += ["--bind-to", bind_to]
             if self.hostfile:
                 args += ["--hostfile", self.hostfile]

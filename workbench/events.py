@@ -1,8 +1,10 @@
-"""The event schema: one place that names every column, phase and colour.
+"""The event schema: one place that names every column, phase and colour, and the shared facts.
 
 Every layer reads these definitions: the recorder writes rows with exactly these columns, the
 store persists them, analysis groups by them and figures colour by them. Keeping them here means
-a new phase or column is one edit, not a hunt.
+a new phase or column is one edit, not a hunt. The facts several layers share live here too, each
+defined once: units (``NS_PER_S``, ``BYTES_PER_MB``), the phases' display order (``phase_order``),
+POP's efficiency bands (``GOOD_EFFICIENCY``) and how a set of ranks is written (``rank_list``).
 
 Events (one row per span a rank spent in a phase)
 -------------------------------------------------
@@ -27,15 +29,32 @@ gpu_bytes  int64  GPU memory in use by the rank (-1 when no GPU or unknown)
 cpu_percent float64 process CPU use since the previous sample (NaN for the first)
 label      str    what triggered the sample: ``interval`` or a call site such as ``predict``
 iteration  int64  call / iteration index for call-site samples (-1 for interval samples)
+
+Counters (one row per value of a named quantity over time, like HTA's queue-length tracks)
+-------------------------------------------------------------------------------------------
+run_id, rank, host   as above
+name       str    what is counted, e.g. ``queue_depth``
+time_ns    int64  when it had this value, on the aligned clock
+value      float64 the value
 """
 
 from __future__ import annotations
 
 import re
 import zlib
+from collections.abc import Iterable
 
 import pandas as pd
 import pyarrow as pa
+
+#: Nanoseconds per second: every ``*_ns`` column is divided by this to give seconds.
+NS_PER_S = 1_000_000_000
+#: Bytes per megabyte (SI) in every ``*_mb`` column and memory axis.
+BYTES_PER_MB = 1_000_000
+#: POP's traffic-light bands for efficiencies (0..1): at least GOOD is good, below FAIR is poor.
+#: Findings flag efficiencies below GOOD; the POP table and the scaling figure draw both bands.
+GOOD_EFFICIENCY = 0.8
+FAIR_EFFICIENCY = 0.6
 
 #: The phases every tool in the project knows, in display order.
 COMPUTE = "compute"
@@ -47,8 +66,22 @@ IDLE = "idle"
 #: Derived in analysis only: communication spans that are waiting (negotiation, waiting for other
 #: ranks' data) rather than moving bytes.
 COMMUNICATION_WAIT = "communication_wait"
+#: Host work between training steps: time a rank spends outside any step (Python between the
+#: calls of the step function, callbacks, logging), recorded by ``workbench profile``.
+HOST = "host"
+#: Collectives in flight on Horovod's background thread (its timeline, TF's profiler): they run
+#: *while* the ranks compute, so they overlap the other phases and never take time from them.
+IN_FLIGHT = "in_flight"
+#: Phases that overlap a rank's other spans: left out of the breakdown's one-span-per-instant sum
+#: and shown on their own lane.
+OVERLAP_PHASES: frozenset[str] = frozenset({IN_FLIGHT})
 
 PHASES: tuple[str, ...] = (COMPUTE, COMMUNICATION, EVALUATION, INPUT, CHECKPOINT, IDLE)
+#: Display order of the known phases in every table, legend and stack: waiting sits next to the
+#: transfer it splits from, idle (time in no span) comes last, after any user phase.
+PHASE_ORDER: tuple[str, ...] = (
+    COMPUTE, COMMUNICATION, COMMUNICATION_WAIT, EVALUATION, INPUT, CHECKPOINT, HOST, IN_FLIGHT, IDLE
+)
 
 #: One colour per phase, used by every figure (Okabe-Ito palette: safe for colour blindness).
 PHASE_COLOURS: dict[str, str] = {
@@ -58,6 +91,8 @@ PHASE_COLOURS: dict[str, str] = {
     EVALUATION: "#CC79A7",
     INPUT: "#E69F00",
     CHECKPOINT: "#009E73",
+    HOST: "#8C6D31",
+    IN_FLIGHT: "#999933",
     IDLE: "#BBBBBB",
 }
 #: Colours handed out, in order, to user-named phases.
@@ -109,6 +144,18 @@ MEMORY_SCHEMA = pa.schema(
 )
 MEMORY_COLUMNS: tuple[str, ...] = tuple(MEMORY_SCHEMA.names)
 
+COUNTER_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("rank", pa.int32()),
+        ("host", pa.string()),
+        ("name", pa.string()),
+        ("time_ns", pa.int64()),
+        ("value", pa.float64()),
+    ]
+)
+COUNTER_COLUMNS: tuple[str, ...] = tuple(COUNTER_SCHEMA.names)
+
 _USER_PHASE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 
 
@@ -139,6 +186,33 @@ def phase_colour(phase: str, order: list[str] | None = None) -> str:
     return EXTRA_COLOURS[index % len(EXTRA_COLOURS)]
 
 
+def phase_order(phases: Iterable[str] = ()) -> list[str]:
+    """The phases in ``phases`` in display order: known phases, user phases as first seen, idle.
+
+    User phases keep their order of first appearance (not sorted) so that a phase that appears
+    later in a live run is added at the end and the colours of the others stay put.
+    """
+    present = list(dict.fromkeys(str(p) for p in phases))
+    user = [p for p in present if p not in PHASE_ORDER]
+    known = [p for p in PHASE_ORDER if p in present and p != IDLE]
+    return known + user + ([IDLE] if IDLE in present else [])
+
+
+def rank_list(ranks: Iterable[int]) -> str:
+    """Compact rank list for sentences and status lines: ``[1, 2, 3, 5]`` -> ``"1–3, 5"``."""
+    values = sorted({int(r) for r in ranks})
+    parts: list[str] = []
+    start = previous = None
+    for value in [*values, None]:
+        if start is not None and (value is None or value != previous + 1):
+            parts.append(str(start) if start == previous else f"{start}–{previous}")
+            start = None
+        if value is not None and start is None:
+            start = value
+        previous = value
+    return ", ".join(parts)
+
+
 def empty_events() -> pd.DataFrame:
     """An events frame with the right columns and dtypes and no rows."""
     return EVENT_SCHEMA.empty_table().to_pandas()
@@ -147,6 +221,11 @@ def empty_events() -> pd.DataFrame:
 def empty_memory() -> pd.DataFrame:
     """A memory frame with the right columns and dtypes and no rows."""
     return MEMORY_SCHEMA.empty_table().to_pandas()
+
+
+def empty_counters() -> pd.DataFrame:
+    """A counters frame with the right columns and dtypes and no rows."""
+    return COUNTER_SCHEMA.empty_table().to_pandas()
 
 
 def events_frame(rows: list[dict] | pd.DataFrame) -> pd.DataFrame:

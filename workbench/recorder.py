@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 
 import psutil
 
-from workbench.events import EVENT_COLUMNS, MEMORY_COLUMNS, check_phase
+from workbench.events import COUNTER_COLUMNS, EVENT_COLUMNS, MEMORY_COLUMNS, check_phase
 from workbench.store import StreamWriter, read_run_meta, write_rank_meta
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -107,8 +107,10 @@ class Recorder:
         self.epoch = -1
         self._events: collections.deque[tuple] = collections.deque()
         self._memory: collections.deque[tuple] = collections.deque()
+        self._counters: collections.deque[tuple] = collections.deque()
         self._event_writer = StreamWriter(self.run_path, "events", self.rank)
         self._memory_writer = StreamWriter(self.run_path, "memory", self.rank)
+        self._counter_writer = StreamWriter(self.run_path, "counters", self.rank)
         self._process = psutil.Process()
         self._process.cpu_percent(None)  # prime: the first real reading is then "since now"
         self._gpu = _GpuMemoryProbe()
@@ -211,6 +213,10 @@ class Recorder:
         """The current time on the aligned clock."""
         return time.time_ns() - self.clock_offset_ns
 
+    def counter(self, name: str, value: float) -> None:
+        """Record that ``name`` has ``value`` now (e.g. the input queue's depth): one deque append."""
+        self._counters.append((name, time.time_ns() - self.clock_offset_ns, float(value)))
+
     # -- memory ------------------------------------------------------------------------------
     def sample_memory(self, label: str = "interval", iteration: int = -1) -> int:
         """Take one memory sample now (e.g. after every ``predict`` call); returns RSS in bytes."""
@@ -247,6 +253,7 @@ class Recorder:
         with self._write_lock:
             self._flush_stream(self._events, EVENT_COLUMNS[3:], self._event_writer)
             self._flush_stream(self._memory, MEMORY_COLUMNS[3:], self._memory_writer)
+            self._flush_stream(self._counters, COUNTER_COLUMNS[3:], self._counter_writer)
 
     def _flush_stream(self, buffer: collections.deque, columns: tuple[str, ...], writer: StreamWriter) -> None:
         count = len(buffer)

@@ -7,6 +7,7 @@ Layout of a run directory::
         ranks/rank-00000.json           per-rank facts: host, pid, clock offset and its precision
         events/rank-00000/<a>-<b>.parquet   event rows of flush batches a..b (append-only)
         memory/rank-00000/<a>-<b>.parquet   memory samples, same scheme
+        counters/rank-00000/<a>-<b>.parquet counter values (queue depth, ...), same scheme
 
 Why part files: each flush writes a new small Parquet file under a temporary name and renames it
 into place, which is atomic. A rank killed mid-run therefore leaves every batch it flushed
@@ -33,10 +34,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from workbench.events import EVENT_SCHEMA, MEMORY_SCHEMA
+from workbench.config import physical_cores
+from workbench.events import COUNTER_SCHEMA, EVENT_SCHEMA, MEMORY_SCHEMA
 
 RUN_FILE = "run.json"
-STREAMS: dict[str, pa.Schema] = {"events": EVENT_SCHEMA, "memory": MEMORY_SCHEMA}
+STREAMS: dict[str, pa.Schema] = {"events": EVENT_SCHEMA, "memory": MEMORY_SCHEMA, "counters": COUNTER_SCHEMA}
 _PART = re.compile(r"^(\d{8})-(\d{8})\.parquet$")
 #: Environment variables that change how training performs; recorded with every run.
 RECORDED_ENV_PREFIXES = ("OMP_", "KMP_", "HOROVOD_", "TF_", "OMPI_MCA", "I_MPI_", "MPICH_", "CUDA_", "NCCL_")
@@ -69,7 +71,8 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
-def _write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
+def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
+    """Write JSON under a temporary name and rename it into place: readers never see half a file."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(payload, indent=2, sort_keys=True, default=str))
     os.replace(tmp, path)
@@ -101,6 +104,8 @@ def create_run(
         "created": time.time(),
         "created_iso": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "host": socket.gethostname(),
+        # the cores of the host that made the run: what ranks x threads is checked against later
+        "cores": physical_cores(),
         "ranks": ranks,
         "config": config or {},
         "environment": recorded_environment(),
@@ -108,7 +113,7 @@ def create_run(
         "status": "running",
         **(extra or {}),
     }
-    _write_json_atomic(path / RUN_FILE, meta)
+    write_json_atomic(path / RUN_FILE, meta)
     return path
 
 
@@ -117,7 +122,7 @@ def update_run_meta(path: str | Path, **changes: Any) -> dict[str, Any]:
     path = Path(path)
     meta = read_run_meta(path)
     meta.update(changes)
-    _write_json_atomic(path / RUN_FILE, meta)
+    write_json_atomic(path / RUN_FILE, meta)
     return meta
 
 
@@ -142,7 +147,7 @@ def write_rank_meta(path: str | Path, rank: int, **facts: Any) -> None:
     """Per-rank facts (host, pid, clock offset); one file per rank so ranks never contend."""
     rank_dir = Path(path) / "ranks"
     rank_dir.mkdir(exist_ok=True)
-    _write_json_atomic(rank_dir / f"rank-{rank:05d}.json", {"rank": rank, **facts})
+    write_json_atomic(rank_dir / f"rank-{rank:05d}.json", {"rank": rank, **facts})
 
 
 def _rank_dir(path: Path, stream: str, rank: int) -> Path:
@@ -243,6 +248,7 @@ class Run:
     events: pd.DataFrame
     memory: pd.DataFrame
     rank_meta: pd.DataFrame = field(default_factory=pd.DataFrame)
+    counters: pd.DataFrame = field(default_factory=lambda: COUNTER_SCHEMA.empty_table().to_pandas())
 
     @classmethod
     def load(cls, path: str | Path) -> Run:
@@ -259,6 +265,7 @@ class Run:
             meta=meta,
             events=_read_stream(path, "events"),
             memory=_read_stream(path, "memory"),
+            counters=_read_stream(path, "counters"),
             rank_meta=pd.DataFrame(rank_rows),
         )
 
@@ -322,6 +329,10 @@ class RunTail:
     def poll(self) -> tuple[pd.DataFrame, pd.DataFrame]:
         """Rows written since the previous call: (events, memory)."""
         return self._poll_stream("events"), self._poll_stream("memory")
+
+    def poll_counters(self) -> pd.DataFrame:
+        """Counter values written since the previous call (e.g. queue depth over time)."""
+        return self._poll_stream("counters")
 
     def _poll_stream(self, stream: str) -> pd.DataFrame:
         schema = STREAMS[stream]

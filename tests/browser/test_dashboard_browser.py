@@ -316,7 +316,7 @@ def test_dashboard_in_jupyterlab(tmp_path: Path) -> None:
                 for phase in ("compute", "evaluation", "checkpoint"):
                     assert fills.get(rgb(PHASE_COLOURS[phase]), 0) > 0, f"no {phase} bars drawn: {state}"
                 assert fills[rgb(PHASE_COLOURS["checkpoint"])] == N_MARKERS, state
-                assert "2 ranks seen (0-1)" in state["status"], state["status"]
+                assert "2 ranks seen (0–1)" in state["status"], state["status"]
                 assert "failed" not in state["status"], state["status"]
                 (run_dir,) = (root / "runs").iterdir()
                 latencies, first_end_ms = marker_latencies_ms(run_dir, watched["first"])

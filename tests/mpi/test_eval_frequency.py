@@ -37,7 +37,8 @@ def test_headless_run_writes_json_parquet_and_report(tmp_path):
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
     summary = json.loads(completed.stdout)
-    assert summary["ranks"] == 2 and summary["backend"] == "mpi4py"
+    assert summary["ranks"] == 2 and summary["backend"] == "mpi4py" and summary["preset"] == "ci"
+    assert summary["sweep"] == {"points": 8, "ran": 8, "reused": 0, "missing": []}
     assert summary["speedup_eval_fix"] > 1.0  # evaluating every 6 instead of every epoch saves time
     assert set(summary["speedup_eval_fix_by_backend"]) == {"mpi4py", "horovod"}
     table = pd.read_parquet(tmp_path / "runs.parquet")
@@ -68,5 +69,6 @@ def test_unknown_case_and_preset():
     )
     assert completed.returncode == 2
     assert completed.stderr.strip().splitlines()[0] == (
-        "workbench: unknown case 'eval-frequncy': choose one of eval-frequency, predict-leak"
+        "workbench: unknown case 'eval-frequncy': "
+        "choose one of eval-frequency, predict-leak, input-pipeline, pop-scaling"
     )

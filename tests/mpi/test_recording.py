@@ -9,7 +9,9 @@ import textwrap
 import cloudpickle
 import pytest
 
+from workbench.analysis import analyse_run
 from workbench.formats import read_horovod_timeline
+from workbench.inspection import format_analysis
 from workbench.profile import profile_command
 from workbench.store import Run, list_runs
 
@@ -60,6 +62,15 @@ def profiled_run(tmp_path_factory):
     return Run.load(list_runs(root / "runs")["path"].iloc[0])
 
 
+def test_profile_ends_with_the_answer_and_a_report(profiled_run):
+    assert (profiled_run.path / "report.html").stat().st_size > 10_000
+    result = analyse_run(profiled_run.events, profiled_run.memory, profiled_run.meta)
+    text = format_analysis(result)
+    for heading in ("POP metrics", "Seconds per rank and phase", "Findings", "Training steps per rank"):
+        assert heading in text
+    assert (result.steps["steps"] == 12).all()
+
+
 def test_profile_unmodified_script_records_both_ranks(profiled_run):
     events, memory = profiled_run.events, profiled_run.memory
     assert profiled_run.meta["status"] == "finished"
@@ -67,7 +78,9 @@ def test_profile_unmodified_script_records_both_ranks(profiled_run):
     for rank in (0, 1):
         mine = events[events["rank"] == rank]
         assert (mine["name"] == "train_step").sum() == 2 * 6  # each rank fits all 192 samples: 6 batches x 2 epochs
-        assert set(mine["phase"]) >= {"compute", "communication", "evaluation"}
+        # steps, host work between them, evaluation; Horovod's timeline as collectives in flight
+        assert set(mine["phase"]) >= {"compute", "host", "in_flight", "evaluation"}
+        assert sorted(mine.loc[mine["name"] == "train_step", "step"]) == list(range(12))
     assert set(memory["rank"]) == {0, 1}
     assert (memory["rss_bytes"] > 0).all()
 
@@ -85,3 +98,70 @@ def test_real_horovod_timeline_parses_whole_and_cut(profiled_run, tmp_path):
     cut.write_text(text[: len(text) // 2])
     partial = read_horovod_timeline(cut)
     assert 0 < len(partial) < len(events)
+
+
+LOOP_SCRIPT = textwrap.dedent(
+    """
+    import os
+    import numpy as np
+    import tensorflow as tf
+    {horovod}
+
+    x = tf.constant(np.random.rand(32, 64).astype("float32"))
+    model = tf.keras.Sequential([tf.keras.layers.Dense(16), tf.keras.layers.Dense(1)])
+    opt = tf.keras.optimizers.SGD(0.01)
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(model(x) ** 2)
+        {tape}
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+
+    for number in range(8):
+        step()
+        if number == 3 and os.environ.get("CRASH_RANK") == os.environ.get("OMPI_COMM_WORLD_RANK"):
+            raise RuntimeError("this rank crashes on purpose")
+    """
+)
+HOROVOD_LOOP = LOOP_SCRIPT.format(
+    horovod="import horovod.tensorflow as hvd\nhvd.init()", tape="tape = hvd.DistributedGradientTape(tape)"
+)
+
+
+def _profile(tmp_path, script: str, capsys, **options) -> tuple[int, Run, str]:
+    path = tmp_path / "train.py"
+    path.write_text(script)
+    code = profile_command(["python", str(path)], ranks=2, out=tmp_path / "runs", report=False, **options)
+    return code, Run.load(list_runs(tmp_path / "runs")["path"].iloc[0]), capsys.readouterr().err
+
+
+def test_trace_steps_import_each_ranks_allreduce_waits_from_tf_profiler(tmp_path, capsys):
+    code, run, err = _profile(tmp_path, HOROVOD_LOOP, capsys, trace_steps="3:6")
+    assert code == 0, err
+    traced = run.events[run.events["name"] == "tf_horovod_wait"]
+    assert set(traced["rank"]) == {0, 1}, err
+    steps = run.events[(run.events["name"] == "train_step") & (run.events["rank"] == 0)]
+    window = steps[steps["step"].between(3, 5)]
+    # the profiled spans lie in the traced steps (TF's timestamps are relative to the session start)
+    assert traced["start_ns"].min() >= window["start_ns"].min() - 5_000_000
+    assert traced["end_ns"].max() <= window["end_ns"].max() + 5_000_000
+    waits = analyse_run(run.events, run.memory, run.meta).waits
+    assert set(waits.loc[waits["step"].between(3, 5), "evidence"]) == {"tf_profiler"}
+
+
+def test_a_rank_that_crashes_still_gives_what_was_recorded(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("CRASH_RANK", "1")
+    code, run, err = _profile(tmp_path, HOROVOD_LOOP, capsys)
+    assert code != 0 and run.meta["status"] == "failed"
+    assert "the script failed (exit code" in err
+    assert (run.events[run.events["rank"] == 1]["name"] == "train_step").sum() >= 4
+
+
+def test_a_script_that_never_calls_horovod_says_so(tmp_path, capsys):
+    code, run, err = _profile(tmp_path, LOOP_SCRIPT.format(horovod="", tape=""), capsys)
+    assert code == 0
+    assert "the script never initialised Horovod" in err
+    for rank in (0, 1):
+        assert (run.events[run.events["rank"] == rank]["name"] == "train_step").sum() == 8

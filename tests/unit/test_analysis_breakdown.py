@@ -118,11 +118,12 @@ def test_every_group_lists_every_phase_in_display_order():
     expected = ["compute", "evaluation", "input", "my_phase", "idle"]
     assert result[result["rank"] == 0]["phase"].tolist() == expected
     assert result[result["rank"] == 1]["phase"].tolist() == expected
+    # user phases keep their order of first appearance (a live run's colours stay put), idle last
     assert phase_order(["idle", "zeta", "communication_wait", "compute", "alpha"]) == [
         "compute",
         "communication_wait",
-        "alpha",
         "zeta",
+        "alpha",
         "idle",
     ]
 

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 import pytest
 
-from workbench.analysis import findings, oversubscription_finding, pop_metrics, rank_list
+from workbench.analysis import (
+    combine_findings,
+    findings,
+    missing_data_finding,
+    oversubscription_finding,
+    oversubscription_finding_from_meta,
+    pop_metrics,
+    rank_list,
+)
 from workbench.analysis.findings import FINDING_COLUMNS
 from workbench.events import events_frame
+from workbench.events import rank_list as events_rank_list
 
 S = 1_000_000_000
 
@@ -91,19 +102,102 @@ def test_input_pipeline_finding_and_threshold():
 
 
 def test_efficient_run_has_no_findings_and_pop_can_be_passed():
-    events = events_frame([span(0, "compute", 0, 10), span(1, "compute", 0, 10)])
+    # 2 ranks compute 9.9 s and transfer 0.1 s: communication 1% < 2%, PE 0.99 -> nothing to report
+    events = events_frame(
+        [
+            span(0, "compute", 0, 9.9),
+            span(0, "communication", 9.9, 10),
+            span(1, "compute", 0, 9.9),
+            span(1, "communication", 9.9, 10),
+        ]
+    )
     result = findings(events, pop=pop_metrics(events))
     assert result.empty
     assert tuple(result.columns) == FINDING_COLUMNS
 
 
-def test_findings_refuse_degenerate_input():
-    with pytest.raises(ValueError, match="no events"):
-        findings(events_frame(pd.DataFrame(columns=["rank", "phase", "start_ns", "end_ns"])))
+def test_findings_refuse_two_runs():
     events = serial_evaluation_run()
     two = events.assign(run_id=["a" if i % 2 else "b" for i in range(len(events))])
     with pytest.raises(ValueError, match="2 runs"):
         findings(two)
+
+
+def test_no_events_is_a_finding_that_says_what_to_record():
+    result = findings(events_frame(pd.DataFrame(columns=["rank", "phase", "start_ns", "end_ns"])))
+    assert tuple(result.columns) == FINDING_COLUMNS
+    assert result["kind"].tolist() == ["no_events"]
+    assert result["text"].item().startswith("no events recorded: record phase spans")
+    assert math.isnan(result["seconds_lost"].item()) and result["ranks"].item() == "all"
+
+
+def test_zero_wall_time_is_a_finding():
+    result = findings(events_frame([span(0, "compute", 1, 1), span(1, "compute", 1, 1)]))
+    assert result["kind"].tolist() == ["zero_wall_time"]
+    assert "every span is zero-length" in result["text"].item()
+
+
+def test_run_without_compute_spans_says_so_and_keeps_the_other_findings():
+    # 2 ranks, 10 s: rank 0 evaluates [0, 10); rank 1 waits in negotiation [0, 10). No compute at all.
+    events = events_frame([span(0, "evaluation", 0, 10), span(1, "communication", 0, 10, "NEGOTIATE_ALLREDUCE")])
+    result = findings(events).set_index("kind")
+    assert "low_parallel_efficiency" not in result.index
+    missing = result.loc["no_useful_time"]
+    assert math.isnan(missing["seconds_lost"])
+    # mean over ranks: communication_wait 5 s, evaluation 5 s of 10 s
+    assert missing["text"] == (
+        "no time in the useful phases (compute+input), so there are no POP metrics: record the training"
+        " steps as compute spans (Recorder.phase('compute'), the Keras callback); recorded instead:"
+        " communication_wait 50%, evaluation 50%"
+    )
+    # communication: mean (0 + 10) / 2 = 5 s; serial evaluation: max 10 - 10 / 2 = 5 s
+    assert result.loc["communication", "seconds_lost"] == pytest.approx(5)
+    assert result.loc["serial_evaluation", "seconds_lost"] == pytest.approx(5)
+    # missing-data findings come last
+    assert findings(events)["kind"].iloc[-1] == "no_useful_time"
+
+
+def test_one_rank_reports_evaluation_as_time_outside_useful_phases_not_communication():
+    # 1 rank, 10 s: compute [0, 4), evaluation [4, 9), idle [9, 10). PE = 4 / 10 = 0.4
+    events = events_frame([span(0, "compute", 0, 4), span(0, "evaluation", 4, 9), span(0, "idle", 9, 10)])
+    result = findings(events).set_index("kind")
+    assert "low_parallel_efficiency" not in result.index
+    outside = result.loc["outside_useful_phases"]
+    # lost = 10 * (1 - 0.4) = 6 s
+    assert outside["seconds_lost"] == pytest.approx(6)
+    assert outside["text"] == (
+        "rank 0 spends 60% of wall time outside the useful phases (compute+input): evaluation 50%, idle 10%"
+    )
+    assert outside["ranks"] == "0"
+    single = result.loc["single_rank"]
+    assert math.isnan(single["seconds_lost"])
+    assert "load balance is 1 by definition" in single["text"]
+    assert "compute+input" in single["text"]
+    # one rank never lacks communication
+    assert "no_communication" not in result.index
+
+
+def test_one_rank_above_target_gets_only_the_single_rank_note():
+    events = events_frame([span(0, "compute", 0, 9), span(0, "evaluation", 9, 10)])
+    assert findings(events)["kind"].tolist() == ["single_rank"]
+
+
+def test_several_ranks_without_communication_get_a_note():
+    events = events_frame([span(0, "compute", 0, 10), span(1, "compute", 0, 10)])
+    result = findings(events)
+    assert result["kind"].tolist() == ["no_communication"]
+    assert result["text"].item().startswith("no communication recorded on 2 ranks")
+    assert "HOROVOD_TIMELINE" in result["text"].item()
+
+
+def test_low_parallel_efficiency_names_useful_phases_and_where_the_rest_went():
+    text = findings(serial_evaluation_run()).set_index("kind").loc["low_parallel_efficiency", "text"]
+    # rest of wall time, mean over ranks: waiting 30 s (30%), transfer 10 s, evaluation 10 s, idle 2.5 s
+    assert text == (
+        "parallel efficiency is 0.47 (below 0.80): load balance 0.95 x communication efficiency 0.50;"
+        " useful phases: compute+input; the rest of wall time, mean over ranks: communication_wait 30%,"
+        " communication 10%, evaluation 10%, idle 2%"
+    )
 
 
 def test_listed_silent_rank_shows_as_idle():
@@ -132,6 +226,51 @@ def test_rank_list():
     assert rank_list([0]) == "0"
     assert rank_list([0, 2, 4]) == "0, 2, 4"
     assert rank_list([]) == ""
+    assert rank_list is events_rank_list  # one definition, re-exported by the analysis layer
+
+
+def test_oversubscription_from_the_settings_the_run_recorded():
+    # 2 ranks x 2 threads = 4 threads on 2 cores, 10 s: half the threads wait -> 10 * (1 - 2/4) = 5 s
+    meta = {"ranks": 2, "config": {"cluster": {"ranks": 2, "threads": 2, "cores": 2, "hostfile": None}}}
+    row = oversubscription_finding_from_meta(meta, wall_s=10).iloc[0]
+    assert (row["kind"], row["seconds_lost"], row["fraction_of_wall"]) == ("oversubscription", 5.0, 0.5)
+    assert row["text"].startswith("oversubscription: 2 ranks x 2 threads = 4 threads on 2 cores (2.0x)")
+    # cores and ranks from the run's own metadata when the cluster settings lack them
+    fallback = {"ranks": 4, "cores": 16, "config": {"cluster": {"threads_per_rank": 4}}}
+    assert oversubscription_finding_from_meta(fallback).empty  # 16 threads on 16 cores
+    # 2 x 1 thread on 2 cores: fits
+    fits = {"config": {"cluster": {"ranks": 2, "threads": 1, "cores": 2}}}
+    assert oversubscription_finding_from_meta(fits).empty
+
+
+def test_oversubscription_from_meta_skips_several_hosts_and_names_missing_settings():
+    spread = {"config": {"cluster": {"ranks": 16, "threads": 8, "cores": 2, "hostfile": "hosts"}}}
+    assert oversubscription_finding_from_meta(spread).empty
+    row = oversubscription_finding_from_meta({"ranks": 2, "config": {"case": "predict-leak"}}).iloc[0]
+    assert row["kind"] == "settings_not_recorded"
+    assert row["text"].startswith(
+        "oversubscription not checked: the run does not record its threads per rank and cores"
+    )
+    assert math.isnan(row["seconds_lost"])
+
+
+def test_combine_findings_ranks_all_sources_together():
+    combined = combine_findings(
+        oversubscription_finding(2, 2, 2, wall_s=10),  # 5 s
+        findings(serial_evaluation_run()),  # 52.5, 40, 30, 2.5, 2.5 s
+        missing_data_finding("no_memory_samples", "no memory samples"),
+    )
+    assert combined["kind"].tolist() == [
+        "low_parallel_efficiency",
+        "communication",
+        "serial_evaluation",
+        "oversubscription",
+        "idle",
+        "load_imbalance",
+        "no_memory_samples",
+    ]
+    assert combined["order"].tolist() == list(range(1, 8))
+    assert combine_findings().empty
 
 
 def test_serial_evaluation_found_when_other_ranks_hold_near_empty_evaluation_spans():

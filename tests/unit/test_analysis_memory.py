@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from workbench.analysis import memory_growth, memory_skew
+from workbench.analysis import memory_growth, memory_skew, memory_summary
+from workbench.analysis.memory import MEMORY_SUMMARY_COLUMNS
 
 MB = 1_000_000
 S = 1_000_000_000
@@ -136,3 +137,28 @@ def test_memory_skew():
         memory_skew(frame, memory="gpu_bytes")
     with pytest.raises(ValueError, match="peak"):
         memory_skew(samples([0, 0]))
+
+
+def test_memory_summary_per_rank():
+    # rank 0: 100, 130, 120 MB; rank 1: 50, 40 MB with a GPU reading of 7 MB, and one unknown (-1) RSS
+    frame = pd.concat(
+        [
+            samples([100, 130, 120], rank=0),
+            samples([50, 40], rank=1, gpu_mb=[7, -1]),
+        ],
+        ignore_index=True,
+    )
+    frame.loc[len(frame)] = {**frame.iloc[-1].to_dict(), "rss_bytes": -1, "time_ns": 9 * S}
+    result = memory_summary(frame)
+    assert list(result.columns) == ["rank", "samples", "first_mb", "last_mb", "peak_mb", "gpu_peak_mb"]
+    assert result["samples"].tolist() == [3, 2]
+    assert result["first_mb"].tolist() == [100, 50]
+    assert result["last_mb"].tolist() == [120, 40]
+    assert result["peak_mb"].tolist() == [130, 50]
+    assert np.isnan(result["gpu_peak_mb"].iloc[0]) and result["gpu_peak_mb"].iloc[1] == 7
+
+
+def test_memory_summary_without_samples_is_empty():
+    assert memory_summary(None).empty
+    empty = memory_summary(samples([]))
+    assert empty.empty and tuple(empty.columns) == MEMORY_SUMMARY_COLUMNS

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 import pytest
 
 from workbench.analysis import phase_breakdown, pop_metrics, pop_scaling, useful_phase_set
+from workbench.analysis.pop import POP_COLUMNS
 from workbench.events import events_frame
 
 S = 1_000_000_000
@@ -114,13 +117,28 @@ def test_one_row_per_run_and_precomputed_breakdown():
     pd.testing.assert_frame_equal(pop_metrics(events, breakdown=breakdown), result)
 
 
-def test_degenerate_runs_raise_clear_errors():
-    with pytest.raises(ValueError, match="no events"):
-        pop_metrics(events_frame(pd.DataFrame(columns=["rank", "phase", "start_ns", "end_ns"])))
-    with pytest.raises(ValueError, match="no time in useful phases"):
-        pop_metrics(events_frame([{"rank": 0, "phase": "communication", "start_ns": 0, "end_ns": S}]))
-    with pytest.raises(ValueError, match="zero wall time"):
-        pop_metrics(events_frame([{"rank": 0, "phase": "compute", "start_ns": S, "end_ns": S}]))
+def test_degenerate_runs_give_nan_metrics_with_a_note_not_an_error():
+    # no events: no run, no row
+    empty = pop_metrics(events_frame(pd.DataFrame(columns=["rank", "phase", "start_ns", "end_ns"])))
+    assert empty.empty and list(empty.columns) == list(POP_COLUMNS)
+    # communication only, 1 s: no useful time -> efficiencies NaN, runtime and useful times still measured
+    row = pop_metrics(events_frame([{"rank": 0, "phase": "communication", "start_ns": 0, "end_ns": S}])).iloc[0]
+    assert (row["runtime_s"], row["useful_max_s"], row["useful_total_s"]) == (1.0, 0.0, 0.0)
+    assert math.isnan(row["load_balance"]) and math.isnan(row["parallel_efficiency"])
+    assert row["note"].startswith("no time in the useful phases (compute+input): record the training steps")
+    # only a zero-length span: zero wall time
+    row = pop_metrics(events_frame([{"rank": 0, "phase": "compute", "start_ns": S, "end_ns": S}])).iloc[0]
+    assert row["runtime_s"] == 0.0 and math.isnan(row["communication_efficiency"])
+    assert row["note"].startswith("zero wall time")
+
+
+def test_note_says_what_one_rank_measures_and_is_empty_otherwise():
+    one = pop_metrics(run_with_useful([6], 8)).iloc[0]
+    assert one["note"] == (
+        "1 rank: load balance is 1 by definition; communication efficiency is the share of wall time"
+        " in the useful phases (compute+input)"
+    )
+    assert pop_metrics(run_with_useful([10, 5], 10))["note"].item() == ""
 
 
 def scaling_input():

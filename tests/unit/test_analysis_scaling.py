@@ -7,7 +7,7 @@ import math
 import pandas as pd
 import pytest
 
-from workbench.analysis import io_overhead, scaling_table, step_throughput, summarise_repetitions
+from workbench.analysis import io_overhead, scaling_table, step_throughput, steps_per_rank, summarise_repetitions
 from workbench.events import events_frame
 
 S = 1_000_000_000
@@ -158,3 +158,25 @@ def test_io_overhead():
         io_overhead(0, 10)
     with pytest.raises(AttributeError):
         result.ratio = 1.0  # frozen
+
+
+def test_steps_per_rank_counts_each_ranks_steps_and_pace():
+    # rank 0: 15 steps from 0 to 29.5 s; rank 1: 3 steps of 1.5 s from 0 to 5.5 s; rank 2 listed, silent
+    events = pd.concat([steps_run(15), steps_run(3, ranks=2).query("rank == 1")], ignore_index=True)
+    result = steps_per_rank(events, ranks=[0, 1, 2])
+    assert list(result.columns) == ["rank", "steps", "seconds", "steps_per_s", "mean_step_s"]
+    assert result["rank"].tolist() == [0, 1, 2]
+    assert result["steps"].tolist() == [15, 3, 0]
+    # rank 0: 15 / 29.5 s; rank 1: 3 / 5.5 s
+    assert result["seconds"].tolist()[:2] == pytest.approx([29.5, 5.5])
+    assert result["steps_per_s"].tolist()[:2] == pytest.approx([15 / 29.5, 3 / 5.5])
+    assert result["mean_step_s"].tolist()[:2] == pytest.approx([1.5, 1.5])
+    assert math.isnan(result["steps_per_s"].iloc[2]) and math.isnan(result["mean_step_s"].iloc[2])
+
+
+def test_steps_per_rank_without_steps_is_empty_and_names_are_configurable():
+    events = steps_run(2)
+    assert steps_per_rank(events, step_name="other").empty
+    # input spans as "steps": 2 spans of 0.5 s from 1.5 s to 4 s
+    custom = steps_per_rank(events, step_name="input", step_phase="input").iloc[0]
+    assert (custom["steps"], custom["seconds"], custom["mean_step_s"]) == (2, 2.5, 0.5)

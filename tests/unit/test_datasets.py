@@ -7,14 +7,16 @@ import json
 import struct
 import subprocess
 import sys
-import zlib
 from pathlib import Path
 
 import numpy as np
 import pytest
+import tifffile
+from PIL import Image
 
 from workbench import datasets
 from workbench.datasets import (
+    BAND_PIXELS,
     BANDS,
     LABELS_19,
     LABELS_43,
@@ -25,12 +27,15 @@ from workbench.datasets import (
     load_image_folder,
     load_mnist_idx,
     load_mnist_npz,
+    read_image,
     read_png,
     read_pnm,
     read_tiff,
     resize,
     synthetic_bigearthnet,
     synthetic_mnist,
+    write_bigearthnet_patch,
+    write_tiff,
 )
 
 # --------------------------------------------------------------------------- file writers
@@ -80,103 +85,17 @@ def write_mnist_dir(directory: Path, *, gz: bool = False, dotted: bool = False) 
     return arrays
 
 
-def png_chunk(ctype: bytes, body: bytes) -> bytes:
-    return struct.pack(">I", len(body)) + ctype + body + struct.pack(">I", zlib.crc32(ctype + body))
+def write_png(path: Path, image: np.ndarray, **save_args: object) -> Path:
+    """(h, w, c) uint8 (c = 1..4) or (h, w, 1) uint16 as a PNG, written by Pillow."""
+    mode = {1: "L", 2: "LA", 3: "RGB", 4: "RGBA"}[image.shape[-1]]
+    array = image[..., 0] if image.shape[-1] == 1 else image
+    Image.fromarray(array, None if image.dtype == np.uint16 else mode).save(path, format="PNG", **save_args)
+    return path
 
 
-def _paeth(a: int, b: int, c: int) -> int:
-    p = a + b - c
-    pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
-    if pa <= pb and pa <= pc:
-        return a
-    return b if pb <= pc else c
-
-
-def encode_png(
-    image: np.ndarray, *, filters: list[int] | None = None, depth: int = 8, interlace: int = 0
-) -> bytes:
-    """Encode (h, w, c) as PNG, using per-row filter types ``filters`` (cycled) to exercise the decoder."""
-    h, w, c = image.shape
-    colour = {1: 0, 2: 4, 3: 2, 4: 6}[c]
-    rows = image.astype(">u2" if depth == 16 else np.uint8).reshape(h, -1).view(np.uint8)
-    bpp = c * depth // 8
-    filters = filters or [0]
-    out = bytearray()
-    prev = [0] * rows.shape[1]
-    for r in range(h):
-        cur = rows[r].tolist()
-        ftype = filters[r % len(filters)]
-        enc = []
-        for i, x in enumerate(cur):
-            left = cur[i - bpp] if i >= bpp else 0
-            upleft = prev[i - bpp] if i >= bpp else 0
-            pred = [0, left, prev[i], (left + prev[i]) // 2, _paeth(left, prev[i], upleft)][ftype]
-            enc.append((x - pred) % 256)
-        out.append(ftype)
-        out.extend(enc)
-        prev = cur
-    ihdr = struct.pack(">IIBBBBB", w, h, depth, colour, 0, 0, interlace)
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + png_chunk(b"IHDR", ihdr)
-        + png_chunk(b"IDAT", zlib.compress(bytes(out)))
-        + png_chunk(b"IEND", b"")
-    )
-
-
-def write_tiff(
-    path: Path,
-    array: np.ndarray,
-    *,
-    order: str = "<",
-    rows_per_strip: int | None = None,
-    compression: int = 1,
-    magic: int = 42,
-) -> Path:
-    """Minimal classic TIFF writer: one band, uncompressed strips, header + pixel data + IFD."""
-    array = np.asarray(array)
-    h, w = array.shape
-    fmt = {"u": 1, "i": 2, "f": 3}[array.dtype.kind]
-    bits = array.dtype.itemsize * 8
-    rows_per_strip = rows_per_strip or h
-    pixel = array.astype(array.dtype.newbyteorder(order)).tobytes()
-    row_bytes = w * array.dtype.itemsize
-    offsets, counts = [], []
-    for r0 in range(0, h, rows_per_strip):
-        offsets.append(8 + r0 * row_bytes)
-        counts.append(min(rows_per_strip, h - r0) * row_bytes)
-    n = len(offsets)
-    ifd_offset = 8 + len(pixel)
-    n_entries = 10
-    extra_offset = ifd_offset + 2 + 12 * n_entries + 4  # where arrays of >1 LONG go
-    extra = b""
-
-    def entry(tag: int, typ: int, values: list[int]) -> bytes:
-        nonlocal extra
-        code = {3: "H", 4: "I"}[typ]
-        packed = struct.pack(f"{order}{len(values)}{code}", *values)
-        if len(packed) <= 4:
-            return struct.pack(f"{order}HHI", tag, typ, len(values)) + packed.ljust(4, b"\0")
-        where = extra_offset + len(extra)
-        extra += packed
-        return struct.pack(f"{order}HHII", tag, typ, len(values), where)
-
-    entries = [
-        entry(256, 4, [w]),
-        entry(257, 4, [h]),
-        entry(258, 3, [bits]),
-        entry(259, 3, [compression]),
-        entry(262, 3, [1]),
-        entry(273, 4, offsets),
-        entry(277, 3, [1]),
-        entry(278, 4, [rows_per_strip]),
-        entry(279, 4, counts),
-        entry(339, 3, [fmt]),
-    ]
-    assert len(entries) == n_entries and n >= 1
-    head = (b"II" if order == "<" else b"MM") + struct.pack(f"{order}HI", magic, ifd_offset)
-    ifd = struct.pack(f"{order}H", n_entries) + b"".join(entries) + struct.pack(f"{order}I", 0)
-    path.write_bytes(head + pixel + ifd + extra)
+def write_tiff_as(path: Path, array: np.ndarray, *, order: str = "<", rows_per_strip: int | None = None) -> Path:
+    """One band as a strip TIFF in byte order ``order``, written by tifffile (as GDAL lays them out)."""
+    tifffile.imwrite(path, array, byteorder=order, rowsperstrip=rows_per_strip, photometric="minisblack")
     return path
 
 
@@ -389,30 +308,69 @@ def test_read_tiff_roundtrip(tmp_path: Path, order: str, dtype: type) -> None:
     array = (np.arange(35).reshape(5, 7) * 3 - 10).astype(dtype)
     if np.dtype(dtype).kind == "u":
         array = np.abs(array).astype(dtype)
-    write_tiff(tmp_path / "b.tif", array, order=order, rows_per_strip=2)  # 3 strips
-    back = read_tiff(tmp_path / "b.tif")
+    path = write_tiff_as(tmp_path / "b.tif", array, order=order, rows_per_strip=2)  # 3 strips
+    with tifffile.TiffFile(path) as tif:  # the file really is in that byte order, in strips
+        assert tif.byteorder == order and len(tif.pages.first.dataoffsets) == 3
+    back = read_tiff(path)
     assert back.dtype == np.dtype(dtype) and back.dtype.isnative
     assert np.array_equal(back, array)
 
 
+def test_read_tiff_tiled_deflate_bigtiff(tmp_path: Path) -> None:
+    array = np.arange(64 * 48, dtype=np.uint16).reshape(64, 48)
+    path = tmp_path / "tz.tif"
+    tifffile.imwrite(path, array, tile=(16, 16), compression="zlib", bigtiff=True, byteorder=">")
+    assert np.array_equal(read_tiff(path), array)
+
+
+def _set_compression_tag(path: Path, code: int) -> None:
+    """Overwrite the Compression tag of an uncompressed file: a codec the data do not match."""
+    with tifffile.TiffFile(path) as tif:
+        where, order = tif.pages.first.tags["Compression"].valueoffset, tif.byteorder
+    data = bytearray(path.read_bytes())
+    data[where : where + 2] = struct.pack(f"{order}H", code)
+    path.write_bytes(bytes(data))
+
+
 def test_read_tiff_errors(tmp_path: Path) -> None:
-    a = np.ones((4, 4), np.uint16)
-    write_tiff(tmp_path / "z.tif", a, compression=5)
-    with pytest.raises(ValueError, match=r"z.tif: compressed TIFF \(compression=5\)"):
-        read_tiff(tmp_path / "z.tif")
-    write_tiff(tmp_path / "m.tif", a, magic=41)
-    with pytest.raises(ValueError, match=r"m.tif: bad TIFF magic"):
-        read_tiff(tmp_path / "m.tif")
-    write_tiff(tmp_path / "big.tif", a, magic=43)
-    with pytest.raises(ValueError, match="BigTIFF"):
-        read_tiff(tmp_path / "big.tif")
-    (tmp_path / "n.tif").write_bytes(b"GIF89a....")
-    with pytest.raises(ValueError, match=r"n.tif: not a TIFF"):
-        read_tiff(tmp_path / "n.tif")
-    path = write_tiff(tmp_path / "t.tif", np.ones((40, 40), np.uint16))
-    path.write_bytes(path.read_bytes()[:1000])  # cut inside the pixel data, losing the IFD too
-    with pytest.raises(ValueError, match=r"t.tif: truncated TIFF"):
+    a = np.ones((40, 40), np.uint16)
+    path = write_tiff_as(tmp_path / "d.tif", a)
+    _set_compression_tag(path, 8)  # deflate, but the strips are raw: zlib fails inside tifffile
+    with pytest.raises(ValueError, match=r"d.tif: cannot decode its ADOBE_DEFLATE compression .*; re-copy it"):
         read_tiff(path)
+    (tmp_path / "n.tif").write_bytes(b"GIF89a....")
+    with pytest.raises(ValueError, match=r"n.tif: not a readable TIFF \(not a TIFF file.*\); re-copy the file"):
+        read_tiff(tmp_path / "n.tif")
+    (tmp_path / "e.tif").write_bytes(b"")
+    with pytest.raises(ValueError, match=r"e.tif: not a readable TIFF"):
+        read_tiff(tmp_path / "e.tif")
+    path = write_tiff_as(tmp_path / "t.tif", a)
+    path.write_bytes(path.read_bytes()[:1000])  # cut inside the pixel data
+    with pytest.raises(ValueError, match=r"t.tif: not a readable TIFF \(failed to read"):
+        read_tiff(path)
+    tifffile.imwrite(tmp_path / "rgb.tif", np.ones((4, 4, 3), np.uint8), photometric="rgb")
+    with pytest.raises(ValueError, match=r"rgb.tif: 3 samples per pixel.*holds one 2-d band"):
+        read_tiff(tmp_path / "rgb.tif")
+    with pytest.raises(FileNotFoundError):
+        read_tiff(tmp_path / "missing.tif")
+
+
+def test_read_tiff_codec_needs_imagecodecs(tmp_path: Path) -> None:
+    try:
+        import imagecodecs  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("imagecodecs is installed: LZW is decodable here")
+    path = write_tiff_as(tmp_path / "l.tif", np.ones((4, 4), np.uint16))
+    _set_compression_tag(path, 5)  # LZW
+    with pytest.raises(ValueError, match=r"l.tif: cannot decode its LZW compression .*pip install imagecodecs"):
+        read_tiff(path)
+
+
+def test_write_tiff_rejects_non_band(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="2-d"):
+        write_tiff(tmp_path / "x.tif", np.ones((2, 2, 3), np.uint16))
 
 
 BAND_SIZES = {"B01": 20, "B09": 20, "B02": 120, "B03": 120, "B04": 120, "B08": 120}
@@ -432,7 +390,7 @@ def write_patch(root: Path, name: str, labels: list[str], base: int, *, skip: st
             array = np.full((side, side), base + 100 * c, dtype=np.uint16)
         order = ">" if c % 2 else "<"
         dtype = np.int16 if band == "B11" else np.uint16
-        write_tiff(d / f"{name}_{band}.tif", array.astype(dtype), order=order, rows_per_strip=7)
+        write_tiff_as(d / f"{name}_{band}.tif", array.astype(dtype), order=order, rows_per_strip=7)
     (d / f"{name}_labels_metadata.json").write_text(json.dumps({"labels": labels, "tile_source": "x"}))
     return d
 
@@ -486,85 +444,120 @@ def test_bigearthnet_errors(tmp_path: Path) -> None:
         load_bigearthnet_patches(d, bands=("B10",))
 
 
+def test_write_bigearthnet_patch_roundtrip(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    bands = {b: rng.integers(0, 10_000, size=(BAND_PIXELS[b],) * 2, dtype=np.uint16) for b in BANDS}
+    folder = write_bigearthnet_patch(tmp_path, "S2B_x_1_2", bands, ["Pastures", "Bare rock"], metadata={"k": 1})
+    assert folder == tmp_path / "S2B_x_1_2"
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        [f"S2B_x_1_2_{b}.tif" for b in BANDS] + ["S2B_x_1_2_labels_metadata.json"]
+    )
+    meta = json.loads((folder / "S2B_x_1_2_labels_metadata.json").read_text())
+    assert meta == {"labels": ["Pastures", "Bare rock"], "k": 1}
+    for band, array in bands.items():
+        back = read_tiff(folder / f"S2B_x_1_2_{band}.tif")
+        assert back.dtype == np.uint16 and np.array_equal(back, array)
+    p = load_bigearthnet_patches(tmp_path, scale=1.0, method="nearest")
+    assert np.array_equal(p.images[0, :, :, BANDS.index("B02")], bands["B02"].astype(np.float32))
+    assert np.flatnonzero(p.labels[0]).tolist() == [17, 30]
+    with pytest.raises(ValueError, match=r"unknown band\(s\) \['B10'\]"):
+        write_bigearthnet_patch(tmp_path, "y", {"B10": bands["B01"]}, ["Pastures"])
+    with pytest.raises(ValueError, match=r"unknown label\(s\) \['Lava lake'\]"):
+        write_bigearthnet_patch(tmp_path, "y", bands, ["Lava lake"])
+    assert not (tmp_path / "y").exists()
+
+
 # --------------------------------------------------------------------------- PNG / PNM / image folders
 
 
 def test_png_tiny_hand_checked(tmp_path: Path) -> None:
-    path = tmp_path / "g.png"
-    path.write_bytes(encode_png(np.array([[[0], [255]], [[128], [7]]], dtype=np.uint8), filters=[1, 4]))
-    assert read_png(path)[..., 0].tolist() == [[0, 255], [128, 7]]
+    path = write_png(tmp_path / "g.png", np.array([[[0], [255]], [[128], [7]]], dtype=np.uint8))
+    back = read_png(path)
+    assert back.shape == (2, 2, 1) and back[..., 0].tolist() == [[0, 255], [128, 7]]
 
 
 @pytest.mark.parametrize("channels", [1, 2, 3, 4])
-def test_png_all_filters_roundtrip(tmp_path: Path, channels: int) -> None:
+@pytest.mark.parametrize("interlace", [0, 1])
+def test_png_roundtrip(tmp_path: Path, channels: int, interlace: int) -> None:
     image = np.random.default_rng(channels).integers(0, 256, size=(10, 9, channels), dtype=np.uint8)
-    path = tmp_path / "x.png"
-    path.write_bytes(encode_png(image, filters=[0, 1, 2, 3, 4]))
-    back = read_png(path)
+    back = read_png(write_png(tmp_path / "x.png", image, interlace=interlace))
     assert back.dtype == np.uint8 and np.array_equal(back, image)
 
 
-def test_png_16bit(tmp_path: Path) -> None:
+def test_png_16bit_and_palette(tmp_path: Path) -> None:
     image = np.array([[[0], [65535]], [[256], [1]]], dtype=np.uint16)
-    path = tmp_path / "d.png"
-    path.write_bytes(encode_png(image, filters=[2, 3], depth=16))
-    back = read_png(path)
+    back = read_png(write_png(tmp_path / "d.png", image))
     assert back.dtype == np.uint16 and np.array_equal(back, image)
+    rgb = np.array([[[255, 0, 0], [0, 0, 255]]], dtype=np.uint8)
+    Image.fromarray(rgb).convert("P").save(tmp_path / "p.png")  # a palette PNG comes back as RGB
+    assert read_png(tmp_path / "p.png").tolist() == rgb.tolist()
 
 
 def test_png_errors(tmp_path: Path) -> None:
-    good = encode_png(np.zeros((4, 4, 3), np.uint8))
+    image = np.random.default_rng(0).integers(0, 256, size=(40, 40, 3), dtype=np.uint8)
+    good = write_png(tmp_path / "good.png", image).read_bytes()
     (tmp_path / "sig.png").write_bytes(b"GIF89a" + good[6:])
-    with pytest.raises(ValueError, match=r"sig.png: not a PNG"):
+    with pytest.raises(ValueError, match=r"sig.png: not a PNG file \(Pillow cannot identify it.*\); re-save it as PNG"):
         read_png(tmp_path / "sig.png")
     broken = bytearray(good)
-    broken[40] ^= 0xFF  # inside the IDAT chunk
+    broken[len(good) // 2] ^= 0xFF  # inside the IDAT chunk: only its CRC tells
     (tmp_path / "crc.png").write_bytes(bytes(broken))
-    with pytest.raises(ValueError, match=r"crc.png: corrupt PNG, CRC mismatch"):
+    with pytest.raises(ValueError, match=r"crc.png: corrupt or truncated PNG file \(.*checksum.*\); re-copy it"):
         read_png(tmp_path / "crc.png")
-    (tmp_path / "cut.png").write_bytes(good[:45])
-    with pytest.raises(ValueError, match=r"cut.png: truncated PNG"):
+    (tmp_path / "cut.png").write_bytes(good[: len(good) // 2])
+    with pytest.raises(ValueError, match=r"cut.png: corrupt or truncated PNG file"):
         read_png(tmp_path / "cut.png")
-    (tmp_path / "il.png").write_bytes(encode_png(np.zeros((4, 4, 1), np.uint8), interlace=1))
-    with pytest.raises(ValueError, match="interlaced"):
-        read_png(tmp_path / "il.png")
+    Image.fromarray(image).save(tmp_path / "photo.png", format="JPEG")
+    with pytest.raises(ValueError, match=r"photo.png: not a PNG file \(it holds JPEG\)"):
+        read_png(tmp_path / "photo.png")
+    assert read_image(tmp_path / "photo.png").shape == (40, 40, 3)  # read_image goes by content
+    with pytest.raises(ValueError, match=r"x.gif: unsupported image type '.gif'"):
+        read_image(tmp_path / "x.gif")
 
 
 def test_pnm(tmp_path: Path) -> None:
     (tmp_path / "a.pgm").write_bytes(b"P5\n# a comment\n3 2\n255\n" + bytes([0, 1, 2, 3, 4, 255]))
-    image, maxval = read_pnm(tmp_path / "a.pgm")
-    assert maxval == 255 and image.shape == (2, 3, 1) and image[..., 0].tolist() == [[0, 1, 2], [3, 4, 255]]
-    (tmp_path / "b.ppm").write_bytes(b"P6 1 1 65535\n" + struct.pack(">3H", 65535, 0, 256))
-    image, maxval = read_pnm(tmp_path / "b.ppm")
-    assert maxval == 65535 and image.tolist() == [[[65535, 0, 256]]]
-    (tmp_path / "c.pgm").write_bytes(b"P5 4 4 255\n" + bytes(5))
-    with pytest.raises(ValueError, match=r"c.pgm: truncated PGM/PPM"):
-        read_pnm(tmp_path / "c.pgm")
-    (tmp_path / "d.pgm").write_bytes(b"P2 1 1 255\n0")
-    with pytest.raises(ValueError, match="only P5 and P6"):
-        read_pnm(tmp_path / "d.pgm")
+    image, full = read_pnm(tmp_path / "a.pgm")
+    assert full == 255 and image.shape == (2, 3, 1) and image[..., 0].tolist() == [[0, 1, 2], [3, 4, 255]]
+    (tmp_path / "b.pgm").write_bytes(b"P5 2 1 65535\n" + struct.pack(">2H", 65535, 256))
+    image, full = read_pnm(tmp_path / "b.pgm")
+    assert full == 65535 and image.dtype == np.uint16 and image[..., 0].tolist() == [[65535, 256]]
+    (tmp_path / "m.pgm").write_bytes(b"P5 2 1 1000\n" + struct.pack(">2H", 1000, 500))  # rescaled to 65535
+    image, full = read_pnm(tmp_path / "m.pgm")
+    assert full == 65535 and image[..., 0].tolist() == [[65535, 32768]]
+    (tmp_path / "c.ppm").write_bytes(b"P6 1 1 255\n" + bytes([10, 20, 30]))
+    image, full = read_pnm(tmp_path / "c.ppm")
+    assert full == 255 and image.tolist() == [[[10, 20, 30]]]
+    (tmp_path / "t.pgm").write_bytes(b"P5 4 4 255\n" + bytes(5))
+    with pytest.raises(ValueError, match=r"t.pgm: corrupt or truncated PGM/PPM file \(image file is truncated"):
+        read_pnm(tmp_path / "t.pgm")
+    write_png(tmp_path / "p.pgm", np.zeros((2, 2, 1), np.uint8))
+    with pytest.raises(ValueError, match=r"p.pgm: not a PGM/PPM file \(it holds PNG\); re-save it as PGM/PPM"):
+        read_pnm(tmp_path / "p.pgm")
 
 
 def test_image_folder(tmp_path: Path) -> None:
     (tmp_path / "dog").mkdir()
     (tmp_path / "cat").mkdir()
     (tmp_path / ".ipynb_checkpoints").mkdir()
-    (tmp_path / "cat" / "a.png").write_bytes(encode_png(np.full((2, 2, 3), 255, np.uint8), filters=[4]))
+    write_png(tmp_path / "cat" / "a.png", np.full((2, 2, 3), 255, np.uint8))
     (tmp_path / "cat" / "b.pgm").write_bytes(b"P5 2 2 255\n" + bytes([0, 0, 0, 0]))
     rgba = np.zeros((4, 4, 4), np.uint8)
     rgba[..., 0], rgba[..., 3] = 255, 10  # pure red, alpha dropped
-    (tmp_path / "dog" / "c.png").write_bytes(encode_png(rgba, filters=[1, 2]))
+    write_png(tmp_path / "dog" / "c.png", rgba)
     (tmp_path / "dog" / "c.ppm").write_bytes(b"P6 2 2 255\n" + bytes([0, 255, 0] * 4))
+    Image.fromarray(np.full((8, 8, 3), (0, 0, 255), np.uint8)).save(tmp_path / "dog" / "d.JPEG", quality=95)
     (tmp_path / "dog" / "notes.txt").write_text("ignored")
     folder = load_image_folder(tmp_path, size=(4, 4))
     assert folder.class_names == ("cat", "dog")
-    assert folder.images.shape == (4, 4, 4, 3) and folder.images.dtype == np.float32
-    assert folder.labels.tolist() == [0, 0, 1, 1]
-    assert [p.name for p in folder.paths] == ["a.png", "b.pgm", "c.png", "c.ppm"]
+    assert folder.images.shape == (5, 4, 4, 3) and folder.images.dtype == np.float32
+    assert folder.labels.tolist() == [0, 0, 1, 1, 1]
+    assert [p.name for p in folder.paths] == ["a.png", "b.pgm", "c.png", "c.ppm", "d.JPEG"]
     assert np.allclose(folder.images[0], 1.0) and np.allclose(folder.images[1], 0.0)
     assert np.allclose(folder.images[2], [1.0, 0.0, 0.0]) and np.allclose(folder.images[3], [0.0, 1.0, 0.0])
+    assert np.allclose(folder.images[4], [0.0, 0.0, 1.0], atol=0.02)  # JPEG is lossy, barely on flat colour
     gray = load_image_folder(tmp_path, size=2, channels=1)
-    assert gray.images.shape == (4, 2, 2, 1)
+    assert gray.images.shape == (5, 2, 2, 1)
     assert np.allclose(gray.images[2], 0.299, atol=1e-6)
     with pytest.raises(ValueError, match=r"different sizes .* pass size=\(height, width\)"):
         load_image_folder(tmp_path)
@@ -577,7 +570,11 @@ def test_image_folder_errors(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="no images found"):
         load_image_folder(tmp_path)
     (tmp_path / "empty_class" / "bad.png").write_bytes(b"\x89PNG\r\n\x1a\n")
-    with pytest.raises(ValueError, match=r"bad.png: truncated PNG"):
+    with pytest.raises(ValueError, match=r"bad.png: not a PNG, JPEG or PGM/PPM file \(Pillow cannot identify"):
+        load_image_folder(tmp_path)
+    write_png(tmp_path / "empty_class" / "bad.png", np.zeros((9, 9, 3), np.uint8))
+    (tmp_path / "empty_class" / "cut.jpg").write_bytes(b"\xff\xd8\xff\xe0" + bytes(20))
+    with pytest.raises(ValueError, match=r"cut.jpg: .*JPEG"):
         load_image_folder(tmp_path)
 
 
@@ -594,14 +591,15 @@ def test_load_dispatch(tmp_path: Path) -> None:
     check_tiny_split(load(tmp_path / "m.npz"))
     for bad in ("mnist-please", tmp_path, tmp_path / "none.npz"):
         with pytest.raises(
-            ValueError, match=r"expected one of 'digits', 'synthetic', a directory with MNIST"
+            ValueError, match=r"expected one of 'digits', 'synthetic', 'mnist', a directory with MNIST"
         ):
             load(bad)
 
 
 def test_import_is_light() -> None:
     code = (
-        "import sys, workbench.datasets; print(sorted({'tensorflow', 'sklearn', 'scipy'} & set(sys.modules)))"
+        "import sys, workbench.datasets; "
+        "print(sorted({'tensorflow', 'sklearn', 'scipy', 'PIL', 'tifffile'} & set(sys.modules)))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -12,6 +12,7 @@ from workbench.events import EXTRA_COLOURS, PHASE_COLOURS, events_frame
 from workbench.figures import (
     POP_COLOURS,
     breakdown_figure,
+    comparison_figure,
     decimate_spans,
     heatmap_figure,
     memory_figure,
@@ -191,11 +192,12 @@ def test_breakdown_per_epoch_uses_epoch_groups(breakdown):
 
 
 def test_phase_order_puts_known_phases_first():
+    # one order everywhere (workbench.events.phase_order): user phases before idle, as in tables
     assert phase_order(["mine", "idle", "communication_wait", "compute"]) == [
         "compute",
         "communication_wait",
-        "idle",
         "mine",
+        "idle",
     ]
 
 
@@ -294,3 +296,87 @@ def test_pop_table_colours_cells_by_threshold():
     fills = table.cells.fill.color
     assert list(fills[1]) == [POP_COLOURS["good"]] * 3
     assert list(fills[2]) == [POP_COLOURS["poor"], POP_COLOURS["fair"], POP_COLOURS["poor"]]
+
+
+# ---------------------------------------------------------------- comparison of two runs
+def comparison_frame() -> pd.DataFrame:
+    """As compare_runs gives it: rank 0 in both runs, rank 1 only in A; wall 10 s -> 7 s."""
+    rows = [
+        ("rank", 0, "compute", 6.0, 6.0, "both"),
+        ("rank", 0, "evaluation", 4.0, 1.0, "both"),
+        ("rank", 1, "compute", 6.0, 0.0, "a only"),
+        ("rank", 1, "evaluation", 0.0, 0.0, "a only"),
+        ("total", -1, "compute", 12.0, 6.0, "both"),
+        ("total", -1, "evaluation", 4.0, 1.0, "both"),
+        ("wall", -1, "wall", 10.0, 7.0, "both"),
+    ]
+    frame = pd.DataFrame(rows, columns=["scope", "rank", "phase", "seconds_a", "seconds_b", "present"])
+    frame["delta_s"] = frame["seconds_b"] - frame["seconds_a"]
+    frame["ratio"] = frame["seconds_b"] / frame["seconds_a"]
+    return frame
+
+
+def test_comparison_draws_deltas_per_phase_and_per_rank_in_phase_colours():
+    fig = comparison_figure(comparison_frame(), names=("every epoch", "every 30"))
+    assert fig.layout.barmode == "relative"
+    # one trace per phase and panel: totals (no legend entry) then ranks
+    assert [(t.name, t.showlegend) for t in fig.data] == [
+        ("compute", False),
+        ("compute", True),
+        ("evaluation", False),
+        ("evaluation", True),
+    ]
+    total_compute, rank_compute, total_evaluation, rank_evaluation = fig.data
+    assert list(total_compute.y) == ["compute"] and list(total_compute.x) == [-6.0]
+    assert list(rank_evaluation.y) == ["rank 0", "rank 1 (a only)"]
+    assert list(rank_evaluation.x) == [-3.0, 0.0]
+    assert rank_compute.marker.color == PHASE_COLOURS["compute"]
+    assert total_evaluation.marker.color == PHASE_COLOURS["evaluation"]
+    # hover carries both runs' seconds and the ratio, under the runs' names
+    assert list(rank_evaluation.customdata[0]) == [4.0, 1.0, 0.25]
+    assert "every 30 − every epoch" in rank_evaluation.hovertemplate
+    # the change in wall time, -3 s, as a line on the per-rank panel
+    (line,) = [shape for shape in fig.layout.shapes if shape.type == "line"]
+    assert (line.x0, line.x1) == (-3.0, -3.0)
+    assert fig.layout.title.text == "every 30 − every epoch: where the time went differently"
+
+
+def test_comparison_needs_compare_runs_columns():
+    with pytest.raises(ValueError, match="compare_runs"):
+        comparison_figure(pd.DataFrame({"phase": ["compute"]}))
+
+
+def test_figure_modules_import_shared_style_not_the_package():
+    """No import cycle: submodules take phase order and colours from figures.style, not figures."""
+    import ast
+    from pathlib import Path
+
+    import workbench.figures
+
+    package = Path(workbench.figures.__file__).parent
+    for module in package.glob("*.py"):
+        if module.name == "__init__.py":
+            continue
+        tree = ast.parse(module.read_text())
+        imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        assert "workbench.figures" not in imported, module.name
+
+
+def test_timeline_puts_collectives_in_flight_on_their_own_lane():
+    from workbench.events import events_frame
+    from workbench.figures import timeline_figure
+
+    events = events_frame(
+        [
+            {"rank": 0, "phase": "compute", "start_ns": 0, "end_ns": 10},
+            {"rank": 1, "phase": "compute", "start_ns": 0, "end_ns": 10},
+            {"rank": 0, "phase": "in_flight", "name": "ALLREDUCE", "start_ns": 2, "end_ns": 8},
+        ]
+    )
+    for style in ("bar", "gl"):
+        fig = timeline_figure(events, style=style)
+        assert list(fig.layout.yaxis.categoryarray) == [0, "0 in flight", 1]
+        (flight,) = [trace for trace in fig.data if trace.name == "in_flight"]
+        assert {y for y in flight.y if y is not None} == {"0 in flight"}
+        (compute,) = [trace for trace in fig.data if trace.name == "compute"]
+        assert "0 in flight" not in list(compute.y)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import numpy as np
@@ -10,6 +9,7 @@ import pandas as pd
 import pytest
 
 from workbench.cases import predict_leak as case
+from workbench.experiment import Experiment, Point, build_result, write_outputs
 from workbench.recorder import Recorder
 from workbench.store import Run, StreamWriter, create_run
 from workbench.workloads.predict_leak import CONTROL, METHODS, kept_mb_per_call, method_order, run_methods
@@ -70,32 +70,44 @@ def _write_synthetic_run(root, slopes: dict[str, float], *, ranks: int = 2, call
     return Run.load(path)
 
 
+def _result(run: Run, out, methods, calls: int = 30):
+    """The case's result from one recorded run, through the same code the runner uses, written to ``out``."""
+    settings = case.CASE.settings("ci", {"methods": tuple(methods), "iterations": calls, "warmup": 0})
+    result = build_result(case.CASE, "ci", settings, {"n2": (Point.of(2), run)}, out=out)
+    write_outputs(result)
+    return result
+
+
 def test_summarise_a_synthetic_run(tmp_path):
     slopes = {"predict": 0.05, "predict_on_batch": 0.0, "call": 0.001, CONTROL: 0.8}
     run = _write_synthetic_run(tmp_path / "runs", slopes)
-    result = case.summarise(run.path, out=tmp_path / "out")
-    assert len(result.growth) == 2 * len(slopes)
-    assert set(result.growth["rank"]) == {0, 1}
-    assert result.verdicts == {"predict": "leak", "predict_on_batch": "no leak", "call": "no leak", CONTROL: "leak"}
+    result = _result(run, tmp_path / "out", slopes)
+    growth = result.tables["growth"]
+    verdicts = result.summary["verdict"]
+    assert len(growth) == 2 * len(slopes)
+    assert set(growth["rank"]) == {0, 1}
+    assert verdicts == {"predict": "leak", "predict_on_batch": "no leak", "call": "no leak", CONTROL: "leak"}
     for method, slope in slopes.items():
         assert result.summary["slope_mb_per_call"][method] == pytest.approx(slope, abs=1e-3)
     assert result.summary["ms_per_call"]["predict"] == pytest.approx(20.0)
     assert result.summary["ms_per_call"]["call"] == pytest.approx(10.0)
     assert result.summary["control_caught"] is True
     assert result.summary["order"] == {"0": list(slopes), "1": list(slopes)}
-    for name in ("growth.parquet", "timing.parquet", "report.html", "summary.json"):
+    for name in ("growth.parquet", "timing.parquet", "samples.parquet", "runs.parquet", "report.html", "summary.json"):
         assert (tmp_path / "out" / name).is_file()
     html = (tmp_path / "out" / "report.html").read_text()
     assert "Memory: predict" in html and "no leak" in html
     text = result.text()
     assert "`predict` still grows here" in text and "detector calls it a leak" in text
-    assert Run.load(run.path).meta["status"] == "finished"
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["verdict"] == verdicts
+    assert case.CASE.healthy(result.summary)
 
 
 def test_missed_control_is_a_warning(tmp_path):
     run = _write_synthetic_run(tmp_path / "runs", {"predict": 0.0, CONTROL: 0.0})
-    result = case.summarise(run.path, out=tmp_path / "out")
+    result = _result(run, tmp_path / "out", ["predict", CONTROL])
     assert result.summary["control_caught"] is False
+    assert not case.CASE.healthy(result.summary)  # `workbench run predict-leak` exits 1
     assert "WARNING" in result.text()
     assert "no longer leaks" in result.text()
 
@@ -116,27 +128,24 @@ def test_timing_table_ignores_warmup_spans():
     assert table.loc[0, "ms_per_call"] == pytest.approx(3.0)
 
 
-def test_main_prints_one_json_object(monkeypatch, tmp_path, capsys):
-    run = _write_synthetic_run(tmp_path / "runs", {"predict": 0.05, CONTROL: 0.8})
-    result = case.summarise(run.path, out=tmp_path / "out")
-    seen = {}
-
-    def fake_run(**kwargs):
-        seen.update(kwargs)
-        return result
-
-    monkeypatch.setattr(case, "run", fake_run)
-    args = argparse.Namespace(ranks=None, preset="reduced", out=str(tmp_path / "o"), json=True, backend="both")
-    assert case.main(args) == 0
-    payload = json.loads(capsys.readouterr().out)
-    assert seen["ranks"] == 2 and seen["preset"] == "reduced"
-    assert payload["verdict"] == {"predict": "leak", CONTROL: "leak"}
-    assert set(payload) >= {"ranks", "preset", "slope_mb_per_call", "verdict", "ms_per_call", "run_path", "report"}
+def test_one_point_at_the_largest_rank_count():
+    experiment = Experiment("predict-leak", preset="ci", ranks=3)
+    assert [p.key for p in experiment.plan()] == ["n3"]
+    assert case.CASE.workload_kwargs(experiment.settings, experiment.plan()[0]) == {
+        "methods": list(METHODS),
+        "iterations": 40,
+        "warmup": 10,
+        "batch": 32,
+        "seed": 0,
+    }
+    assert case.CASE.progress_units(experiment.settings, experiment.plan()[0]) == (3 * len(METHODS) * 40, "calls")
 
 
-def test_unknown_preset_is_one_clear_error(tmp_path):
-    with pytest.raises(ValueError, match="unknown preset"):
-        case.plan(preset="huge", out=tmp_path)
+def test_unknown_preset_and_method_are_one_clear_error():
+    with pytest.raises(ValueError, match="unknown preset 'huge' for case predict-leak: choose one of ci, reduced"):
+        Experiment("predict-leak", preset="huge")
+    with pytest.raises(ValueError, match="method 'predikt' is unknown"):
+        case.parse_methods("predict,predikt")
 
 
 # -- the workload in this process (TensorFlow, a few seconds) ---------------------------------------

@@ -11,6 +11,7 @@ import time
 import pandas as pd
 import pytest
 
+from workbench.config import physical_cores
 from workbench.events import EVENT_COLUMNS, events_frame
 from workbench.store import NotARunError, Run, RunTail, StreamWriter, compact, create_run, list_runs, update_run_meta
 
@@ -69,6 +70,8 @@ def test_schema_round_trip(tmp_path):
     assert run.meta["config"] == {"lr": 0.1}
     assert run.ranks == [0, 1]
     assert "python" in run.meta["versions"]
+    # the cores ranks x threads will be checked against later, on another machine perhaps
+    assert run.meta["cores"] == physical_cores()
 
 
 def test_not_a_run_is_one_clear_line(tmp_path):

@@ -7,7 +7,7 @@ import os
 
 if os.environ.get("WORKBENCH_PROFILE_RUN"):
     try:
-        from workbench._autorecord import start
+        from workbench.autorecord import start
 
         start(os.environ["WORKBENCH_PROFILE_RUN"])
     except Exception as error:  # profiling must never stop the user's script

@@ -1,8 +1,9 @@
 """The pure analysis layer: events and memory samples in, tables out (no plotting).
 
 Every function takes DataFrames shaped like ``workbench.events`` and returns a DataFrame or a
-small frozen dataclass; degenerate input either gives a defined result or raises ValueError
-saying what is wrong.
+small frozen dataclass. A recorded run never makes it raise: what a run lacks (no events, no
+compute spans, one rank, no memory samples) becomes a finding or a NaN with a note. Misuse (a
+missing column, two runs where one is expected) raises ValueError saying what is wrong.
 """
 
 from __future__ import annotations
@@ -10,42 +11,97 @@ from __future__ import annotations
 from workbench.analysis.breakdown import (
     effective_phase,
     lane_table,
+    own_time_spans,
     phase_breakdown,
-    phase_order,
     rank_wall_time,
 )
-from workbench.analysis.findings import findings, oversubscription_finding, rank_list
-from workbench.analysis.memory import memory_growth, memory_skew
+from workbench.analysis.compare import compare_runs
+from workbench.analysis.findings import (
+    combine_findings,
+    findings,
+    missing_data_finding,
+    oversubscription_finding,
+    oversubscription_finding_from_meta,
+)
+from workbench.analysis.input import input_bound_level, input_findings, input_share, queue_exhaustion, step_times
+from workbench.analysis.memory import memory_growth, memory_skew, memory_summary
 from workbench.analysis.pop import pop_metrics, pop_scaling, useful_phase_set
+from workbench.analysis.run_analysis import (
+    RunAnalysis,
+    analyse_run,
+    declared_ranks,
+    json_ready,
+    json_records,
+    lateness_summary,
+    run_header,
+)
 from workbench.analysis.scaling import (
     IoOverhead,
     io_overhead,
     scaling_table,
     step_throughput,
+    steps_per_rank,
     summarise_repetitions,
 )
+from workbench.analysis.straggler import (
+    allreduce_lateness,
+    communication_overlap,
+    step_spans,
+    step_waits,
+    straggler_rows,
+    wait_spans,
+    with_derived_waits,
+)
 from workbench.analysis.whatif import WhatIf, estimate_eval_interval, estimate_sharded_evaluation
+from workbench.events import GOOD_EFFICIENCY, phase_order, rank_list
 
 __all__ = [
+    "GOOD_EFFICIENCY",
     "IoOverhead",
+    "RunAnalysis",
     "WhatIf",
+    "allreduce_lateness",
+    "analyse_run",
+    "combine_findings",
+    "communication_overlap",
+    "compare_runs",
+    "declared_ranks",
     "effective_phase",
     "estimate_eval_interval",
     "estimate_sharded_evaluation",
     "findings",
+    "input_bound_level",
+    "input_findings",
+    "input_share",
     "io_overhead",
+    "json_ready",
+    "json_records",
     "lane_table",
+    "lateness_summary",
     "memory_growth",
     "memory_skew",
+    "memory_summary",
+    "missing_data_finding",
     "oversubscription_finding",
+    "oversubscription_finding_from_meta",
+    "own_time_spans",
     "phase_breakdown",
     "phase_order",
     "pop_metrics",
     "pop_scaling",
+    "queue_exhaustion",
     "rank_list",
     "rank_wall_time",
+    "run_header",
     "scaling_table",
+    "step_spans",
     "step_throughput",
+    "step_times",
+    "step_waits",
+    "steps_per_rank",
+    "straggler_rows",
     "summarise_repetitions",
     "useful_phase_set",
+    "wait_spans",
+    "with_derived_waits",
 ]

@@ -18,8 +18,7 @@ import numpy as np
 import pandas as pd
 
 from workbench import events as ev
-
-NS_PER_S = 1e9
+from workbench.events import NS_PER_S, phase_order
 
 #: Columns ``phase_breakdown`` can group by. ``run_id``, ``rank`` and ``host`` name a rank's
 #: timeline ("lane"); ``epoch`` and ``step`` cut that timeline into pieces.
@@ -35,14 +34,6 @@ _KEY_LIMIT = 2**62
 # --------------------------------------------------------------------------------------------
 # Public API
 # --------------------------------------------------------------------------------------------
-
-
-def phase_order(phases: Iterable[str]) -> list[str]:
-    """Display order: the known phases first (transfer before waiting), user phases, idle last."""
-    known = [ev.COMPUTE, ev.COMMUNICATION, ev.COMMUNICATION_WAIT, ev.EVALUATION, ev.INPUT, ev.CHECKPOINT]
-    present = list(dict.fromkeys(phases))
-    user = sorted(p for p in present if p not in known and p != ev.IDLE)
-    return [p for p in known if p in present] + user + ([ev.IDLE] if ev.IDLE in present else [])
 
 
 def effective_phase(events: pd.DataFrame) -> pd.Series:
@@ -78,6 +69,8 @@ def phase_breakdown(
       the clipped spans.
     - Communication spans named in ``events.COMMUNICATION_WAIT_ACTIVITIES`` appear as
       ``communication_wait``. Every group lists every phase seen (0 where absent) plus ``idle``.
+    - Spans in ``events.OVERLAP_PHASES`` (Horovod's collectives in flight) overlap the rank's own
+      time and are left out (see ``analysis.communication_overlap``).
     - No events (or none in the window): an empty frame with the same columns. A group whose extent
       is zero (only zero-length spans) has fraction 0.
     """
@@ -128,12 +121,22 @@ def rank_wall_time(
     frame = pd.DataFrame(
         {"busy_s": (wall - idle) / NS_PER_S, "wall_s": wall / NS_PER_S, "idle_s": idle / NS_PER_S}
     ).reset_index()
-    spans = _clip(_check_events(events), window)
+    spans = _clip(own_time_spans(_check_events(events)), window)
     active = spans.groupby(keys).agg(first_start_ns=("start_ns", "min"), last_end_ns=("end_ns", "max"))
     frame = frame.merge(active.reset_index(), on=keys, how="left")
     for column in ("first_start_ns", "last_end_ns"):
         frame[column] = frame[column].fillna(-1).astype("int64")
     return frame[columns]
+
+
+def own_time_spans(events: pd.DataFrame) -> pd.DataFrame:
+    """The spans that take a rank's own time: without ``events.OVERLAP_PHASES`` (collectives in flight).
+
+    Horovod's activities run on its background thread while the rank computes; counting them as the
+    rank's time would take that time from compute (on the one rank whose view the timeline is).
+    """
+    overlap = events["phase"].isin(ev.OVERLAP_PHASES)
+    return events.loc[~overlap] if overlap.any() else events
 
 
 # --------------------------------------------------------------------------------------------
@@ -157,7 +160,7 @@ def lane_table(
     timeline_columns = tuple(timeline_columns)
     if not set(timeline_columns) <= set(TIMELINE_COLUMNS):
         raise ValueError(f"timeline_columns={timeline_columns}: use a subset of {TIMELINE_COLUMNS}")
-    frame = _clip(_check_events(events, timeline_columns), window)
+    frame = _clip(own_time_spans(_check_events(events, timeline_columns)), window)
     columns = ["run_id", "rank", "host", *timeline_columns, "phase", "ns"]
     if frame.empty:
         return pd.DataFrame({c: pd.Series(dtype=_dtype_of(c)) for c in columns})

@@ -4,20 +4,33 @@ Each finding is one sentence a user can act on, with ``seconds_lost``: the wall-
 problem costs, computed from the breakdown (how is stated per kind below). Findings look at the same
 time from different angles, so they can overlap (ranks waiting for rank 0's evaluation are also
 communication waiting): do not add their seconds up.
+
+A run that lacks what a metric needs (no events, no compute spans, one rank, no communication)
+gets a finding that says what is missing and what to record, never an exception: such findings
+have ``seconds_lost`` NaN (the cost cannot be measured) and sort last.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from workbench import events as ev
 from workbench.analysis.breakdown import phase_breakdown
-from workbench.analysis.pop import pop_metrics
+from workbench.analysis.pop import pop_metrics, useful_phase_set
+from workbench.events import GOOD_EFFICIENCY, phase_order, rank_list
 
 FINDING_COLUMNS: tuple[str, ...] = ("order", "kind", "text", "seconds_lost", "fraction_of_wall", "ranks")
+
+#: Where to look for how to record what a finding says is missing.
+RECORD_COMPUTE = "record the training steps as compute spans (Recorder.phase('compute'), the Keras callback)"
+RECORD_COMMUNICATION = (
+    "record it: Horovod's timeline (workbench profile, HOROVOD_TIMELINE) or"
+    " Recorder.phase('communication') around the allreduce"
+)
 
 
 def findings(
@@ -26,7 +39,8 @@ def findings(
     pop: pd.DataFrame | None = None,
     ranks: Iterable[int] | None = None,
     min_fraction: float = 0.02,
-    efficiency_target: float = 0.8,
+    efficiency_target: float = GOOD_EFFICIENCY,
+    breakdown: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Findings for one run, largest ``seconds_lost`` first (columns ``FINDING_COLUMNS``).
 
@@ -38,16 +52,31 @@ def findings(
     - ``load_imbalance``: ``max(compute) - mean(compute)``: the time ranks wait for the slowest.
     - ``communication``: mean over ranks of communication (transfer + waiting) seconds.
     - ``input_pipeline``: mean over ranks of input seconds (waiting for the next batch).
+    - ``host_work``: mean over ranks of ``host`` seconds (outside any training step).
     - ``idle``: mean over ranks of idle seconds (time in no span).
-    - ``low_parallel_efficiency`` (POP PE below ``efficiency_target``): ``W * (1 - PE)``.
+    - ``low_parallel_efficiency`` (POP PE below ``efficiency_target``, 2 or more ranks):
+      ``W * (1 - PE)``; the text names the useful phases and where the rest of the time went.
+    - ``outside_useful_phases`` (one rank whose share of time in useful phases is below
+      ``efficiency_target``): ``W * (1 - PE)``, the same number, but named for what it is: on one
+      rank nothing is lost to parallelism, the time went to evaluation, idle and the like.
+
+    Missing data (``seconds_lost`` NaN): ``no_events``, ``zero_wall_time``, ``no_useful_time`` (no
+    span in a useful phase: no POP metrics), ``single_rank`` (no parallel losses to measure),
+    ``no_communication`` (several ranks but no communication span).
 
     A finding is reported when its ``seconds_lost / W`` is at least ``min_fraction`` (low
     parallel efficiency: whenever PE is below the target). ``pop`` is ``pop_metrics`` of the same
-    run (computed when not given). No findings: an empty frame with the same columns.
+    run (computed when not given), ``breakdown`` its ``phase_breakdown(events, by=("run_id",
+    "rank"), ranks=ranks)`` (likewise). No findings: an empty frame with the same columns.
     """
-    breakdown = phase_breakdown(events, by=("run_id", "rank"), ranks=ranks)
+    if breakdown is None:
+        breakdown = phase_breakdown(events, by=("run_id", "rank"), ranks=ranks)
     if breakdown.empty:
-        raise ValueError("no events: record a run before asking for findings")
+        return missing_data_finding(
+            "no_events",
+            "no events recorded: record phase spans (Recorder.phase, the Keras callback) or the"
+            " Horovod timeline (workbench profile) to get a breakdown, POP metrics and findings",
+        )
     runs = breakdown["run_id"].unique()
     if len(runs) > 1:
         raise ValueError(f"events hold {len(runs)} runs: select one (events[events.run_id == ...])")
@@ -57,7 +86,11 @@ def findings(
     phase = {p: seconds[p] if p in seconds else pd.Series(0.0, index=seconds.index) for p in _PHASES}
     wall = float(seconds.sum(axis=1).max())
     if wall <= 0:
-        raise ValueError("the run has zero wall time: its spans are all zero-length")
+        return missing_data_finding(
+            "zero_wall_time",
+            "the run has zero wall time: every span is zero-length; record spans with their real"
+            " start and end times",
+        )
     n_ranks = len(seconds)
     rows: list[dict] = []
 
@@ -68,6 +101,17 @@ def findings(
                 "text": text,
                 "seconds_lost": float(lost),
                 "fraction_of_wall": float(lost) / wall,
+                "ranks": involved if isinstance(involved, str) else rank_list(involved),
+            }
+        )
+
+    def note(kind: str, text: str, involved: Iterable[int] | str = "all") -> None:
+        rows.append(
+            {
+                "kind": kind,
+                "text": text,
+                "seconds_lost": np.nan,
+                "fraction_of_wall": np.nan,
                 "ranks": involved if isinstance(involved, str) else rank_list(involved),
             }
         )
@@ -83,10 +127,11 @@ def findings(
         wait_share = float(waiting[others].mean()) / wall
         if lost / wall >= min_fraction:
             verb = "evaluates" if len(evaluators) == 1 else "evaluate"
+            wait = "waits" if len(others) == 1 else "wait"
             add(
                 "serial_evaluation",
                 f"{_ranks_word(evaluators)} {rank_list(evaluators)} {verb} for {evaluation.max() / wall:.0%}"
-                f" of wall time while {_ranks_word(others)} {rank_list(others)} wait (communication or idle:"
+                f" of wall time while {_ranks_word(others)} {rank_list(others)} {wait} (communication or idle:"
                 f" {wait_share:.0%} of their time); sharing evaluation over all ranks would save about"
                 f" {lost:.1f} s",
                 lost,
@@ -124,6 +169,18 @@ def findings(
             _busy_ranks(input_s),
         )
 
+    host = phase[ev.HOST]
+    lost = float(host.mean())
+    if lost / wall >= min_fraction:
+        add(
+            "host_work",
+            f"host work between steps: ranks spend {lost / wall:.0%} of wall time outside their training"
+            f" steps (most: rank {host.idxmax()}, {host.max() / wall:.0%}): Python between the step calls,"
+            " callbacks, logging; a rank that does more of it than the others makes them wait (see straggler)",
+            lost,
+            _busy_ranks(host),
+        )
+
     idle = phase[ev.IDLE]
     lost = float(idle.mean())
     if lost / wall >= min_fraction:
@@ -140,17 +197,66 @@ def findings(
     if len(pop) != 1:
         raise ValueError(f"pop has {len(pop)} rows: pass pop_metrics of this one run")
     metrics = pop.iloc[0]
+    useful = str(metrics.get("useful_phases") or "+".join(useful_phase_set()))
     efficiency = float(metrics["parallel_efficiency"])
-    if efficiency < efficiency_target:
-        runtime = float(metrics["runtime_s"])
+    runtime = float(metrics["runtime_s"])
+    elsewhere = _time_outside(seconds, useful.split("+"), wall)
+    if np.isnan(efficiency):
+        note(
+            "no_useful_time",
+            f"no time in the useful phases ({useful}), so there are no POP metrics: {RECORD_COMPUTE}"
+            + (f"; recorded instead: {elsewhere}" if elsewhere else ""),
+        )
+    elif n_ranks == 1 and efficiency < efficiency_target:
+        add(
+            "outside_useful_phases",
+            f"rank {seconds.index[0]} spends {1 - efficiency:.0%} of wall time outside the useful phases"
+            f" ({useful}): {elsewhere}",
+            runtime * (1.0 - efficiency),
+            seconds.index,
+        )
+    elif n_ranks > 1 and efficiency < efficiency_target:
         add(
             "low_parallel_efficiency",
             f"parallel efficiency is {efficiency:.2f} (below {efficiency_target:.2f}): load balance"
             f" {metrics['load_balance']:.2f} x communication efficiency"
-            f" {metrics['communication_efficiency']:.2f}",
+            f" {metrics['communication_efficiency']:.2f}; useful phases: {useful}; the rest of wall"
+            f" time, mean over ranks: {elsewhere}",
             runtime * (1.0 - efficiency),
             "all",
         )
+    if n_ranks == 1:
+        note(
+            "single_rank",
+            f"1 rank: no parallel losses to measure (load balance is 1 by definition, and POP's"
+            f" communication efficiency is only the share of wall time in the useful phases, {useful});"
+            " record a run on 2 or more ranks to measure parallel efficiency",
+            seconds.index,
+        )
+    elif float((transfer + waiting).max()) <= 0 and not events["phase"].isin(ev.OVERLAP_PHASES).any():
+        note(
+            "no_communication",
+            f"no communication recorded on {n_ranks} ranks: waiting for other ranks shows as idle or"
+            f" inside other phases; {RECORD_COMMUNICATION}",
+        )
+    return _ranked(rows)
+
+
+def missing_data_finding(kind: str, text: str, ranks: str = "all") -> pd.DataFrame:
+    """One finding that says what a run lacks and what to record; its cost is unknown (NaN)."""
+    return _ranked(
+        [{"kind": kind, "text": text, "seconds_lost": np.nan, "fraction_of_wall": np.nan, "ranks": ranks}]
+    )
+
+
+def combine_findings(*frames: pd.DataFrame) -> pd.DataFrame:
+    """Findings of one run from several sources, ranked together (``order`` renumbered)."""
+    rows = [
+        row
+        for frame in frames
+        if frame is not None and len(frame)
+        for row in frame.drop(columns=["order"], errors="ignore").to_dict("records")
+    ]
     return _ranked(rows)
 
 
@@ -191,22 +297,48 @@ def oversubscription_finding(
     return _ranked([row])
 
 
-def rank_list(ranks: Iterable[int]) -> str:
-    """Compact rank list for sentences: ``[1, 2, 3, 5]`` -> ``"1–3, 5"``."""
-    values = sorted({int(r) for r in ranks})
-    parts: list[str] = []
-    start = previous = None
-    for value in [*values, None]:
-        if start is not None and (value is None or value != previous + 1):
-            parts.append(str(start) if start == previous else f"{start}–{previous}")
-            start = None
-        if value is not None and start is None:
-            start = value
-        previous = value
-    return ", ".join(parts)
+def oversubscription_finding_from_meta(meta: Mapping[str, Any], *, wall_s: float | None = None) -> pd.DataFrame:
+    """``oversubscription_finding`` with the settings the run recorded, not this machine's.
+
+    Reads ``meta["config"]["cluster"]`` (``ClusterConfig.as_dict()``: ``ranks``, ``threads``,
+    ``cores``), falling back to ``meta["ranks"]`` and ``meta["cores"]``. Ranks spread over several
+    machines (a hostfile, Slurm) are not judged against one machine's cores: empty frame. Settings
+    that were not recorded give a ``settings_not_recorded`` finding that says which.
+    """
+    config = meta.get("config") if isinstance(meta.get("config"), Mapping) else {}
+    cluster = config.get("cluster") if isinstance(config.get("cluster"), Mapping) else {}
+    if cluster.get("hostfile") or cluster.get("launcher") == "slurm":
+        return _ranked([])
+    settings = {
+        "ranks": cluster.get("ranks") or cluster.get("n") or meta.get("ranks"),
+        "threads per rank": cluster.get("threads") or cluster.get("threads_per_rank"),
+        "cores": cluster.get("cores") or meta.get("cores"),
+    }
+    missing = [name for name, value in settings.items() if not _whole_number(value)]
+    if missing:
+        return missing_data_finding(
+            "settings_not_recorded",
+            f"oversubscription not checked: the run does not record its {' and '.join(missing)}; record"
+            " ClusterConfig.as_dict() as config['cluster'] in create_run (Cluster and workbench profile do)",
+        )
+    return oversubscription_finding(
+        int(settings["ranks"]), int(settings["threads per rank"]), int(settings["cores"]), wall_s=wall_s
+    )
 
 
-_PHASES = (ev.COMPUTE, ev.COMMUNICATION, ev.COMMUNICATION_WAIT, ev.EVALUATION, ev.INPUT, ev.IDLE)
+def _whole_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value >= 1 and int(value) == value
+
+
+_PHASES = (ev.COMPUTE, ev.COMMUNICATION, ev.COMMUNICATION_WAIT, ev.EVALUATION, ev.INPUT, ev.HOST, ev.IDLE)
+
+
+def _time_outside(seconds: pd.DataFrame, useful: list[str], wall: float) -> str:
+    """Mean seconds per rank in each phase that is not useful, as shares of wall time, largest first."""
+    means = seconds.mean(axis=0)
+    others = [p for p in phase_order(seconds.columns) if p not in useful and means[p] > 0]
+    others.sort(key=lambda p: -means[p])
+    return ", ".join(f"{p} {means[p] / wall:.0%}" for p in others)
 
 
 def _ranks_word(ranks: Iterable[int]) -> str:
@@ -219,8 +351,9 @@ def _busy_ranks(seconds: pd.Series) -> str:
 
 def _ranked(rows: list[dict]) -> pd.DataFrame:
     frame = pd.DataFrame(rows, columns=[c for c in FINDING_COLUMNS if c != "order"])
-    frame = frame.sort_values(["seconds_lost", "kind"], ascending=[False, True], kind="stable").reset_index(
-        drop=True
-    )
+    frame = frame.astype({"seconds_lost": "float64", "fraction_of_wall": "float64"})
+    frame = frame.sort_values(
+        ["seconds_lost", "kind"], ascending=[False, True], kind="stable", na_position="last"
+    ).reset_index(drop=True)
     frame.insert(0, "order", np.arange(1, len(frame) + 1))
-    return frame.astype({"seconds_lost": "float64", "fraction_of_wall": "float64"})
+    return frame

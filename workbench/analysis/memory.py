@@ -13,9 +13,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-#: Megabyte used in every ``*_mb`` column: 10**6 bytes.
-BYTES_PER_MB = 1_000_000
-NS_PER_S = 1e9
+from workbench.events import BYTES_PER_MB, NS_PER_S
 
 GROWTH_COLUMNS: tuple[str, ...] = (
     "n",
@@ -159,3 +157,38 @@ def memory_skew(samples: pd.DataFrame, *, memory: str = "rss_bytes") -> pd.DataF
     peaks["peak_over_mean"] = peaks["peak_mb"] / mean_peak
     peaks["skew"] = peaks.groupby("run_id")["peak_over_mean"].transform("max")
     return peaks[["run_id", "rank", "peak_mb", "peak_over_mean", "skew"]]
+
+
+MEMORY_SUMMARY_COLUMNS: tuple[str, ...] = ("rank", "samples", "first_mb", "last_mb", "peak_mb", "gpu_peak_mb")
+
+
+def memory_summary(samples: pd.DataFrame) -> pd.DataFrame:
+    """Per rank: how many samples, resident memory at the first and last sample, its peak.
+
+    A glance before any fit: a rank whose last value sits far above its first, or whose peak is far
+    above the other ranks', is where to look with ``memory_growth`` / ``memory_skew``. Samples with
+    unknown memory (-1) are left out; ``gpu_peak_mb`` is NaN when the rank had no GPU reading. No
+    samples: an empty frame with columns ``MEMORY_SUMMARY_COLUMNS``.
+    """
+    columns = list(MEMORY_SUMMARY_COLUMNS)
+    if samples is None or len(samples) == 0:
+        return pd.DataFrame({c: pd.Series(dtype="int64" if c in ("rank", "samples") else "float64") for c in columns})
+    missing = [c for c in ("rank", "time_ns", "rss_bytes") if c not in samples]
+    if missing:
+        raise ValueError(f"samples lack columns {missing}: pass a memory frame (workbench.events.MEMORY_COLUMNS)")
+    rss = samples.loc[samples["rss_bytes"] >= 0].sort_values(["rank", "time_ns"], kind="stable")
+    per_rank = rss.groupby("rank", sort=True)["rss_bytes"].agg(["size", "first", "last", "max"])
+    gpu = samples["gpu_bytes"] if "gpu_bytes" in samples else pd.Series(-1, index=samples.index)
+    gpu_peak = gpu.where(gpu >= 0).groupby(samples["rank"]).max()
+    ranks = sorted(set(per_rank.index) | set(gpu_peak.index))
+    per_rank = per_rank.reindex(ranks)
+    return pd.DataFrame(
+        {
+            "rank": np.asarray(ranks, dtype=np.int64),
+            "samples": per_rank["size"].fillna(0).to_numpy(dtype=np.int64),
+            "first_mb": per_rank["first"].to_numpy(dtype=np.float64) / BYTES_PER_MB,
+            "last_mb": per_rank["last"].to_numpy(dtype=np.float64) / BYTES_PER_MB,
+            "peak_mb": per_rank["max"].to_numpy(dtype=np.float64) / BYTES_PER_MB,
+            "gpu_peak_mb": gpu_peak.reindex(ranks).to_numpy(dtype=np.float64) / BYTES_PER_MB,
+        }
+    )

@@ -20,7 +20,8 @@ import numpy as np
 import pandas as pd
 
 from workbench import events as ev
-from workbench.analysis.breakdown import NS_PER_S, lane_table
+from workbench.analysis.breakdown import lane_table
+from workbench.events import NS_PER_S
 
 POP_COLUMNS: tuple[str, ...] = (
     "run_id",
@@ -33,6 +34,7 @@ POP_COLUMNS: tuple[str, ...] = (
     "communication_efficiency",
     "parallel_efficiency",
     "useful_phases",
+    "note",
 )
 
 
@@ -67,10 +69,14 @@ def pop_metrics(
     with no events (they count with zero useful time). Pass ``breakdown`` (``phase_breakdown(events,
     by=("run_id", "rank"))``) to skip recomputing it.
 
-    Raises ValueError for no events, a run of zero wall time, or a run with no useful time at all
-    (the ratios would be 0/0).
+    A run the metrics cannot describe still gets its row, with the efficiencies NaN and ``note``
+    saying why and what to record: zero wall time (only zero-length spans) or no time in a useful
+    phase (no compute spans). A one-rank run's note says that load balance is 1 by definition and
+    that communication efficiency is then just the share of time in the useful phases. No events:
+    an empty frame. ``note`` is "" otherwise.
     """
     useful = useful_phase_set(input_is_useful, useful_phases)
+    useful_label = "+".join(useful)
     if breakdown is None:  # the per-lane table is all POP needs: skip the long-format reshaping
         table = lane_table(events, ranks=ranks)
         breakdown = table.assign(seconds=table["ns"] / NS_PER_S)[["run_id", "rank", "phase", "seconds"]]
@@ -79,8 +85,6 @@ def pop_metrics(
         raise ValueError(
             f"breakdown lacks columns {missing}: pass phase_breakdown(events, by=('run_id', 'rank'))"
         )
-    if breakdown.empty:
-        raise ValueError("no events: record a run (or widen the window) before computing POP metrics")
     per_rank = breakdown.assign(useful_s=np.where(breakdown["phase"].isin(useful), breakdown["seconds"], 0.0))
     per_rank = per_rank.groupby(["run_id", "rank"], sort=True).agg(
         wall_s=("seconds", "sum"), useful_s=("useful_s", "sum")
@@ -88,17 +92,25 @@ def pop_metrics(
     rows = []
     for run_id, run in per_rank.groupby(level="run_id", sort=True):
         runtime = float(run["wall_s"].max())
-        if runtime <= 0:
-            raise ValueError(f"run {run_id!r} has zero wall time: its spans are all zero-length")
         useful_max = float(run["useful_s"].max())
-        if useful_max <= 0:
-            raise ValueError(
-                f"run {run_id!r} has no time in useful phases {useful}:"
-                " record compute spans or pass useful_phases"
-            )
         useful_mean = float(run["useful_s"].mean())
-        load_balance = useful_mean / useful_max
-        communication_efficiency = useful_max / runtime
+        load_balance = communication_efficiency = float("nan")
+        if runtime <= 0:
+            note = "zero wall time: every span is zero-length; record spans with their real start and end"
+        elif useful_max <= 0:
+            note = (
+                f"no time in the useful phases ({useful_label}): record the training steps as"
+                " compute spans (Recorder.phase('compute'), the Keras callback) or pass useful_phases"
+            )
+        else:
+            load_balance = useful_mean / useful_max
+            communication_efficiency = useful_max / runtime
+            note = (
+                f"1 rank: load balance is 1 by definition; communication efficiency is the share of"
+                f" wall time in the useful phases ({useful_label})"
+                if len(run) == 1
+                else ""
+            )
         rows.append(
             {
                 "run_id": run_id,
@@ -110,7 +122,8 @@ def pop_metrics(
                 "load_balance": load_balance,
                 "communication_efficiency": communication_efficiency,
                 "parallel_efficiency": load_balance * communication_efficiency,
-                "useful_phases": "+".join(useful),
+                "useful_phases": useful_label,
+                "note": note,
             }
         )
     return pd.DataFrame(rows, columns=list(POP_COLUMNS))

@@ -18,15 +18,14 @@ come from (and therefore how to read them), and is kept in the output.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from workbench import events as ev
-
-NS_PER_S = 1e9
+from workbench.events import NS_PER_S
 
 
 def step_throughput(
@@ -100,6 +99,56 @@ def step_throughput(
             row["samples_per_s"] = steps_per_s * samples_per_step
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+STEP_COLUMNS: tuple[str, ...] = ("rank", "steps", "seconds", "steps_per_s", "mean_step_s")
+
+
+def steps_per_rank(
+    events: pd.DataFrame,
+    *,
+    ranks: Iterable[int] | None = None,
+    step_name: str = "train_step",
+    step_phase: str = ev.COMPUTE,
+) -> pd.DataFrame:
+    """Training steps each rank recorded and its pace: a straggler shows as fewer steps per second.
+
+    Steps are the ``step_phase`` spans named ``step_name`` (what the recorder's Keras callback and
+    the case studies write). Per rank: ``steps``; ``seconds`` from its first step's start to its
+    last step's end (so time between steps counts); ``steps_per_s = steps / seconds``;
+    ``mean_step_s``, the mean step span. Ranks in ``ranks`` without steps get ``steps = 0`` and NaN
+    rates; no steps at all: an empty frame with columns ``STEP_COLUMNS``.
+    """
+    missing = [c for c in ("rank", "phase", "name", "start_ns", "end_ns") if c not in events]
+    if missing:
+        raise ValueError(f"events lack columns {missing}: build them with workbench.events.events_frame")
+    steps = events.loc[(events["phase"] == step_phase) & (events["name"] == step_name)]
+    listed = sorted({int(r) for r in ranks}) if ranks is not None else []
+    if steps.empty and not listed:
+        dtypes = {c: "int64" if c in ("rank", "steps") else "float64" for c in STEP_COLUMNS}
+        return pd.DataFrame({c: pd.Series(dtype=dtype) for c, dtype in dtypes.items()})
+    per_rank = steps.assign(duration_ns=steps["end_ns"] - steps["start_ns"]).groupby("rank").agg(
+        steps=("start_ns", "size"),
+        first_ns=("start_ns", "min"),
+        last_ns=("end_ns", "max"),
+        busy_ns=("duration_ns", "sum"),
+    )
+    all_ranks = sorted(set(int(r) for r in per_rank.index) | set(listed))
+    per_rank = per_rank.reindex(all_ranks)
+    count = per_rank["steps"].fillna(0).astype("int64")
+    seconds = ((per_rank["last_ns"] - per_rank["first_ns"]) / NS_PER_S).astype("float64")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rate = np.where((count > 0) & (seconds > 0), count / seconds, np.nan)
+        mean_step = np.where(count > 0, per_rank["busy_ns"] / NS_PER_S / count, np.nan)
+    return pd.DataFrame(
+        {
+            "rank": np.asarray(all_ranks, dtype=np.int64),
+            "steps": count.to_numpy(),
+            "seconds": seconds.to_numpy(),
+            "steps_per_s": rate.astype(np.float64),
+            "mean_step_s": np.asarray(mean_step, dtype=np.float64),
+        }
+    )
 
 
 def summarise_repetitions(values: Sequence[float] | np.ndarray | pd.Series) -> pd.DataFrame:

@@ -22,7 +22,8 @@ import numpy as np
 import pandas as pd
 
 from workbench import events as ev
-from workbench.analysis.breakdown import NS_PER_S, lane_table
+from workbench.analysis.breakdown import lane_table
+from workbench.events import NS_PER_S
 
 COMMUNICATION_PHASES = (ev.COMMUNICATION, ev.COMMUNICATION_WAIT)
 SLACK_PHASES = (ev.IDLE,)

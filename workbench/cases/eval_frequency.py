@@ -4,153 +4,253 @@ Seed (000): an MPI + TensorFlow MNIST run spent most of its "MPI time" with rank
 rank 0 to evaluate on the full training and test sets every epoch; evaluating every 30 epochs
 gave 2.18x. Seed (002) found the same: evaluation frequency grew with node count.
 
-The experiment: ranks 1..N × evaluation interval × backend, every run recorded in the store. The
-summary table has wall time, phase breakdown, speedup over 1 rank, speedup from the fix at each
-rank count, the what-if estimate (made from the interval-1 run before the fixed run is measured)
-next to the measured value, and findings.
+The sweep: ranks 1..N × backend × evaluation interval, every point one recorded run. The result
+has wall time, phase breakdown, speedup over 1 rank, the speedup from the fix at each rank count,
+and the what-if estimate (made from the interval-1 run alone) beside the measured value.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import pandas as pd
 
 from workbench import analysis
-from workbench.cluster import Cluster
-from workbench.config import ClusterConfig, physical_cores
-from workbench.store import Run, create_run, update_run_meta
+from workbench.experiment import Case, CaseOption, ExperimentResult, Point
+from workbench.store import Run
 from workbench.workloads.eval_frequency import BACKENDS, TrainSettings, train_on_rank
 
-#: Presets: "reduced" runs here (2 cores) in a few minutes; "full" is the seed's shape.
-PRESETS: dict[str, dict[str, Any]] = {
-    "reduced": {"epochs": 30, "dataset_repeat": 2, "intervals": (1, 30)},
-    "full": {"epochs": 60, "dataset_repeat": 8, "intervals": (1, 30)},
-    "ci": {"epochs": 6, "dataset_repeat": 1, "intervals": (1, 6)},
-}
+SEED_SPEEDUP_EVAL_FIX = 2.18
+WARMUP_STEPS = 10  # steps left out of throughput: graph tracing and first allocations
 
 
-@dataclass
-class EvalFrequencyResult:
-    """Everything the notebook and the headless runner show."""
+@dataclass(frozen=True)
+class EvalFrequencySettings:
+    """A preset: the training run's shape and the sweep's intervals and backends."""
 
-    table: pd.DataFrame
-    breakdown: pd.DataFrame
-    findings: pd.DataFrame
-    scaling: pd.DataFrame
-    runs: dict[str, Path] = field(default_factory=dict)
-    summary: dict[str, Any] = field(default_factory=dict)
+    epochs: int
+    dataset_repeat: int
+    intervals: tuple[int, ...]
+    backends: tuple[str, ...] = BACKENDS
+    eval_mode: str = "rank0"
+    batch: int = 64
+    dataset: str = "digits"
 
-
-def start_one_async(
-    cluster: Cluster, root: str | Path, settings: TrainSettings, *, suffix: str = "-live"
-) -> tuple[Path, Any]:
-    """Start one run without blocking (for the live dashboard); returns (run path, AsyncResult)."""
-    run_path = create_run(
-        root,
-        f"{settings.backend}-n{cluster.n}-k{settings.eval_interval}{suffix}",
-        ranks=cluster.n,
-        config={"train": asdict(settings), "cluster": cluster.config.as_dict()},
-    )
-    async_result = cluster.client[sorted(cluster.client.ids)].apply_async(
-        train_on_rank, str(run_path.resolve()), asdict(settings)
-    )
-    return run_path, async_result
+    def train(self, backend: str, eval_interval: int) -> TrainSettings:
+        """The workload's settings at one point of the sweep."""
+        return TrainSettings(
+            backend=backend,
+            epochs=self.epochs,
+            eval_interval=eval_interval,
+            eval_mode=self.eval_mode,
+            batch=self.batch,
+            dataset=self.dataset,
+            dataset_repeat=self.dataset_repeat,
+        )
 
 
-def run_one(cluster: Cluster, root: str | Path, settings: TrainSettings) -> tuple[Path, list[dict[str, Any]]]:
-    """One training run on all engines of ``cluster``, recorded under ``root``; blocking."""
-    run_path, async_result = start_one_async(cluster, root, settings, suffix="")
+def parse_backends(text: str) -> tuple[str, ...]:
+    """``--backend both`` (or ``mpi4py,horovod``) -> the backends to sweep, checked."""
+    chosen = BACKENDS if text == "both" else tuple(b.strip() for b in text.split(",") if b.strip())
+    unknown = [b for b in chosen if b not in BACKENDS]
+    if unknown or not chosen:
+        raise ValueError(f"backend {text!r} is unknown: use one of {', '.join(BACKENDS)} or both")
+    return chosen
+
+
+def parse_intervals(text: str) -> tuple[int, ...]:
+    """``--intervals 1,30`` -> (1, 30): the first is the baseline, the last the fix."""
     try:
-        results = async_result.get()
-    except Exception:
-        update_run_meta(run_path, status="failed")
-        raise
-    update_run_meta(
-        run_path, status="finished", wall_s=max(r["wall_s"] for r in results), history=results[0]["history"]
-    )
-    return run_path, results
+        intervals = tuple(int(k) for k in text.split(","))
+    except ValueError:
+        raise ValueError(f"intervals {text!r}: give whole numbers of epochs, e.g. 1,30") from None
+    if len(intervals) < 2 or min(intervals) < 1:
+        raise ValueError(f"intervals {text!r}: give at least two intervals >= 1, e.g. 1,30")
+    return intervals
 
 
-def summarise_run(run: Run, settings: TrainSettings, results: list[dict[str, Any]]) -> dict[str, Any]:
-    """One row of the result table from a recorded run."""
-    events = run.events
-    pop = analysis.pop_metrics(events).iloc[0]
-    throughput = analysis.step_throughput(
-        events, warmup_steps=10, measured_steps=10_000, samples_per_step=settings.batch * len(results)
-    ).iloc[0]
-    breakdown = analysis.phase_breakdown(events, by=("rank",))
-    fractions = breakdown.groupby("phase")["seconds"].sum() / breakdown["seconds"].sum()
-    row = {
-        "run_id": run.run_id,
-        "backend": settings.backend,
-        "ranks": len(results),
-        "eval_interval": settings.eval_interval,
-        "eval_mode": settings.eval_mode,
-        "wall_s": max(r["wall_s"] for r in results),
-        "train_samples_per_s": float(throughput["throughput"]),
-        "load_balance": float(pop["load_balance"]),
-        "communication_efficiency": float(pop["communication_efficiency"]),
-        "parallel_efficiency": float(pop["parallel_efficiency"]),
-        "test_accuracy": results[0]["history"][-1]["test_accuracy"] if results[0]["history"] else float("nan"),
-        "path": str(run.path),
+class EvalFrequency(Case):
+    name = "eval-frequency"
+    title = "Evaluation frequency"
+    about = "rank 0 evaluating every epoch stalls the other ranks; the fix and its what-if (seed 000: 2.18x)"
+    presets: Mapping[str, EvalFrequencySettings] = {
+        "ci": EvalFrequencySettings(epochs=6, dataset_repeat=1, intervals=(1, 6)),
+        "reduced": EvalFrequencySettings(epochs=30, dataset_repeat=2, intervals=(1, 30)),
+        "full": EvalFrequencySettings(epochs=60, dataset_repeat=8, intervals=(1, 30)),
     }
-    row.update({f"fraction_{phase}": float(value) for phase, value in fractions.items()})
-    return row
+    options = (
+        CaseOption("--backend", "backends", "mpi4py, horovod or both (default)", parse_backends),
+        CaseOption("--intervals", "intervals", "evaluation intervals in epochs, e.g. 1,30", parse_intervals),
+        CaseOption("--epochs", "epochs", "epochs per run", int),
+    )
+    workload = staticmethod(train_on_rank)
+
+    def points(self, settings: EvalFrequencySettings, max_ranks: int) -> list[Point]:
+        return [
+            Point.of(n, {"backend": backend, "eval_interval": k}, {"eval_interval": "k"})
+            for n in range(1, max_ranks + 1)
+            for backend in settings.backends
+            for k in settings.intervals
+        ]
+
+    def workload_kwargs(self, settings: EvalFrequencySettings, point: Point) -> dict[str, Any]:
+        return {"settings_dict": asdict(settings.train(point["backend"], point["eval_interval"]))}
+
+    def row(self, run: Run, point: Point, settings: EvalFrequencySettings) -> dict[str, Any]:
+        results = run.meta.get("rank_results") or []
+        events = run.events
+        pop = analysis.pop_metrics(events).iloc[0]
+        throughput = analysis.step_throughput(
+            events, warmup_steps=WARMUP_STEPS, measured_steps=10_000, samples_per_step=settings.batch * point.ranks
+        ).iloc[0]
+        breakdown = analysis.phase_breakdown(events, by=("rank",))
+        fractions = breakdown.groupby("phase")["seconds"].sum() / breakdown["seconds"].sum()
+        history = results[0].get("history", []) if results else []
+        row = {
+            "run_id": run.run_id,
+            "backend": point["backend"],
+            "ranks": point.ranks,
+            "eval_interval": point["eval_interval"],
+            "eval_mode": settings.eval_mode,
+            "wall_s": max((r["wall_s"] for r in results), default=float("nan")),
+            "train_samples_per_s": float(throughput["throughput"]),
+            "load_balance": float(pop["load_balance"]),
+            "communication_efficiency": float(pop["communication_efficiency"]),
+            "parallel_efficiency": float(pop["parallel_efficiency"]),
+            "test_accuracy": history[-1]["test_accuracy"] if history else float("nan"),
+            "path": str(run.path),
+        }
+        row.update({f"fraction_{phase}": float(value) for phase, value in fractions.items()})
+        return row
+
+    def tables(self, rows: pd.DataFrame, runs: Mapping[str, Run], settings: EvalFrequencySettings) -> dict[str, Any]:
+        table = add_speedups(
+            rows, settings.intervals, {row.run_id: runs[row.point].events for row in rows.itertuples()}
+        )
+        breakdowns, found = [], []
+        labels = ["run_id", "backend", "ranks", "eval_interval"]
+        for row in table.itertuples():
+            run = runs[row.point]
+            tags = {name: getattr(row, name) for name in labels}
+            breakdowns.append(analysis.phase_breakdown(run.events, by=("rank",)).assign(**tags))
+            trap = analysis.oversubscription_finding_from_meta(run.meta, wall_s=float(row.wall_s))
+            found.append(analysis.combine_findings(analysis.findings(run.events), trap).assign(**tags))
+        fixed = table[table["eval_interval"] == max(settings.intervals)]
+        scaling = pd.concat(
+            [
+                analysis.scaling_table(
+                    group.rename(columns={"train_samples_per_s": "throughput"})[["ranks", "throughput"]],
+                    "weak",
+                    statistic="mean",
+                ).assign(backend=backend)
+                for backend, group in fixed.groupby("backend")
+            ],
+            ignore_index=True,
+        )
+        return {
+            "runs": table,
+            "breakdown": pd.concat(breakdowns, ignore_index=True),
+            "findings": pd.concat(found, ignore_index=True),
+            "scaling": scaling,
+        }
+
+    def summary(self, rows: pd.DataFrame, tables: Mapping[str, pd.DataFrame], settings: Any) -> dict[str, Any]:
+        table, scaling = tables["runs"], tables["scaling"]
+        largest_ranks = int(table["ranks"].max())
+        largest = table[(table["ranks"] == largest_ranks) & table["speedup_eval_fix"].notna()]
+        by_backend = dict(zip(largest["backend"], largest["speedup_eval_fix"].astype(float)))
+        whatif = dict(zip(largest["backend"], (largest["whatif_estimated_wall_s"] / largest["wall_s"]).astype(float)))
+        throughput_speedup = {
+            backend: float(group.loc[group["ranks"] == largest_ranks, "speedup"].iloc[0])
+            for backend, group in scaling.groupby("backend")
+            if (group["ranks"] == largest_ranks).any()
+        }
+        primary = settings.backends[0]
+        return {
+            "largest_ranks": largest_ranks,
+            "backend": primary,
+            "speedup_eval_fix": by_backend.get(primary),
+            "speedup_eval_fix_by_backend": by_backend,
+            "whatif_estimate_over_measured": whatif,
+            "throughput_speedup_vs_1_rank": throughput_speedup,
+            "intervals": list(settings.intervals),
+            "seed_speedup_eval_fix": SEED_SPEEDUP_EVAL_FIX,
+        }
+
+    def text(self, summary: Mapping[str, Any]) -> str:
+        intervals, ranks, fix = summary["intervals"], summary["largest_ranks"], summary.get("speedup_eval_fix")
+        lines = [
+            f"- Evaluating every {max(intervals)} epochs instead of every {min(intervals)} made training "
+            f"**{fix:.2f}x** faster on {ranks} ranks ({summary['backend']}); the seed measured "
+            f"{summary['seed_speedup_eval_fix']}x."
+            if fix
+            else "- No evaluation-fix speedup was measured (the sweep lacks the baseline or the fixed run)."
+        ]
+        for backend, ratio in summary["whatif_estimate_over_measured"].items():
+            lines.append(
+                f"- What-if estimate made from the slow run alone, over the measured fixed run ({backend}): {ratio:.2f}"
+            )
+        for backend, speedup in summary["throughput_speedup_vs_1_rank"].items():
+            lines.append(
+                f"- Training throughput (evaluation excluded), {ranks} ranks over 1 rank ({backend}): {speedup:.2f}x"
+            )
+        return "\n".join(lines)
+
+    def headline(self, result: ExperimentResult) -> pd.DataFrame:
+        columns = [
+            "backend",
+            "ranks",
+            "eval_interval",
+            "wall_s",
+            "speedup_eval_fix",
+            "whatif_estimated_wall_s",
+            "speedup_vs_1_rank",
+            "train_samples_per_s",
+            "parallel_efficiency",
+        ]
+        return result.tables["runs"][columns]
+
+    def report_sections(self, result: ExperimentResult) -> list[tuple[str, Any]]:
+        from workbench import figures
+
+        table, summary = result.tables["runs"], result.summary
+        largest = int(table["ranks"].max())
+        slow = table[(table["ranks"] == largest) & (table["eval_interval"] == table["eval_interval"].min())].iloc[0]
+        return [
+            ("Summary", result.text()),
+            (
+                "Timeline of the slow run",
+                figures.timeline_figure(
+                    result.run(slow["point"]).events,
+                    title=f"{slow['backend']}, {largest} ranks, evaluate every {slow['eval_interval']} epoch(s)",
+                ),
+            ),
+            (
+                "Phase breakdown per rank",
+                figures.breakdown_figure(
+                    result.tables["breakdown"][result.tables["breakdown"]["run_id"] == slow["run_id"]].drop(
+                        columns=["run_id"]
+                    )
+                ),
+            ),
+            ("Runs", table.drop(columns=["path"]).round(4)),
+            (
+                "Throughput scaling (training steps only)",
+                figures.scaling_figure(
+                    result.tables["scaling"][result.tables["scaling"]["backend"] == summary["backend"]]
+                ),
+            ),
+            (
+                "Findings",
+                result.tables["findings"][["backend", "ranks", "eval_interval", "text", "seconds_lost"]].round(3),
+            ),
+        ]
 
 
-def run(
-    *,
-    ranks: int | None = None,
-    preset: str = "reduced",
-    backends: tuple[str, ...] = BACKENDS,
-    intervals: tuple[int, ...] | None = None,
-    out: str | Path | None = None,
-    cluster_config: ClusterConfig | None = None,
-    on_progress: Callable[[str], None] | None = None,
-    settings_overrides: dict[str, Any] | None = None,
-) -> EvalFrequencyResult:
-    """The sweep: ranks 1..N × interval × backend; a cluster per rank count."""
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}: use one of {', '.join(PRESETS)}")
-    for backend in backends:
-        if backend not in BACKENDS:
-            raise ValueError(f"unknown backend {backend!r}: use one of {', '.join(BACKENDS)}")
-    spec = dict(PRESETS[preset])
-    intervals = tuple(intervals or spec.pop("intervals"))
-    spec.pop("intervals", None)
-    max_ranks = ranks or physical_cores()
-    out = Path(out or "artifacts/eval-frequency")
-    runs_root = out / "runs"
-    base = TrainSettings(**{**spec, **(settings_overrides or {})})
-    rows, run_paths, events_by_run = [], {}, {}
-    for n in range(1, max_ranks + 1):
-        config = replace(cluster_config or ClusterConfig(), n=n)
-        with Cluster(config=config) as cluster:
-            for backend in backends:
-                for interval in intervals:
-                    settings = replace(base, backend=backend, eval_interval=interval)
-                    if on_progress:
-                        on_progress(f"{backend}, {n} rank(s), evaluate every {interval} epoch(s)")
-                    run_path, results = run_one(cluster, runs_root, settings)
-                    recorded = Run.load(run_path)
-                    row = summarise_run(recorded, settings, results)
-                    rows.append(row)
-                    run_paths[row["run_id"]] = run_path
-                    events_by_run[row["run_id"]] = recorded.events
-    table = pd.DataFrame(rows)
-    table = _add_speedups(table, intervals, events_by_run)
-    return _finish(table, events_by_run, run_paths, max_ranks, backends, intervals, out)
-
-
-def _add_speedups(
-    table: pd.DataFrame, intervals: tuple[int, ...], events_by_run: dict[str, pd.DataFrame]
+def add_speedups(
+    table: pd.DataFrame, intervals: tuple[int, ...], events_by_run: Mapping[str, pd.DataFrame]
 ) -> pd.DataFrame:
     """Speedup over 1 rank, speedup from the evaluation fix, and the what-if estimate beside it."""
     table = table.copy()
@@ -178,155 +278,6 @@ def _add_speedups(
     return table
 
 
-def _finish(
-    table: pd.DataFrame,
-    events_by_run: dict[str, pd.DataFrame],
-    run_paths: dict[str, Path],
-    max_ranks: int,
-    backends: tuple[str, ...],
-    intervals: tuple[int, ...],
-    out: Path,
-) -> EvalFrequencyResult:
-    breakdowns, finding_frames = [], []
-    for run_id, events in events_by_run.items():
-        row = table[table["run_id"] == run_id].iloc[0]
-        breakdown = analysis.phase_breakdown(events, by=("rank",))
-        breakdowns.append(
-            breakdown.assign(
-                run_id=run_id, backend=row["backend"], ranks=row["ranks"], eval_interval=row["eval_interval"]
-            )
-        )
-        found = analysis.findings(events)
-        cores = physical_cores()
-        threads = int(ClusterConfig(n=int(row["ranks"])).threads)
-        trap = analysis.oversubscription_finding(int(row["ranks"]), threads, cores)
-        found = pd.concat([found, trap], ignore_index=True) if len(trap) else found
-        finding_frames.append(
-            found.assign(run_id=run_id, backend=row["backend"], ranks=row["ranks"], eval_interval=row["eval_interval"])
-        )
-    throughput_rows = table[table["eval_interval"] == max(intervals)][["backend", "ranks", "train_samples_per_s"]]
-    scaling = pd.concat(
-        [
-            analysis.scaling_table(
-                group.rename(columns={"train_samples_per_s": "throughput"}), "weak", statistic="mean"
-            ).assign(backend=backend)
-            for backend, group in throughput_rows.groupby("backend")
-        ],
-        ignore_index=True,
-    )
-    largest = table[(table["ranks"] == max_ranks) & table["speedup_eval_fix"].notna()]
-    by_backend = dict(zip(largest["backend"], largest["speedup_eval_fix"].astype(float)))
-    whatif = dict(zip(largest["backend"], (largest["whatif_estimated_wall_s"] / largest["wall_s"]).astype(float)))
-    scaling_by_backend = {
-        b: float(g.loc[g["ranks"] == max_ranks, "speedup"].iloc[0])
-        for b, g in scaling.groupby("backend")
-        if (g["ranks"] == max_ranks).any()
-    }
-    primary = backends[0]
-    summary = {
-        "case": "eval-frequency",
-        "ranks": max_ranks,
-        "backend": primary,
-        "speedup_eval_fix": by_backend.get(primary),
-        "speedup_eval_fix_by_backend": by_backend,
-        "whatif_estimate_over_measured": whatif,
-        "throughput_speedup_vs_1_rank": scaling_by_backend,
-        "intervals": list(intervals),
-        "seed_speedup_eval_fix": 2.18,
-        "out": str(out),
-    }
-    result = EvalFrequencyResult(
-        table=table,
-        breakdown=pd.concat(breakdowns, ignore_index=True),
-        findings=pd.concat(finding_frames, ignore_index=True),
-        scaling=scaling,
-        runs=run_paths,
-        summary=summary,
-    )
-    write_outputs(result, out)
-    return result
+CASE = EvalFrequency()
 
-
-def write_outputs(result: EvalFrequencyResult, out: Path) -> Path:
-    """Parquet tables and one self-contained HTML report into ``out``; returns the report path."""
-    from workbench import figures
-    from workbench.report import write_report
-
-    out.mkdir(parents=True, exist_ok=True)
-    result.table.to_parquet(out / "runs.parquet")
-    result.breakdown.to_parquet(out / "breakdown.parquet")
-    result.findings.to_parquet(out / "findings.parquet")
-    result.scaling.to_parquet(out / "scaling.parquet")
-    (out / "summary.json").write_text(json.dumps(result.summary, indent=2, default=str))
-    table = result.table
-    largest = int(table["ranks"].max())
-    slow = table[(table["ranks"] == largest) & (table["eval_interval"] == table["eval_interval"].min())].iloc[0]
-    sections: list[tuple[str, Any]] = [
-        ("Summary", _summary_text(result.summary)),
-        (
-            "Timeline of the slow run",
-            figures.timeline_figure(
-                Run.load(slow["path"]).events,
-                title=f"{slow['backend']}, {largest} ranks, evaluate every {slow['eval_interval']} epoch(s)",
-            ),
-        ),
-        (
-            "Phase breakdown per rank",
-            figures.breakdown_figure(
-                result.breakdown[result.breakdown["run_id"] == slow["run_id"]].drop(columns=["run_id"])
-            ),
-        ),
-        ("Runs", table.drop(columns=["path"]).round(4)),
-        (
-            "Throughput scaling (training steps only)",
-            figures.scaling_figure(result.scaling[result.scaling["backend"] == result.summary["backend"]]),
-        ),
-        ("Findings", result.findings[["backend", "ranks", "eval_interval", "text", "seconds_lost"]].round(3)),
-    ]
-    return write_report(out / "report.html", title="Evaluation frequency", sections=sections)
-
-
-def _summary_text(summary: dict[str, Any]) -> str:
-    fix = summary.get("speedup_eval_fix")
-    lines = [
-        f"Evaluating every {max(summary['intervals'])} epochs instead of every {min(summary['intervals'])} "
-        f"made training {fix:.2f}x faster on {summary['ranks']} ranks ({summary['backend']})"
-        if fix
-        else "No evaluation-fix speedup was measured.",
-        f"The seed measured {summary['seed_speedup_eval_fix']}x.",
-    ]
-    for backend, ratio in summary["whatif_estimate_over_measured"].items():
-        lines.append(f"What-if estimate / measured wall time ({backend}): {ratio:.2f}")
-    for backend, speedup in summary["throughput_speedup_vs_1_rank"].items():
-        lines.append(f"Training throughput {summary['ranks']} ranks vs 1 rank ({backend}): {speedup:.2f}x")
-    return "\n".join(lines)
-
-
-def main(args: argparse.Namespace) -> int:
-    backends = BACKENDS if args.backend in (None, "both") else (args.backend,)
-    result = run(
-        ranks=args.ranks,
-        preset=args.preset,
-        backends=backends,
-        out=args.out,
-        on_progress=None if args.json else (lambda text: print(f"  running: {text}", file=sys.stderr)),
-    )
-    if args.json:
-        print(json.dumps(result.summary, indent=2, default=str))
-    else:
-        columns = [
-            "backend",
-            "ranks",
-            "eval_interval",
-            "wall_s",
-            "speedup_eval_fix",
-            "whatif_estimated_wall_s",
-            "speedup_vs_1_rank",
-            "train_samples_per_s",
-            "parallel_efficiency",
-        ]
-        print(result.table[columns].round(3).to_string(index=False))
-        print()
-        print(_summary_text(result.summary))
-        print(f"report: {Path(result.summary['out']) / 'report.html'}")
-    return 0
+__all__ = ["CASE", "EvalFrequency", "EvalFrequencySettings", "add_speedups", "parse_backends", "parse_intervals"]

@@ -3,24 +3,20 @@
 The seed (an S-GAN trained with Horovod) found one rank past 129 GB, about 56 GB of it never
 released by the discriminator's ``Model.predict`` (TF issue 33009, Keras issue 13118), and fixed it
 with ``predict_on_batch``. Here every rank runs ``workbench.workloads.predict_leak`` (predict,
-predict_on_batch, model(x), and a control that really leaks) into ONE run directory, one RSS sample
-after each call; ``memory_growth`` fits MB per call with a confidence interval per rank × method.
-The control is what makes the verdicts believable: the detector must catch it and stay quiet on
-methods that do not grow.
+predict_on_batch, model(x), and a control that really leaks) into ONE run, one RSS sample after
+each call; ``memory_growth`` fits MB per call with a confidence interval per rank × method. The
+control is what makes the verdicts believable: the detector must catch it and stay quiet on methods
+that do not grow.
 
-Python API: ``run(ranks=2, preset="reduced")`` or, for a notebook that wants the kernel free while
-the ranks work, ``plan(...)`` + ``view.apply_async(run_on_rank, ...)`` + ``summarise(run_path)``.
-CLI: ``workbench run predict-leak [--ranks N] [--preset reduced|full] [--out DIR] [--json]``.
+One point per sweep, at the largest rank count: ``Experiment("predict-leak", ranks=2).run()``, or
+``workbench run predict-leak [--ranks N] [--preset ci|reduced|full]``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
-import time
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -28,15 +24,15 @@ import pandas as pd
 
 from workbench.analysis.memory import memory_growth
 from workbench.events import EVALUATION
-from workbench.store import Run, RunTail, compact, create_run, update_run_meta
+from workbench.experiment import Case, CaseOption, ExperimentResult, Point
+from workbench.store import Run
 from workbench.workloads.predict_leak import CONTROL, METHODS, kept_mb_per_call, run_on_rank
 
 #: Growth per call above which (with the whole 95 % interval above it) a method leaks: 10 kB per call
 #: is 10 GB per million calls, the scale of the seed's problem.
 LEAK_THRESHOLD_MB = 0.01
-DEFAULT_OUT = Path("artifacts/predict-leak")
 #: How bad a verdict is, to pick the worst over ranks (unknown strings rank as "too few samples").
-_SEVERITY = {"no leak": 0, "too few samples": 1, "inconclusive": 2, "leak": 3}
+VERDICT_SEVERITY = {"no leak": 0, "too few samples": 1, "inconclusive": 2, "leak": 3}
 SEED_STORY = (
     "The seed trained a semi-supervised GAN with Horovod on 1360 x 1360 images. One rank's memory "
     "passed 129 GB; a memory profiler showed about 56 GB not released in the discriminator's forward "
@@ -46,142 +42,115 @@ SEED_STORY = (
 
 
 @dataclass(frozen=True)
-class Preset:
+class PredictLeakSettings:
     """Calls per method: enough for slope intervals to separate, few enough for the preset's budget."""
 
     iterations: int
     warmup: int
     batch: int = 32
+    methods: tuple[str, ...] = METHODS
+    seed: int = 0
 
 
-PRESETS: dict[str, Preset] = {
-    "ci": Preset(iterations=40, warmup=10),  # the notebook test: seconds per rank
-    "reduced": Preset(iterations=150, warmup=50),  # about a minute on 2 ranks of a 2-core machine
-    "full": Preset(iterations=600, warmup=100),
-}
+def parse_methods(text: str) -> tuple[str, ...]:
+    """``--methods predict,predict_on_batch`` -> the methods to measure, checked."""
+    chosen = tuple(m.strip() for m in text.split(",") if m.strip())
+    unknown = [m for m in chosen if m not in METHODS]
+    if unknown or not chosen:
+        raise ValueError(f"method {(unknown or [text])[0]!r} is unknown: use some of {', '.join(METHODS)}")
+    return chosen
 
 
-@dataclass
-class Plan:
-    """A created run directory and the keyword arguments every rank's ``run_on_rank`` gets."""
-
-    run_path: Path
-    out: Path
-    ranks: int
-    preset: str
-    kwargs: dict[str, Any]
-
-
-@dataclass
-class PredictLeakResult:
-    """What the case found: growth per rank × method, time per call, verdicts and a summary."""
-
-    run_path: Path
-    growth: pd.DataFrame
-    timing: pd.DataFrame
-    verdicts: dict[str, str]
-    summary: dict[str, Any]
-    samples: pd.DataFrame = field(repr=False, default_factory=pd.DataFrame)
-    report_path: Path | None = None
-
-    def figure(self, method: str | None = None) -> Any:
-        """RSS after each call with the fitted slope: one method, or all of them (rank · method)."""
-        return memory_figure_for(self.samples, self.growth, method)
-
-    def text(self) -> str:
-        """The verdict prose, as in the report."""
-        return verdict_text(self.summary)
-
-
-def plan(
-    *,
-    ranks: int = 2,
-    preset: str = "reduced",
-    out: str | Path | None = None,
-    methods: tuple[str, ...] | list[str] = METHODS,
-    seed: int = 0,
-) -> Plan:
-    """Create the run directory (under ``out/runs``) and the workload's arguments for a preset."""
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}: choose one of {', '.join(PRESETS)}")
-    if ranks < 1:
-        raise ValueError(f"ranks={ranks}: use ranks >= 1")
-    chosen = PRESETS[preset]
-    out = Path(out) if out is not None else DEFAULT_OUT
-    kwargs = {
-        "methods": list(methods),
-        "iterations": chosen.iterations,
-        "warmup": chosen.warmup,
-        "batch": chosen.batch,
-        "seed": seed,
+class PredictLeak(Case):
+    name = "predict-leak"
+    title = "Does Model.predict leak? (predict-leak case)"
+    about = "per-rank memory growth of predict / predict_on_batch / model(x), with a leaking control (seed 002)"
+    presets: Mapping[str, PredictLeakSettings] = {
+        "ci": PredictLeakSettings(iterations=40, warmup=10),  # the notebook test: seconds per rank
+        "reduced": PredictLeakSettings(iterations=150, warmup=50),  # about a minute on 2 ranks of 2 cores
+        "full": PredictLeakSettings(iterations=600, warmup=100),
     }
-    run_path = create_run(
-        out / "runs", "predict-leak", config={"case": "predict-leak", "preset": preset, **kwargs}, ranks=ranks
-    )
-    return Plan(run_path=run_path, out=out, ranks=ranks, preset=preset, kwargs=kwargs)
+    options = (CaseOption("--methods", "methods", f"comma-separated, of {', '.join(METHODS)}", parse_methods),)
+    workload = staticmethod(run_on_rank)
 
+    def points(self, settings: PredictLeakSettings, max_ranks: int) -> list[Point]:
+        return [Point.of(max_ranks)]
 
-def run(
-    *,
-    ranks: int = 2,
-    preset: str = "reduced",
-    out: str | Path | None = None,
-    cluster: Any = None,
-    progress: Any = None,
-    methods: tuple[str, ...] | list[str] = METHODS,
-    seed: int = 0,
-) -> PredictLeakResult:
-    """Every rank runs the workload into one run; analyse, write Parquet + ``report.html`` into ``out``.
+    def workload_kwargs(self, settings: PredictLeakSettings, point: Point) -> dict[str, Any]:
+        return {
+            "methods": list(settings.methods),
+            "iterations": settings.iterations,
+            "warmup": settings.warmup,
+            "batch": settings.batch,
+            "seed": settings.seed,
+        }
 
-    ``cluster``: a started ``workbench.Cluster`` to reuse (its size wins over ``ranks``); else one is
-    started and stopped here. ``progress``: True for a progress bar of calls done, or a ``ProgressBar``.
-    """
-    if cluster is not None:
-        ranks = len(cluster.client.ids)
-    the_plan = plan(ranks=ranks, preset=preset, out=out, methods=methods, seed=seed)
-    try:
-        if cluster is None:
-            from workbench.cluster import Cluster
+    def progress_units(self, settings: PredictLeakSettings, point: Point) -> tuple[int, str]:
+        return point.ranks * len(settings.methods) * settings.iterations, "calls"
 
-            with Cluster(n=ranks) as started:
-                per_rank = _run_on_cluster(started, the_plan, progress)
-        else:
-            per_rank = _run_on_cluster(cluster, the_plan, progress)
-    except BaseException as error:
-        update_run_meta(the_plan.run_path, status="failed", error=repr(error)[:2000])
-        raise
-    return summarise(the_plan.run_path, out=the_plan.out, per_rank=per_rank)
+    def units_done(self, events: pd.DataFrame, memory: pd.DataFrame) -> int:
+        return int((memory["iteration"] >= 0).sum()) if len(memory) else 0
 
+    def row(self, run: Run, point: Point, settings: PredictLeakSettings) -> dict[str, Any]:
+        per_rank = run.meta.get("rank_results") or []
+        versions = run.meta.get("versions", {})
+        return {
+            "run_id": run.run_id,
+            "ranks": point.ranks,
+            "tensorflow": versions.get("tensorflow-cpu") or versions.get("tensorflow"),
+            "seconds_per_rank": json.dumps([round(float(r["seconds"]), 1) for r in per_rank]),
+            "order": json.dumps({str(k): v for k, v in method_order_seen(run.events).items()}),
+            "path": str(run.path),
+        }
 
-def _run_on_cluster(cluster: Any, the_plan: Plan, progress: Any) -> list[dict[str, Any]]:
-    """Start the workload on every engine; while it runs, count call samples into the progress bar."""
-    view = cluster.view
-    pending = view.apply_async(run_on_rank, str(the_plan.run_path), **the_plan.kwargs)
-    bar = _progress_bar(progress, the_plan)
-    if bar is None:
-        return list(pending.get())
-    tail = RunTail(the_plan.run_path)
-    try:
-        while not pending.ready():
-            pending.wait(0.5)
-            _events, memory = tail.poll()
-            if len(memory):
-                bar.update(int((memory["iteration"] >= 0).sum()))
-        return list(pending.get())
-    finally:
-        bar.close()
+    def tables(self, rows: pd.DataFrame, runs: Mapping[str, Run], settings: PredictLeakSettings) -> dict[str, Any]:
+        run = runs[rows["point"].iloc[-1]]
+        methods = list(settings.methods)
+        samples = run.memory[run.memory["label"].isin(methods) & (run.memory["iteration"] >= 0)]
+        if samples.empty:
+            raise ValueError(f"{run.path} has no per-call memory samples: did the ranks run the workload?")
+        growth = memory_growth(samples, x="iteration", by=("rank", "label"), leak_threshold_mb=LEAK_THRESHOLD_MB)
+        growth = growth.rename(columns={"label": "method"})
+        return {"growth": growth, "timing": timing_table(run.events, methods), "samples": samples}
 
+    def summary(self, rows: pd.DataFrame, tables: Mapping[str, pd.DataFrame], settings: Any) -> dict[str, Any]:
+        growth, timing, row = tables["growth"], tables["timing"], rows.iloc[-1]
+        methods = list(settings.methods)
+        by_method = growth.groupby("method")
+        ms = timing.groupby("method")["ms_per_call"].mean() if len(timing) else pd.Series(dtype=float)
+        verdicts = {m: worst_verdict(growth.loc[growth["method"] == m, "verdict"]) for m in methods}
+        return {
+            "ranks": int(row["ranks"]),
+            "iterations": settings.iterations,
+            "warmup": settings.warmup,
+            "batch": settings.batch,
+            "tensorflow": row["tensorflow"],
+            "leak_threshold_mb_per_call": LEAK_THRESHOLD_MB,
+            "slope_mb_per_call": {m: float(by_method.get_group(m)["slope_mb_per_x"].mean()) for m in methods},
+            "ci_mb_per_call": {
+                m: [float(by_method.get_group(m)["ci_low"].min()), float(by_method.get_group(m)["ci_high"].max())]
+                for m in methods
+            },
+            "verdict": verdicts,
+            "ms_per_call": {m: float(ms[m]) for m in methods if m in ms.index},
+            "control_caught": verdicts.get(CONTROL) == "leak" if CONTROL in verdicts else None,
+            "control_kept_mb_per_call": kept_mb_per_call(settings.batch),
+            "order": json.loads(row["order"]),
+            "seconds_per_rank": json.loads(row["seconds_per_rank"]) or None,
+            "run_path": row["path"],
+        }
 
-def _progress_bar(progress: Any, the_plan: Plan) -> Any:
-    if progress is None or progress is False:
-        return None
-    total = the_plan.ranks * len(the_plan.kwargs["methods"]) * the_plan.kwargs["iterations"]
-    if progress is True:
-        from workbench.widgets import ProgressBar
+    def text(self, summary: Mapping[str, Any]) -> str:
+        return verdict_text(summary)
 
-        return ProgressBar(total, "calls")
-    progress.set_total(total)
-    return progress
+    def headline(self, result: ExperimentResult) -> pd.DataFrame:
+        return result.tables["growth"][["rank", "method", "slope_mb_per_x", "ci_low", "ci_high", "verdict"]]
+
+    def healthy(self, summary: Mapping[str, Any]) -> bool:
+        return summary.get("control_caught") is not False
+
+    def report_sections(self, result: ExperimentResult) -> list[tuple[str, Any]]:
+        return report_sections(result)
 
 
 # -- analysis --------------------------------------------------------------------------------------
@@ -198,7 +167,7 @@ def worst_verdict(verdicts: list[str] | pd.Series) -> str:
     verdicts = [str(v) for v in verdicts]
     if not verdicts:
         return "too few samples"
-    return max(verdicts, key=lambda v: _SEVERITY.get(v, _SEVERITY["too few samples"]))
+    return max(verdicts, key=lambda v: VERDICT_SEVERITY.get(v, VERDICT_SEVERITY["too few samples"]))
 
 
 def timing_table(events: pd.DataFrame, methods: tuple[str, ...] | list[str] = METHODS) -> pd.DataFrame:
@@ -222,78 +191,6 @@ def method_order_seen(events: pd.DataFrame) -> dict[int, list[str]]:
     return {int(rank): list(group["name"]) for rank, group in firsts.groupby("rank")}
 
 
-def summarise(
-    run_path: str | Path,
-    *,
-    out: str | Path | None = None,
-    per_rank: list[dict[str, Any]] | None = None,
-    write: bool = True,
-) -> PredictLeakResult:
-    """Growth, timing and verdicts of a finished run; with ``write``, Parquet + report into ``out``."""
-    run_path = Path(run_path)
-    if write:
-        compact(run_path)
-        update_run_meta(run_path, status="finished", finished=time.time())
-    loaded = Run.load(run_path)
-    config = loaded.meta.get("config", {})
-    methods = [m for m in config.get("methods", METHODS) if m in METHODS]
-    samples = loaded.memory[loaded.memory["label"].isin(methods) & (loaded.memory["iteration"] >= 0)]
-    if samples.empty:
-        raise ValueError(f"{run_path} has no per-call memory samples: did the ranks run the workload?")
-    growth = memory_growth(samples, x="iteration", by=("rank", "label"), leak_threshold_mb=LEAK_THRESHOLD_MB)
-    growth = growth.rename(columns={"label": "method"})
-    timing = timing_table(loaded.events, methods)
-    verdicts = {m: worst_verdict(growth.loc[growth["method"] == m, "verdict"]) for m in methods}
-    summary = _summary(loaded, growth, timing, verdicts, methods, per_rank)
-    result = PredictLeakResult(run_path, growth, timing, verdicts, summary, samples=samples)
-    if write:
-        out = Path(out) if out is not None else DEFAULT_OUT
-        out.mkdir(parents=True, exist_ok=True)
-        growth.to_parquet(out / "growth.parquet", index=False)
-        timing.to_parquet(out / "timing.parquet", index=False)
-        result.report_path = write_case_report(result, out / "report.html")
-        summary["report"] = str(result.report_path)
-        (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-    return result
-
-
-def _summary(
-    loaded: Run,
-    growth: pd.DataFrame,
-    timing: pd.DataFrame,
-    verdicts: dict[str, str],
-    methods: list[str],
-    per_rank: list[dict[str, Any]] | None,
-) -> dict[str, Any]:
-    config = loaded.meta.get("config", {})
-    by_method = growth.groupby("method")
-    ms = timing.groupby("method")["ms_per_call"].mean() if len(timing) else pd.Series(dtype=float)
-    versions = loaded.meta.get("versions", {})
-    batch = int(config.get("batch", 32))
-    return {
-        "ranks": len(growth["rank"].unique()),
-        "preset": config.get("preset"),
-        "iterations": config.get("iterations"),
-        "warmup": config.get("warmup"),
-        "batch": batch,
-        "tensorflow": versions.get("tensorflow-cpu") or versions.get("tensorflow"),
-        "leak_threshold_mb_per_call": LEAK_THRESHOLD_MB,
-        "slope_mb_per_call": {m: float(by_method.get_group(m)["slope_mb_per_x"].mean()) for m in methods},
-        "ci_mb_per_call": {
-            m: [float(by_method.get_group(m)["ci_low"].min()), float(by_method.get_group(m)["ci_high"].max())]
-            for m in methods
-        },
-        "verdict": dict(verdicts),
-        "ms_per_call": {m: float(ms[m]) for m in methods if m in ms.index},
-        "control_caught": verdicts.get(CONTROL) == "leak" if CONTROL in verdicts else None,
-        "control_kept_mb_per_call": kept_mb_per_call(batch),
-        "order": {str(k): v for k, v in method_order_seen(loaded.events).items()},
-        "seconds_per_rank": [round(float(r["seconds"]), 1) for r in per_rank] if per_rank else None,
-        "run_path": str(loaded.path),
-        "report": None,
-    }
-
-
 # -- presentation ----------------------------------------------------------------------------------
 def memory_figure_for(samples: pd.DataFrame, growth: pd.DataFrame, method: str | None = None) -> Any:
     """``figures.memory_figure`` of one method (or all), RSS against call index with the fitted slopes."""
@@ -307,13 +204,13 @@ def memory_figure_for(samples: pd.DataFrame, growth: pd.DataFrame, method: str |
     return memory_figure(samples, fits, x="iteration", title=title)
 
 
-def _fmt(slope: float) -> str:
+def format_slope(slope: float) -> str:
     if abs(slope) < 1e-9:
         return "0"
     return f"{slope:+.4f}" if abs(slope) >= 1e-4 else f"{slope:+.1e}"
 
 
-def verdict_text(summary: dict[str, Any]) -> str:
+def verdict_text(summary: Mapping[str, Any]) -> str:
     """Plain-language verdicts from the numbers (written to hold whatever they turn out to be)."""
     lines = []
     slopes, cis, verdicts, ms = (summary[k] for k in ("slope_mb_per_call", "ci_mb_per_call", "verdict", "ms_per_call"))
@@ -328,8 +225,8 @@ def verdict_text(summary: dict[str, Any]) -> str:
         low, high = cis[method]
         timing = f", {ms[method]:.1f} ms/call" if method in ms else ""
         lines.append(
-            f"- `{method}`: {_fmt(slope)} MB/call (interval {_fmt(low)} to {_fmt(high)} over ranks) "
-            f"-> **{verdicts[method]}**{timing}"
+            f"- `{method}`: {format_slope(slope)} MB/call (interval {format_slope(low)} to "
+            f"{format_slope(high)} over ranks) -> **{verdicts[method]}**{timing}"
         )
     lines.append("")
     control = summary.get("control_caught")
@@ -369,18 +266,21 @@ def verdict_text(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_case_report(result: PredictLeakResult, path: str | Path) -> Path:
-    """One self-contained HTML report: verdicts, a memory figure per method, growth and timing tables."""
-    from workbench.report import write_report
+def timing_by_rank(timing: pd.DataFrame) -> pd.DataFrame:
+    """ms per call, one row per method and one column per rank (the report's and notebook's view)."""
+    wide = timing.pivot_table(index="method", columns="rank", values="ms_per_call")
+    wide.columns = [f"rank {c} ms/call" for c in wide.columns]
+    return wide.reset_index()
 
-    summary = result.summary
+
+def report_sections(result: ExperimentResult) -> list[tuple[str, Any]]:
+    """Verdicts, the seed's story, a memory figure per method, growth and timing tables, the method."""
+    summary, growth, samples = result.summary, result.tables["growth"], result.tables["samples"]
     sections: list[tuple[str, Any]] = [("Verdicts", verdict_text(summary)), ("The seed's story", SEED_STORY)]
     for method in summary["slope_mb_per_call"]:
-        sections.append((f"Memory: {method}", memory_figure_for(result.samples, result.growth, method)))
-    sections.append(("Growth per rank and method (MB per call)", result.growth))
-    timing = result.timing.pivot_table(index="method", columns="rank", values="ms_per_call")
-    timing.columns = [f"rank {c} ms/call" for c in timing.columns]
-    sections.append(("Time per call", timing.reset_index()))
+        sections.append((f"Memory: {method}", memory_figure_for(samples, growth, method)))
+    sections.append(("Growth per rank and method (MB per call)", growth))
+    sections.append(("Time per call", timing_by_rank(result.tables["timing"])))
     order = "\n".join(f"- rank {rank}: {' -> '.join(methods)}" for rank, methods in summary["order"].items())
     sections.append(
         (
@@ -392,37 +292,22 @@ def write_case_report(result: PredictLeakResult, path: str | Path) -> Path:
             "the loop), so the non-control methods are rotated by rank and the control runs last:\n\n" + order,
         )
     )
-    return write_report(path, title="Does Model.predict leak? (predict-leak case)", sections=sections)
+    return sections
 
 
-# -- CLI -------------------------------------------------------------------------------------------
-def main(args: argparse.Namespace) -> int:
-    """``workbench run predict-leak``: run, print a short summary (or one JSON object with --json)."""
-    ranks = args.ranks or 2
-    as_json = bool(getattr(args, "json", False))
-    result = run(ranks=ranks, preset=args.preset, out=args.out, progress=not as_json)
-    summary = result.summary
-    if as_json:
-        keys = ("ranks", "preset", "slope_mb_per_call", "verdict", "ms_per_call", "run_path", "report")
-        print(json.dumps({k: summary[k] for k in keys} | {"ci_mb_per_call": summary["ci_mb_per_call"]}))
-    else:
-        print(verdict_text(summary))
-        print(f"\nrun: {summary['run_path']}\nreport: {summary['report']}")
-    sys.stdout.flush()
-    return 0 if summary.get("control_caught") is not False else 1
-
+CASE = PredictLeak()
 
 __all__ = [
-    "PRESETS",
-    "Plan",
-    "PredictLeakResult",
-    "Preset",
+    "CASE",
+    "LEAK_THRESHOLD_MB",
+    "PredictLeak",
+    "PredictLeakSettings",
     "live_growth",
-    "main",
     "memory_figure_for",
-    "plan",
-    "run",
-    "summarise",
+    "method_order_seen",
+    "parse_methods",
+    "report_sections",
+    "timing_by_rank",
     "timing_table",
     "verdict_text",
     "worst_verdict",

@@ -2,18 +2,18 @@
 
 A BigEarthNet-S2 patch is a folder ``<patch>/`` holding one single-band GeoTIFF per spectral band,
 ``<patch>_B01.tif`` ... ``<patch>_B12.tif``, at 10 m (120 px), 20 m (60 px) or 60 m (20 px), plus
-``<patch>_labels_metadata.json`` whose ``"labels"`` list names CORINE land-cover classes. GDAL and
-rasterio are heavy, platform-specific installs, and BigEarthNet's files are plain uncompressed
-strip TIFFs, so a ~60-line reader suffices and keeps this layer numpy-only.
+``<patch>_labels_metadata.json`` whose ``"labels"`` list names CORINE land-cover classes. The band
+files are read and written with tifffile (pure Python + numpy): GDAL and rasterio would be heavy,
+platform-specific installs for what are plain single-band TIFFs.
 """
 
 from __future__ import annotations
 
 import json
-import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -21,6 +21,7 @@ from .image_folder import resize
 
 __all__ = [
     "BANDS",
+    "BAND_PIXELS",
     "LABELS_19",
     "LABELS_43",
     "LABEL_43_TO_19",
@@ -28,10 +29,18 @@ __all__ = [
     "load_bigearthnet_patches",
     "read_tiff",
     "synthetic_bigearthnet",
+    "write_bigearthnet_patch",
+    "write_tiff",
 ]
 
 #: The 12 Sentinel-2 L2A bands of BigEarthNet, in the conventional channel order (B10 is absent).
 BANDS: tuple[str, ...] = ("B01", "B02", "B03", "B04", "B05", "B06", "B07", "B08", "B8A", "B09", "B11", "B12")
+
+#: Side in pixels of each band's file: 120 at 10 m, 60 at 20 m, 20 at 60 m resolution.
+BAND_PIXELS: dict[str, int] = {
+    "B01": 20, "B02": 120, "B03": 120, "B04": 120, "B05": 60, "B06": 60,
+    "B07": 60, "B08": 120, "B8A": 60, "B09": 20, "B11": 60, "B12": 60,
+}  # fmt: skip
 
 #: The 43 CORINE Land Cover level-3 classes used by BigEarthNet, spelled as in its metadata files.
 LABELS_43: tuple[str, ...] = (
@@ -112,99 +121,53 @@ LABEL_43_TO_19: dict[int, int] = {
 
 _MAX_LABELS = 12  # BigEarthNet patches carry 1..12 labels
 
-# --------------------------------------------------------------------------- TIFF
-
-_TIFF_TYPE_SIZES = {1: 1, 2: 1, 3: 2, 4: 4, 5: 8, 6: 1, 7: 1, 8: 2, 9: 4, 10: 8, 11: 4, 12: 8, 16: 8}
-_TIFF_INT_FORMATS = {1: "B", 3: "H", 4: "I", 6: "b", 8: "h", 9: "i", 16: "Q"}
-_TIFF_DTYPES = {
-    (1, 8): "u1", (1, 16): "u2", (1, 32): "u4",
-    (2, 8): "i1", (2, 16): "i2", (2, 32): "i4",
-    (3, 32): "f4", (3, 64): "f8",
-}  # fmt: skip
-_WIDTH, _LENGTH, _BITS, _COMPRESSION, _STRIP_OFFSETS = 256, 257, 258, 259, 273
-_SAMPLES, _STRIP_BYTES, _TILE_WIDTH, _SAMPLE_FORMAT = 277, 279, 322, 339
-
-
-def _tiff_tags(data: bytes, path: Path) -> tuple[str, dict[int, tuple[int, ...]]]:
-    """Byte order and the integer-valued tags of the first IFD."""
-    if len(data) < 8 or data[:2] not in (b"II", b"MM"):
-        raise ValueError(f"{path}: not a TIFF file (header {data[:4]!r})")
-    order = "<" if data[:2] == b"II" else ">"
-    (magic,) = struct.unpack(order + "H", data[2:4])
-    if magic == 43:
-        raise ValueError(
-            f"{path}: BigTIFF is not supported; rewrite as classic TIFF (gdal_translate -co BIGTIFF=NO)"
-        )
-    if magic != 42:
-        raise ValueError(f"{path}: bad TIFF magic number {magic}, expected 42")
-    (ifd,) = struct.unpack(order + "I", data[4:8])
-    if ifd + 2 > len(data):
-        raise ValueError(
-            f"{path}: truncated TIFF (IFD offset {ifd} beyond {len(data)} bytes); re-copy the file"
-        )
-    (count,) = struct.unpack(order + "H", data[ifd : ifd + 2])
-    if ifd + 2 + 12 * count > len(data):
-        raise ValueError(f"{path}: truncated TIFF directory; re-copy the file")
-    tags: dict[int, tuple[int, ...]] = {}
-    for i in range(count):
-        entry = ifd + 2 + 12 * i
-        tag, typ, n = struct.unpack(order + "HHI", data[entry : entry + 8])
-        if typ not in _TIFF_INT_FORMATS:
-            continue  # ASCII/rational/float tags (GeoTIFF keys, descriptions) are not needed
-        nbytes = _TIFF_TYPE_SIZES[typ] * n
-        if nbytes <= 4:
-            start = entry + 8
-        else:
-            (start,) = struct.unpack(order + "I", data[entry + 8 : entry + 12])
-        if start + nbytes > len(data):
-            raise ValueError(f"{path}: truncated TIFF, tag {tag} points past the end of the file; re-copy it")
-        tags[tag] = struct.unpack(f"{order}{n}{_TIFF_INT_FORMATS[typ]}", data[start : start + nbytes])
-    return order, tags
+# --------------------------------------------------------------------------- TIFF (tifffile)
 
 
 def read_tiff(path: str | Path) -> np.ndarray:
-    """Read an uncompressed, single-band, strip-organised TIFF into a 2-d array (native byte order).
+    """Read a single-band TIFF (a BigEarthNet band file) into a 2-d array in native byte order.
 
-    Handles both byte orders and uint8/16/32, int8/16/32, float32/64 samples: what GDAL writes for
-    BigEarthNet bands. Anything else fails with the file name and the unsupported feature.
+    tifffile decodes it: both byte orders, strips or tiles, classic or BigTIFF, uncompressed or
+    deflate/LZMA (other codecs need ``imagecodecs``). Anything it cannot read fails with the file
+    name and what to do, so one bad band does not surface later as a shape error in training.
     """
+    import tifffile  # on first use: it takes ~0.1 s to import, and every rank imports this package
+
     path = Path(path)
-    data = path.read_bytes()
-    order, tags = _tiff_tags(data, path)
-    first = {tag: values[0] for tag, values in tags.items() if values}
-    if _WIDTH not in first or _LENGTH not in first:
-        raise ValueError(f"{path}: TIFF without image width/length tags")
-    width, height = first[_WIDTH], first[_LENGTH]
-    if first.get(_COMPRESSION, 1) != 1:
+    compression = 1  # TIFF's code for "none", until the file says otherwise
+    try:
+        with tifffile.TiffFile(path) as tif:
+            page = tif.pages.first
+            compression, samples = page.compression, page.samplesperpixel
+            image = page.asarray() if samples == 1 else None
+    except (FileNotFoundError, IsADirectoryError, PermissionError):
+        raise  # Python's own message already names the file
+    except Exception as exc:  # tifffile and its codecs raise many types for damaged data (zlib.error, ...)
+        if compression == 1:
+            raise ValueError(f"{path}: not a readable TIFF ({exc}); re-copy the file") from None
+        first = "pip install imagecodecs" if "imagecodecs" in str(exc) else "re-copy it"
         raise ValueError(
-            f"{path}: compressed TIFF (compression={first[_COMPRESSION]}) not supported; "
-            "rewrite uncompressed (gdal_translate -co COMPRESS=NONE)"
-        )
-    if first.get(_SAMPLES, 1) != 1:
-        raise ValueError(f"{path}: {first[_SAMPLES]} samples per pixel; only single-band TIFFs are read")
-    if _TILE_WIDTH in tags:
+            f"{path}: cannot decode its {getattr(compression, 'name', compression)} compression ({exc}); "
+            f"{first}, or rewrite it uncompressed (gdal_translate -co COMPRESS=NONE)"
+        ) from None
+    if image is None or image.ndim != 2:
         raise ValueError(
-            f"{path}: tiled TIFF not supported; rewrite with strips (gdal_translate -co TILED=NO)"
+            f"{path}: {samples} samples per pixel, shape {page.shape}; a BigEarthNet band file holds one "
+            "2-d band (split it: gdal_translate -b N)"
         )
-    bits, fmt = first.get(_BITS, 1), first.get(_SAMPLE_FORMAT, 1)
-    if (fmt, bits) not in _TIFF_DTYPES:
-        raise ValueError(f"{path}: unsupported TIFF sample type (format {fmt}, {bits} bits)")
-    dtype = np.dtype(order + _TIFF_DTYPES[(fmt, bits)])
-    offsets = tags.get(_STRIP_OFFSETS)
-    if not offsets:
-        raise ValueError(f"{path}: TIFF without strip offsets")
-    needed = width * height * dtype.itemsize
-    counts = tags.get(_STRIP_BYTES) or ((needed,) if len(offsets) == 1 else ())
-    if len(counts) != len(offsets):
-        raise ValueError(f"{path}: TIFF strip offsets and byte counts disagree")
-    strips = [data[o : o + c] for o, c in zip(offsets, counts)]
-    raw = b"".join(strips)
-    if any(len(s) != c for s, c in zip(strips, counts)) or len(raw) < needed:
-        raise ValueError(
-            f"{path}: truncated TIFF, {len(raw)} of {needed} pixel bytes present; re-copy the file"
-        )
-    image = np.frombuffer(raw, dtype=dtype, count=width * height).reshape(height, width)
-    return image.astype(dtype.newbyteorder("="))
+    return image.astype(image.dtype.newbyteorder("="), copy=False)
+
+
+def write_tiff(path: str | Path, band: np.ndarray) -> Path:
+    """Write one 2-d band as an uncompressed single-band TIFF, as BigEarthNet's band files are."""
+    import tifffile
+
+    band = np.asarray(band)
+    if band.ndim != 2:
+        raise ValueError(f"write_tiff: a band is 2-d, got shape {band.shape}")
+    path = Path(path)
+    tifffile.imwrite(path, band, photometric="minisblack", metadata=None)
+    return path
 
 
 # --------------------------------------------------------------------------- patches
@@ -237,15 +200,17 @@ def _label_lookup(nomenclature: int) -> tuple[tuple[str, ...], dict[str, int | N
     raise ValueError(f"nomenclature must be 43 or 19, not {nomenclature!r}")
 
 
+def is_patch_folder(folder: Path) -> bool:
+    """Whether ``folder`` looks like a BigEarthNet-S2 patch (its label file or a band file is there)."""
+    name = folder.name
+    return (folder / f"{name}_labels_metadata.json").exists() or any(folder.glob(f"{name}_B*.tif"))
+
+
 def _patch_dirs(root: Path) -> list[Path]:
     """Patch folders under ``root`` (or ``root`` itself when it is one), sorted by name."""
-
-    def is_patch(d: Path) -> bool:
-        return (d / f"{d.name}_labels_metadata.json").exists() or any(d.glob(f"{d.name}_B*.tif"))
-
-    if is_patch(root):
+    if is_patch_folder(root):
         return [root]
-    return sorted(d for d in root.iterdir() if d.is_dir() and is_patch(d))
+    return sorted(d for d in root.iterdir() if d.is_dir() and is_patch_folder(d))
 
 
 def _read_labels(path: Path, lookup: dict[str, int | None], width: int) -> np.ndarray:
@@ -321,6 +286,36 @@ def load_bigearthnet_patches(
             images[i, :, :, c] = resize(raster, (size, size), method=method) * np.float32(scale)
         labels[i] = _read_labels(d / f"{d.name}_labels_metadata.json", lookup, len(label_names))
     return Patches(images, labels, tuple(d.name for d in dirs), label_names)
+
+
+def write_bigearthnet_patch(
+    root: str | Path,
+    name: str,
+    bands: Mapping[str, np.ndarray],
+    labels: Sequence[str],
+    *,
+    metadata: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write one patch folder ``root/name/`` in BigEarthNet-S2's layout; returns the folder.
+
+    ``bands`` maps band names (``BANDS``) to 2-d arrays, written as ``<name>_<band>.tif``; ``labels``
+    are ``LABELS_43`` names, written with ``metadata`` to ``<name>_labels_metadata.json``. Checked
+    here so that what is written always loads back with ``load_bigearthnet_patches``.
+    """
+    unknown_bands = [b for b in bands if b not in BANDS]
+    unknown_labels = [label for label in labels if label not in LABELS_43]
+    if unknown_bands or unknown_labels or not labels:
+        raise ValueError(
+            f"write_bigearthnet_patch {name!r}: unknown band(s) {unknown_bands}, unknown label(s) "
+            f"{unknown_labels}, {len(labels)} label(s); bands are {', '.join(BANDS)}, labels LABELS_43 names"
+        )
+    folder = Path(root) / name
+    folder.mkdir(parents=True, exist_ok=True)
+    for band, array in bands.items():
+        write_tiff(folder / f"{name}_{band}.tif", array)
+    meta = {"labels": list(labels), **(metadata or {})}
+    (folder / f"{name}_labels_metadata.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
+    return folder
 
 
 def synthetic_bigearthnet(

@@ -1,28 +1,31 @@
-"""Class-per-subfolder image sets, read with numpy and zlib only.
+"""Class-per-subfolder image sets (PNG, JPEG, PPM/PGM), decoded by Pillow.
 
-The S-GAN case study trains on a folder of small images. Pillow is not a dependency of the
-project (and the datasets layer must import fast and in any environment), so this module carries
-its own readers for the formats such folders use: 8/16-bit non-interlaced PNG and binary PPM/PGM.
-It also holds the numpy resampling used by every loader in the package.
+The S-GAN and InceptionV3 case studies train on folders of images. Decoding is Pillow's job (a
+well-kept library that knows every variant of these formats); this module adds what a dataset
+needs around it: one-line errors that name the bad file and say what to do, labels from folder
+names, and the numpy resampling used by every loader in the package. Pillow is imported on first
+use so that ``import workbench.datasets`` stays fast on every rank.
 """
 
 from __future__ import annotations
 
-import struct
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+if TYPE_CHECKING:
+    from PIL import Image as PILImage
+
 __all__ = ["ImageFolder", "load_image_folder", "read_image", "read_png", "read_pnm", "resize"]
 
-#: File suffixes ``load_image_folder`` picks up (case-insensitive).
-IMAGE_SUFFIXES = (".png", ".ppm", ".pgm", ".pnm")
-
-_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-_PNG_CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}  # colour type -> samples per pixel
+#: File suffixes ``load_image_folder`` picks up (case-insensitive); the content picks the decoder.
+IMAGE_SUFFIXES: tuple[str, ...] = (".png", ".jpg", ".jpeg", ".ppm", ".pgm", ".pnm")
+#: Pillow's format names -> how messages call them.
+_FORMAT_NAMES = {"PNG": "PNG", "JPEG": "JPEG", "PPM": "PGM/PPM"}
+_ARRAY_MODES = ("L", "LA", "RGB", "RGBA")  # modes numpy takes as they are: (h, w[, c]) uint8
 _LUMA = np.array([0.299, 0.587, 0.114], dtype=np.float32)
 
 
@@ -70,165 +73,84 @@ def resize(
     return np.ascontiguousarray(np.moveaxis(a, (-2, -1), axes), dtype=np.float32)
 
 
-# --------------------------------------------------------------------------- PNG
+# --------------------------------------------------------------------------- decoding (Pillow)
 
 
-def _paeth(a: int, b: int, c: int) -> int:
-    p = a + b - c
-    pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
-    if pa <= pb and pa <= pc:
-        return a
-    return b if pb <= pc else c
+def _as_array(image: PILImage.Image) -> tuple[np.ndarray, int]:
+    """Pixels as ``(h, w, c)`` uint8 or uint16 (c = 1..4) and the value that means full intensity."""
+    if image.mode.startswith("I"):  # 16-bit gray PNG ("I;16"), 16-bit PGM ("I", scaled to 65535)
+        return np.clip(np.asarray(image), 0, 65535).astype(np.uint16)[..., None], 65535
+    if image.mode not in _ARRAY_MODES:  # palette, bilevel, CMYK/YCbCr JPEG, ...
+        target = "L" if image.mode == "1" else "RGBA" if image.has_transparency_data else "RGB"
+        image = image.convert(target)
+    array = np.asarray(image)
+    return (array[..., None] if array.ndim == 2 else array), 255
 
 
-def _unfilter(raw: bytes, height: int, stride: int, bpp: int, path: Path) -> np.ndarray:
-    """Undo the per-scanline PNG filters 0-4; returns ``(height, stride)`` uint8."""
-    out = np.zeros((height, stride), dtype=np.uint8)
-    prev = np.zeros(stride, dtype=np.int64)
-    for r in range(height):
-        start = r * (stride + 1)
-        ftype = raw[start]
-        line = np.frombuffer(raw, dtype=np.uint8, count=stride, offset=start + 1).astype(np.int64)
-        if ftype == 0:
-            cur = line
-        elif ftype == 1:  # Sub: running sum per byte lane
-            cur = np.cumsum(line.reshape(-1, bpp), axis=0).reshape(-1) % 256
-        elif ftype == 2:  # Up
-            cur = (line + prev) % 256
-        elif ftype in (3, 4):  # Average / Paeth depend on the reconstructed left byte: sequential
-            vals, up = line.tolist(), prev.tolist()
-            rec = [0] * stride
-            for i in range(stride):
-                left = rec[i - bpp] if i >= bpp else 0
-                if ftype == 3:
-                    rec[i] = (vals[i] + ((left + up[i]) >> 1)) & 0xFF
-                else:
-                    upleft = up[i - bpp] if i >= bpp else 0
-                    rec[i] = (vals[i] + _paeth(left, up[i], upleft)) & 0xFF
-            cur = np.array(rec, dtype=np.int64)
-        else:
-            raise ValueError(f"{path}: corrupt PNG, unknown filter type {ftype} on row {r}")
-        out[r] = cur
-        prev = cur
-    return out
+def _decode(path: Path, expected: str | None) -> tuple[np.ndarray, int]:
+    """Decode ``path`` with Pillow; ``expected`` is the Pillow format it must hold (None: any we read).
+
+    PNG files are verified first (chunk CRCs) because Pillow does not check IDAT checksums while
+    decoding: a damaged file then fails here, with its name, instead of giving wrong pixels.
+    """
+    from PIL import Image, UnidentifiedImageError
+
+    accepted = (expected,) if expected else tuple(_FORMAT_NAMES)
+    found: str | None = None
+    try:
+        with Image.open(path) as image:
+            found = image.format
+            if found == "PNG" and found in accepted:
+                image.verify()
+        if found in accepted:
+            with Image.open(path) as image:
+                image.load()
+                return _as_array(image)
+    except (FileNotFoundError, IsADirectoryError, PermissionError):
+        raise  # Python's own message already names the file
+    except UnidentifiedImageError:
+        found = None
+    except Exception as exc:  # Pillow raises many types for damaged data (SyntaxError, zlib.error, ...)
+        kind = _FORMAT_NAMES.get(found or "", "image")
+        raise ValueError(f"{path}: corrupt or truncated {kind} file ({exc}); re-copy it or re-save it") from None
+    names = [_FORMAT_NAMES[f] for f in accepted]
+    wanted = " or ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+    holds = f"it holds {found}" if found else "Pillow cannot identify it: another format, or damaged"
+    raise ValueError(f"{path}: not a {wanted} file ({holds}); re-save it as {_FORMAT_NAMES[accepted[0]]}")
 
 
 def read_png(path: str | Path) -> np.ndarray:
-    """Read a non-interlaced 8/16-bit PNG into ``(h, w, c)`` uint8/uint16 (c = 1, 2, 3 or 4).
+    """Read a PNG into ``(h, w, c)`` uint8 (c = 1, 2, 3 or 4), or uint16 for 16-bit gray.
 
-    Palette images (8-bit) are expanded to RGB. Chunk CRCs are checked so that a truncated or
-    damaged file fails here, with its name, rather than producing a silently wrong image.
+    Palette images come back as RGB (RGBA with transparency); 16-bit colour PNGs as 8-bit RGB(A),
+    as Pillow reads them.
     """
-    path = Path(path)
-    data = path.read_bytes()
-    if data[:8] != _PNG_SIGNATURE:
-        raise ValueError(f"{path}: not a PNG file (bad signature {data[:8]!r})")
-    pos, header, palette, idat = 8, None, None, []
-    while True:
-        if pos + 8 > len(data):
-            raise ValueError(f"{path}: truncated PNG (no IEND chunk); re-copy or re-save the file")
-        length, ctype = struct.unpack(">I4s", data[pos : pos + 8])
-        body = data[pos + 8 : pos + 8 + length]
-        crc_bytes = data[pos + 8 + length : pos + 12 + length]
-        if len(body) != length or len(crc_bytes) != 4:
-            raise ValueError(f"{path}: truncated PNG in chunk {ctype!r}; re-copy or re-save the file")
-        if zlib.crc32(ctype + body) != struct.unpack(">I", crc_bytes)[0]:
-            raise ValueError(f"{path}: corrupt PNG, CRC mismatch in chunk {ctype!r}")
-        pos += 12 + length
-        if ctype == b"IHDR":
-            header = struct.unpack(">IIBBBBB", body)
-        elif ctype == b"PLTE":
-            palette = np.frombuffer(body, dtype=np.uint8).reshape(-1, 3)
-        elif ctype == b"IDAT":
-            idat.append(body)
-        elif ctype == b"IEND":
-            break
-    if header is None:
-        raise ValueError(f"{path}: corrupt PNG, missing IHDR chunk")
-    width, height, depth, colour, _compression, _filter, interlace = header
-    if colour not in _PNG_CHANNELS or depth not in (8, 16) or (colour == 3 and depth != 8):
-        raise ValueError(
-            f"{path}: unsupported PNG (bit depth {depth}, colour type {colour}); re-save as 8-bit gray/RGB(A)"
-        )
-    if interlace:
-        raise ValueError(f"{path}: interlaced PNG not supported; re-save it without interlacing")
-    channels = _PNG_CHANNELS[colour]
-    bpp = channels * depth // 8
-    stride = width * bpp
-    try:
-        raw = zlib.decompress(b"".join(idat))
-    except zlib.error as exc:
-        raise ValueError(f"{path}: corrupt PNG image data ({exc})") from None
-    if len(raw) < height * (stride + 1):
-        raise ValueError(f"{path}: truncated PNG image data ({len(raw)} of {height * (stride + 1)} bytes)")
-    rows = _unfilter(raw, height, stride, bpp, path)
-    if depth == 16:
-        image = rows.view(">u2").astype(np.uint16).reshape(height, width, channels)
-    else:
-        image = rows.reshape(height, width, channels)
-    if colour == 3:
-        if palette is None:
-            raise ValueError(f"{path}: corrupt PNG, palette image without PLTE chunk")
-        if image.max(initial=0) >= len(palette):
-            raise ValueError(f"{path}: corrupt PNG, palette index out of range")
-        image = palette[image[..., 0]]
-    return image
-
-
-# --------------------------------------------------------------------------- PPM / PGM
+    return _decode(Path(path), "PNG")[0]
 
 
 def read_pnm(path: str | Path) -> tuple[np.ndarray, int]:
-    """Read a binary PGM (P5) or PPM (P6) into ``((h, w, c) uint8/uint16, maxval)``."""
-    path = Path(path)
-    data = path.read_bytes()
-    magic = data[:2]
-    if magic not in (b"P5", b"P6"):
-        raise ValueError(f"{path}: not a binary PGM/PPM (magic {magic!r}); only P5 and P6 are read")
-    tokens: list[int] = []
-    pos = 2
-    while len(tokens) < 3:
-        while pos < len(data) and data[pos : pos + 1].isspace():
-            pos += 1
-        if pos < len(data) and data[pos : pos + 1] == b"#":
-            while pos < len(data) and data[pos : pos + 1] not in (b"\n", b"\r"):
-                pos += 1
-            continue
-        start = pos
-        while pos < len(data) and data[pos : pos + 1].isdigit():
-            pos += 1
-        if start == pos:
-            raise ValueError(f"{path}: truncated or corrupt PGM/PPM header")
-        tokens.append(int(data[start:pos]))
-    pos += 1  # the single whitespace byte after maxval
-    width, height, maxval = tokens
-    if not 0 < maxval < 65536:
-        raise ValueError(f"{path}: bad PGM/PPM maxval {maxval}")
-    channels = 1 if magic == b"P5" else 3
-    dtype = np.dtype(np.uint8) if maxval < 256 else np.dtype(">u2")
-    count = width * height * channels
-    if len(data) - pos < count * dtype.itemsize:
-        raise ValueError(
-            f"{path}: truncated PGM/PPM, {len(data) - pos} data bytes for {width}x{height}x{channels}"
-        )
-    image = np.frombuffer(data, dtype=dtype, count=count, offset=pos).reshape(height, width, channels)
-    return image.astype(np.uint8 if maxval < 256 else np.uint16), maxval
+    """Read a PGM/PPM into ``((h, w, c) uint8/uint16, full-scale value)``, c = 1 or 3.
+
+    The full-scale value is 255 or 65535: Pillow rescales other maxvals to one of those, and reads
+    16-bit PPMs as 8-bit RGB.
+    """
+    return _decode(Path(path), "PPM")
 
 
 # --------------------------------------------------------------------------- folders
 
 
 def read_image(path: str | Path) -> np.ndarray:
-    """Read a PNG/PPM/PGM as float32 ``(h, w, c)`` in [0, 1], alpha dropped (c = 1 or 3)."""
+    """Read a PNG/JPEG/PGM/PPM as float32 ``(h, w, c)`` in [0, 1], alpha dropped (c = 1 or 3).
+
+    The content decides the decoder, not the suffix: image sets often hold a PNG named ``.jpg``.
+    """
     path = Path(path)
-    suffix = path.suffix.lower()
-    if suffix == ".png":
-        raw = read_png(path)
-        scale = 65535.0 if raw.dtype == np.uint16 else 255.0
-    elif suffix in (".ppm", ".pgm", ".pnm"):
-        raw, scale = read_pnm(path)
-    else:
-        raise ValueError(f"{path}: unsupported image type {suffix!r}; use one of {', '.join(IMAGE_SUFFIXES)}")
+    if path.suffix.lower() not in IMAGE_SUFFIXES:
+        raise ValueError(
+            f"{path}: unsupported image type {path.suffix!r}; use one of {', '.join(IMAGE_SUFFIXES)}"
+        )
+    raw, scale = _decode(path, None)
     image = raw.astype(np.float32) / np.float32(scale)
     if image.shape[-1] in (2, 4):  # drop alpha
         image = image[..., :-1]
@@ -263,7 +185,7 @@ def load_image_folder(
     channels: int | None = None,
     method: str = "bilinear",
 ) -> ImageFolder:
-    """Load ``root/<class>/**/*.{png,ppm,pgm}``; classes are the sorted subfolder names.
+    """Load ``root/<class>/**/*.{png,jpg,jpeg,ppm,pgm,pnm}``; classes are the sorted subfolder names.
 
     ``size`` = (height, width) resamples every image (needed when sizes differ). ``channels`` is 1
     or 3; by default 1 when every image is grayscale, else 3. Hidden folders (``.ipynb_checkpoints``)

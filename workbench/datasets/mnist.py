@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["IDX_NAMES", "Split", "find_idx_files", "load_mnist_idx", "load_mnist_npz"]
+__all__ = ["IDX_NAMES", "Split", "find_idx_files", "load_mnist_idx", "load_mnist_npz", "read_idx", "write_idx"]
 
 #: The four IDX files of the MNIST distribution, by role.
 IDX_NAMES: dict[str, str] = {
@@ -106,6 +106,23 @@ def read_idx(path: str | Path) -> np.ndarray:
             "re-copy the file"
         )
     return np.frombuffer(data, dtype=dtype, offset=header).reshape(dims)
+
+
+def write_idx(path: str | Path, array: np.ndarray) -> Path:
+    """Write ``array`` as one IDX file, as MNIST ships them after gunzip: the inverse of ``read_idx``.
+
+    Used to lay out data in MNIST's own on-disk format, so that input pipelines reading raw IDX
+    records (16-byte header, then 784 bytes per image) can be profiled on it.
+    """
+    array = np.asarray(array)
+    codes = {dtype.newbyteorder("="): code for code, dtype in _IDX_DTYPES.items()}
+    code = codes.get(array.dtype.newbyteorder("="))
+    if code is None or not 1 <= array.ndim <= 4:
+        raise ValueError(f"write_idx: cannot store {array.dtype} with {array.ndim} dims in IDX")
+    header = bytes([0, 0, code, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape)
+    path = Path(path)
+    path.write_bytes(header + array.astype(_IDX_DTYPES[code], copy=False).tobytes())
+    return path
 
 
 def find_idx_files(directory: str | Path) -> dict[str, Path] | None:

@@ -7,7 +7,7 @@ from typing import Literal
 import pandas as pd
 import plotly.graph_objects as go
 
-from workbench.figures import colours_for, phase_order
+from workbench.figures.style import colours_for, phase_order
 
 _VALUE_COLUMNS = ("phase", "seconds", "fraction")
 

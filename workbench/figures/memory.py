@@ -13,8 +13,7 @@ import pandas as pd
 import plotly.colors
 import plotly.graph_objects as go
 
-#: Bytes per MB on every memory axis (SI megabytes, like the analysis' ``*_mb`` columns).
-BYTES_PER_MB = 1e6
+from workbench.events import BYTES_PER_MB, NS_PER_S
 
 _RANK_COLOURS = plotly.colors.qualitative.Dark24
 
@@ -58,7 +57,7 @@ def memory_figure(
     else:
         time_ns = samples["time_ns"].to_numpy(dtype=np.int64)
         t0 = int(time_ns.min()) if t0_ns is None else int(t0_ns)
-        xs = (time_ns - t0) / 1e9
+        xs = (time_ns - t0) / NS_PER_S
         x_title, unit = "seconds since run start", "s"
     if ranks is not None:
         keep = samples["rank"].isin(ranks).to_numpy()

@@ -12,9 +12,10 @@ import math
 import pandas as pd
 import plotly.graph_objects as go
 
-#: Cell fills by band: >= 0.8 good, 0.6 to 0.8 fair, < 0.6 poor, missing.
+from workbench.figures.style import FAIR_EFFICIENCY, GOOD_EFFICIENCY
+
+#: Cell fills by band: >= GOOD_EFFICIENCY good, FAIR_EFFICIENCY to GOOD_EFFICIENCY fair, below poor, missing.
 POP_COLOURS: dict[str, str] = {"good": "#8fd18f", "fair": "#f9c36b", "poor": "#f28b82", "missing": "#eeeeee"}
-GOOD, FAIR = 0.8, 0.6
 
 #: (column, label, depth) in POP's top-down order; absent columns are skipped.
 POP_METRICS: tuple[tuple[str, str, int], ...] = (
@@ -32,9 +33,9 @@ def pop_colour(value: float | None) -> str:
     """Fill colour of one metric value by POP's thresholds."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return POP_COLOURS["missing"]
-    if value >= GOOD:
+    if value >= GOOD_EFFICIENCY:
         return POP_COLOURS["good"]
-    if value >= FAIR:
+    if value >= FAIR_EFFICIENCY:
         return POP_COLOURS["fair"]
     return POP_COLOURS["poor"]
 

@@ -7,8 +7,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-#: POP's "good" threshold, drawn as a guide on the efficiency panel.
-GOOD_EFFICIENCY = 0.8
+from workbench.figures.style import GOOD_EFFICIENCY
 
 
 def scaling_figure(table: pd.DataFrame, *, title: str | None = None, height: int | None = None) -> go.Figure:

@@ -21,7 +21,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from workbench.figures import colours_for, phase_order
+from workbench.events import NS_PER_S, OVERLAP_PHASES
+from workbench.figures.style import colours_for, phase_order
 
 #: Bars drawn at most per window before neighbouring same-phase spans are merged.
 DEFAULT_MAX_SPANS = 5_000
@@ -57,10 +58,10 @@ def spans_frame(events: pd.DataFrame, *, t0_ns: int | None = None) -> pd.DataFra
             "step": step,
             "last_step": step,
             "epoch": events["epoch"].to_numpy(dtype=np.int64),
-            "start_s": (start - t0) / 1e9,
-            "end_s": (end - t0) / 1e9,
+            "start_s": (start - t0) / NS_PER_S,
+            "end_s": (end - t0) / NS_PER_S,
             "count": np.ones(len(events), dtype=np.int64),
-            "busy_s": (end - start) / 1e9,
+            "busy_s": (end - start) / NS_PER_S,
         }
     )
 
@@ -244,6 +245,11 @@ def _phase_trace(spans: pd.DataFrame, phase: str, colour: str, style: str, visib
     )
 
 
+def in_flight_lane(rank: int) -> str:
+    """The row label of rank ``rank``'s collectives in flight (Horovod's timeline, TF's profiler)."""
+    return f"{rank} in flight"
+
+
 def timeline_figure(
     events: pd.DataFrame,
     *,
@@ -277,12 +283,20 @@ def timeline_figure(
     empty = drawn.iloc[0:0]
     traces = [_phase_trace(by_phase.get(p, empty), p, colours[p], style, visible=p in shown) for p in order]
     row_ranks = sorted(int(r) for r in pd.unique(spans["rank"])) if ranks is None else [int(r) for r in ranks]
+    # Collectives in flight overlap the rank's own spans: each rank that has them gets a lane below its own.
+    in_flight = {int(r) for r in spans.loc[spans["phase"].isin(OVERLAP_PHASES), "rank"].unique()}
+    for trace in traces:
+        if trace.name in OVERLAP_PHASES and trace.y is not None:
+            trace.y = [None if v is None or v != v else in_flight_lane(int(v)) for v in trace.y]
+    rows: list[int | str] = []
+    for rank in row_ranks:
+        rows += [rank, in_flight_lane(rank)] if rank in in_flight else [rank]
     fig = go.Figure(data=traces)
     fig.update_layout(
         title=title,
         barmode="overlay",
         bargap=0.2,
-        height=height or max(260, 36 * len(row_ranks) + 140),
+        height=height or max(260, 36 * len(rows) + 140),
         margin={"l": 70, "r": 20, "t": 60 if title else 30, "b": 50},
         legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0, "traceorder": "normal"},
         hovermode="closest",
@@ -293,9 +307,9 @@ def timeline_figure(
         title="rank",
         type="category",
         categoryorder="array",
-        categoryarray=row_ranks,
-        tickvals=row_ranks,
-        ticktext=[str(r) for r in row_ranks],
+        categoryarray=rows,
+        tickvals=rows,
+        ticktext=[str(r) for r in rows],
         autorange="reversed",
     )
     fig.update_xaxes(title="seconds since run start", range=list(window) if window is not None else None)

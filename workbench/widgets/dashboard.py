@@ -25,7 +25,15 @@ import ipywidgets as w
 import pandas as pd
 import plotly.graph_objects as go
 
-from workbench.figures import breakdown_figure, colours_for, memory_figure, phase_order, timeline_figure
+from workbench.events import NS_PER_S, rank_list
+from workbench.figures import (
+    breakdown_figure,
+    colours_for,
+    counter_figure,
+    memory_figure,
+    phase_order,
+    timeline_figure,
+)
 from workbench.figures.timeline import DEFAULT_MAX_SPANS
 
 log = logging.getLogger(__name__)
@@ -40,7 +48,7 @@ WINDOWS: tuple[tuple[str, float], ...] = (
     ("15 min", 900.0),
     ("full", 0.0),
 )
-TAB_TIMELINE, TAB_BREAKDOWN, TAB_MEMORY = 0, 1, 2
+TAB_TIMELINE, TAB_BREAKDOWN, TAB_MEMORY, TAB_COUNTERS = 0, 1, 2, 3
 
 
 class Source(Protocol):
@@ -117,6 +125,7 @@ class Dashboard:
 
         self._event_chunks: list[pd.DataFrame] = []
         self._memory_chunks: list[pd.DataFrame] = []
+        self._counter_chunks: list[pd.DataFrame] = []
         self._events: pd.DataFrame | None = None
         self._memory: pd.DataFrame | None = None
         self._n_events = 0
@@ -126,7 +135,7 @@ class Dashboard:
         self._hidden_ranks: set[int] = set()
         self._view: tuple[float, float] | None = None
         self._drawn_range: tuple[float, float] | None = None
-        self._stale_tabs: set[int] = {TAB_TIMELINE, TAB_BREAKDOWN, TAB_MEMORY}
+        self._stale_tabs: set[int] = {TAB_TIMELINE, TAB_BREAKDOWN, TAB_MEMORY, TAB_COUNTERS}
         self._drawing = False
         self._drawn_spans = 0
         self._resolution_s = 0.0
@@ -157,8 +166,10 @@ class Dashboard:
         self._memory_figure: go.FigureWidget | None = None
         self._breakdown_box = w.VBox([self.breakdown_note])
         self._memory_box = w.VBox([])
-        self.tabs = w.Tab(children=[self.timeline, self._breakdown_box, self._memory_box])
-        self.tabs.titles = ("timeline", "breakdown", "memory")
+        self._counters_figure: go.FigureWidget | None = None
+        self._counters_box = w.VBox([w.HTML(html.escape("no counters recorded yet (Recorder.counter)"))])
+        self.tabs = w.Tab(children=[self.timeline, self._breakdown_box, self._memory_box, self._counters_box])
+        self.tabs.titles = ("timeline", "breakdown", "memory", "counters")
         controls = w.HBox([self.rank_select, w.VBox([self.window_slider, self.phase_box]), self.stop_button])
         self.widget = w.VBox([self.status, controls, self.tabs])
 
@@ -183,6 +194,14 @@ class Dashboard:
             self._memory_figure = go.FigureWidget()
             self._memory_box.children = (self._memory_figure,)
         return self._memory_figure
+
+    @property
+    def counters(self) -> go.FigureWidget:
+        """The counters tab's figure (queue depth, ...), created on first use."""
+        if self._counters_figure is None:
+            self._counters_figure = go.FigureWidget()
+            self._counters_box.children = (self._counters_figure,)
+        return self._counters_figure
 
     def _guarded(self, handler: Callable[..., object]) -> Callable[..., None]:
         """Wrap a widget callback so that an error lands in the status line, not the log area."""
@@ -248,8 +267,13 @@ class Dashboard:
             new_events = 0
             try:
                 events, memory = self.source.poll()
+                poll_counters = getattr(self.source, "poll_counters", None)
+                counters = poll_counters() if poll_counters is not None else None
                 poll_s = time.perf_counter() - started
                 new_events = self._ingest(events, memory)
+                if counters is not None and len(counters):
+                    self._counter_chunks.append(counters)
+                    self._stale_tabs.add(TAB_COUNTERS)
                 self.error = ""
             except Exception as exc:
                 poll_s = time.perf_counter() - started
@@ -351,14 +375,14 @@ class Dashboard:
         seconds = self.window_slider.value
         if not seconds or self._t0_ns is None:
             return None
-        end = (int(events["end_ns"].max()) - self._t0_ns) / 1e9
+        end = (int(events["end_ns"].max()) - self._t0_ns) / NS_PER_S
         return (max(end - seconds, 0.0), end)
 
     # ------------------------------------------------------------------ drawing
     def _redraw(self, force: bool = False) -> None:
         """Redraw the visible tab if its data or controls changed; other tabs wait until shown."""
         if force:
-            self._stale_tabs.update((TAB_TIMELINE, TAB_BREAKDOWN, TAB_MEMORY))
+            self._stale_tabs.update((TAB_TIMELINE, TAB_BREAKDOWN, TAB_MEMORY, TAB_COUNTERS))
         tab = self.tabs.selected_index or 0
         if tab not in self._stale_tabs:
             return
@@ -367,8 +391,10 @@ class Dashboard:
             self._draw_timeline()
         elif tab == TAB_BREAKDOWN:
             self._draw_breakdown()
-        else:
+        elif tab == TAB_MEMORY:
             self._draw_memory()
+        else:
+            self._draw_counters()
 
     def _filtered_events(self) -> pd.DataFrame | None:
         events = self.events
@@ -419,6 +445,15 @@ class Dashboard:
         growth = self.analyse_memory(samples) if self.analyse_memory is not None else None
         self._sync(self.memory, memory_figure(samples, growth, t0_ns=self._t0_ns))
 
+    def _draw_counters(self) -> None:
+        if not self._counter_chunks:
+            return
+        counters = pd.concat(self._counter_chunks, ignore_index=True)
+        self._counter_chunks = [counters]
+        if self._hidden_ranks:
+            counters = counters[~counters["rank"].isin(self._hidden_ranks)]
+        self._sync(self.counters, counter_figure(counters, t0_ns=self._t0_ns))
+
     def _sync(self, widget: go.FigureWidget, fig: go.Figure) -> None:
         self._drawing = True
         try:
@@ -446,7 +481,7 @@ class Dashboard:
         if self.run_id:
             parts.append(f"run {self.run_id}")
         ranks = sorted(self._last_seen)
-        parts.append(f"{len(ranks)} rank{'s' if len(ranks) != 1 else ''} seen ({_ranges(ranks)})")
+        parts.append(f"{len(ranks)} rank{'s' if len(ranks) != 1 else ''} seen ({rank_list(ranks)})")
         parts.append(f"{self._n_events:,} events")
         parts.append(f"last event {now - max(self._last_seen.values()):.0f} s ago")
         if self._resolution_s > 0:
@@ -596,20 +631,3 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
         except RuntimeError:
             return None
     return loop if loop.is_running() else None
-
-
-def _ranges(ranks: list[int]) -> str:
-    """``[0, 1, 2, 5]`` -> ``0-2, 5`` for a compact status line."""
-    out: list[str] = []
-    start = prev = None
-    for rank in ranks:
-        if start is None:
-            start = prev = rank
-        elif rank == prev + 1:
-            prev = rank
-        else:
-            out.append(f"{start}" if start == prev else f"{start}-{prev}")
-            start = prev = rank
-    if start is not None:
-        out.append(f"{start}" if start == prev else f"{start}-{prev}")
-    return ", ".join(out)

@@ -1,0 +1,135 @@
+"""``workbench profile`` on scripts whose truth is known: no invented straggler, the real one named.
+
+The scripts are plain Horovod TF2 scripts (no workbench import), in the two common shapes: a
+``tf.function`` step with ``hvd.DistributedGradientTape`` (as in Horovod's synthetic benchmark)
+and Keras ``fit`` with ``hvd.DistributedOptimizer``. ``EXTRA_RANK`` sleeps ``EXTRA_S`` on the
+host after every step but the last and writes the total it slept: the time the other rank must
+lose waiting for it in the next allreduce.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from workbench import analysis
+from workbench.config import ClusterConfig
+from workbench.profile import profile_command
+from workbench.store import Run, list_runs
+
+pytestmark = pytest.mark.mpi
+
+COMMON = """
+import json, os, time
+import numpy as np
+import tensorflow as tf
+import horovod.tensorflow{keras} as hvd
+
+hvd.init()
+steps = int(os.environ["STEPS"])
+extra_rank, extra_s = int(os.environ.get("EXTRA_RANK", "-1")), float(os.environ.get("EXTRA_S", "0"))
+slept = 0.0
+
+def host_work(step):
+    global slept
+    if hvd.rank() == extra_rank and step < steps - 1:
+        start = time.perf_counter()
+        time.sleep(extra_s)
+        slept += time.perf_counter() - start
+
+rng = np.random.default_rng(hvd.rank())
+x = rng.random((64, 256), dtype=np.float32)
+y = rng.integers(0, 10, 64)
+model = tf.keras.Sequential([tf.keras.layers.Dense(256, activation="relu"), tf.keras.layers.Dense(10)])
+loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+"""
+
+CUSTOM_LOOP = COMMON.format(keras="") + textwrap.dedent(
+    """
+    opt = tf.keras.optimizers.SGD(0.01)
+
+    @tf.function
+    def benchmark_step(first_batch):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+        tape = hvd.DistributedGradientTape(tape)
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+        if first_batch:
+            hvd.broadcast_variables(model.variables, root_rank=0)
+            hvd.broadcast_variables(opt.variables(), root_rank=0)
+        return loss
+
+    for step in range(steps):
+        benchmark_step(step == 0)
+        host_work(step)
+    with open(os.environ["TRUTH"] + f".{hvd.rank()}", "w") as out:
+        json.dump({"slept_s": slept}, out)
+    """
+)
+
+KERAS_FIT = COMMON.format(keras=".keras") + textwrap.dedent(
+    """
+    class HostWork(tf.keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            host_work(batch)
+
+    model.compile(optimizer=hvd.DistributedOptimizer(tf.keras.optimizers.SGD(0.01)), loss=loss_fn)
+    data = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(64)
+    model.fit(data, steps_per_epoch=steps, epochs=1, verbose=0,
+              callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0), HostWork()])
+    with open(os.environ["TRUTH"] + f".{hvd.rank()}", "w") as out:
+        json.dump({"slept_s": slept}, out)
+    """
+)
+
+STEPS = 30
+#: Well above a step (2-5 ms here): a rank that slept also computes its next step more slowly (cold
+#: caches), which the others wait for too but the sleep does not count; a long sleep keeps that small.
+EXTRA_S = 0.05
+
+
+def profiled(tmp_path, script: str, *, extra_rank: int = -1) -> tuple[Run, float]:
+    """Profile ``script`` on 2 ranks: the run and the seconds the extra rank slept."""
+    path = tmp_path / "train.py"
+    path.write_text(script)
+    env = {"STEPS": str(STEPS), "EXTRA_RANK": str(extra_rank), "EXTRA_S": str(EXTRA_S), "TRUTH": str(tmp_path / "t")}
+    code = profile_command(
+        ["python", str(path)], ranks=2, out=tmp_path / "runs", report=False, config=ClusterConfig(n=2, env=env)
+    )
+    assert code == 0
+    slept = sum(json.loads((tmp_path / f"t.{rank}").read_text())["slept_s"] for rank in (0, 1))
+    return Run.load(list_runs(tmp_path / "runs")["path"].iloc[0]), slept
+
+
+@pytest.mark.parametrize("script", [CUSTOM_LOOP, KERAS_FIT], ids=["tf_function_loop", "keras_fit"])
+def test_symmetric_job_shows_no_straggler(tmp_path, script):
+    run, _slept = profiled(tmp_path, script)
+    events = run.events
+    for rank in (0, 1):  # steps on every rank, numbered, with host work between them
+        steps = events[(events["rank"] == rank) & (events["name"] == "train_step")]
+        assert sorted(steps["step"]) == list(range(STEPS))
+        assert (events[(events["rank"] == rank)]["phase"] == "host").sum() >= STEPS - 2
+    assert (events["phase"] == "in_flight").sum() > 0  # Horovod's timeline, as collectives in flight
+    result = analysis.analyse_run(events, run.memory, run.meta)
+    print("load balance", result.pop["load_balance"], result.findings[["kind", "seconds_lost"]].to_dict("records"))
+    assert result.pop["load_balance"] >= 0.95
+    assert not {"load_imbalance", "straggler"} & set(result.findings["kind"])
+    assert set(result.steps["rank"]) == {0, 1} and (result.steps["steps"] == STEPS).all()
+
+
+@pytest.mark.parametrize("script", [CUSTOM_LOOP, KERAS_FIT], ids=["tf_function_loop", "keras_fit"])
+def test_extra_host_work_on_one_rank_is_named_with_the_time_lost(tmp_path, script):
+    run, slept = profiled(tmp_path, script, extra_rank=1)
+    result = analysis.analyse_run(run.events, run.memory, run.meta)
+    found = result.findings.set_index("kind")
+    print("load balance", result.pop["load_balance"], "slept", slept, found[["seconds_lost", "text"]].values.tolist())
+    assert "straggler" in found.index, found["text"].tolist()
+    assert found.loc["straggler", "ranks"] == "1"
+    assert found.loc["straggler", "seconds_lost"] == pytest.approx(slept, rel=0.2)
+    assert "evidence" in found.loc["straggler", "text"]
+    assert "load_imbalance" not in found.index  # host work, not compute: rank 1 computes no more than rank 0
+    host = result.breakdown[(result.breakdown["phase"] == "host")].set_index("rank")["seconds"]
+    assert host[1] - host[0] == pytest.approx(slept, rel=0.2)  # Keras's own work between batches is on both

@@ -1,0 +1,99 @@
+"""The experiment runner's pure parts: point keys, settings, the plan, and `workbench run` options."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from workbench.cases.eval_frequency import EvalFrequencySettings, parse_intervals
+from workbench.experiment import Experiment, Point, case_names, format_value, get_case
+
+
+def test_point_keys_are_stable_and_readable():
+    point = Point.of(2, {"backend": "horovod", "eval_interval": 30}, {"eval_interval": "k"})
+    assert point.key == "n2/backend=horovod/k=30"
+    assert point["eval_interval"] == 30 and point.as_dict() == {"backend": "horovod", "eval_interval": 30}
+    assert Point.of(1).key == "n1"
+    # short names only shape the key: the identity is the rank count and the parameters
+    assert point == Point.of(2, {"backend": "horovod", "eval_interval": 30})
+    with pytest.raises(KeyError, match="point n2/backend=horovod/k=30 has no parameter 'batch'"):
+        point["batch"]
+
+
+@pytest.mark.parametrize(
+    ("value", "text"), [(30, "30"), (2.0, "2"), (0.5, "0.5"), (True, "yes"), ((1, 4), "1,4"), ("tf.data", "tf.data")]
+)
+def test_values_in_keys(value, text):
+    assert format_value(value) == text
+
+
+def test_eval_frequency_plan_is_ranks_by_backend_by_interval():
+    experiment = Experiment("eval-frequency", preset="ci", ranks=2, out="unused")
+    assert [p.key for p in experiment.plan()] == [
+        "n1/backend=mpi4py/k=1",
+        "n1/backend=mpi4py/k=6",
+        "n1/backend=horovod/k=1",
+        "n1/backend=horovod/k=6",
+        "n2/backend=mpi4py/k=1",
+        "n2/backend=mpi4py/k=6",
+        "n2/backend=horovod/k=1",
+        "n2/backend=horovod/k=6",
+    ]
+    assert experiment.point(ranks=2, backend="horovod", eval_interval=6).key == "n2/backend=horovod/k=6"
+    kwargs = get_case("eval-frequency").workload_kwargs(experiment.settings, experiment.plan()[-1])
+    assert kwargs["settings_dict"]["backend"] == "horovod" and kwargs["settings_dict"]["eval_interval"] == 6
+    assert kwargs["settings_dict"]["epochs"] == 6
+    assert experiment.status()["status"].unique().tolist() == ["pending"]
+
+
+def test_settings_overrides_are_checked():
+    experiment = Experiment("eval-frequency", preset="ci", ranks=1, backends=("horovod",), intervals=(1, 3))
+    expected = EvalFrequencySettings(epochs=6, dataset_repeat=1, intervals=(1, 3), backends=("horovod",))
+    assert experiment.settings == expected
+    with pytest.raises(ValueError, match="case eval-frequency has no setting 'epoch'"):
+        Experiment("eval-frequency", preset="ci", epoch=3)
+    with pytest.raises(ValueError, match="ranks=0: use a whole number >= 1"):
+        Experiment("eval-frequency", ranks=0)
+    with pytest.raises(ValueError, match="unknown case 'nope': choose one of eval-frequency, predict-leak"):
+        Experiment("nope")
+    assert parse_intervals("1,30") == (1, 30)
+
+
+def test_every_case_declares_the_contract():
+    for name in case_names():
+        case = get_case(name)
+        assert case.name == name and case.about and case.title
+        assert {"ci", "reduced", "full"} <= set(case.presets)
+        for preset in case.presets:
+            points = Experiment(name, preset=preset, ranks=2).plan()
+            assert points and max(p.ranks for p in points) == 2  # --ranks is the most ranks any point uses
+
+
+def test_list_names_every_case_with_one_line():
+    completed = subprocess.run(
+        [sys.executable, "-m", "workbench.cli", "run", "--list"], capture_output=True, text=True, check=True
+    )
+    lines = completed.stdout.strip().splitlines()
+    assert [line.split()[0] for line in lines] == ["eval-frequency", "predict-leak", "input-pipeline", "pop-scaling"]
+    assert all("presets: ci, reduced, full" in line for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--backend", "gloo"], "argument --backend: backend 'gloo' is unknown"),
+        (["--intervals", "5"], "give at least two intervals"),
+        (["--preset", "huge"], "argument --preset: invalid choice: 'huge'"),
+        (["--methods", "predict"], "unrecognized arguments: --methods predict"),  # predict-leak's option only
+    ],
+)
+def test_case_options_come_from_the_case(args, message):
+    completed = subprocess.run(
+        [sys.executable, "-m", "workbench.cli", "run", "eval-frequency", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert completed.returncode == 2 and message in completed.stderr, completed.stderr

@@ -1,0 +1,180 @@
+"""``workbench analyse`` / ``workbench compare`` on recorded run directories: text, JSON, HTML."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import pandas as pd
+import pytest
+
+from workbench.cli import main
+from workbench.events import events_frame
+from workbench.inspection import (
+    format_megabytes,
+    format_rate,
+    format_ratio,
+    format_seconds,
+    format_share,
+    text_table,
+)
+from workbench.store import StreamWriter, create_run, update_run_meta
+
+S = 1_000_000_000
+MB = 1_000_000
+
+
+def span(rank, phase, start, end, name=None):
+    return {"rank": rank, "phase": phase, "name": name or phase, "start_ns": int(start * S), "end_ns": int(end * S)}
+
+
+def record(root, name, rows, *, ranks, memory=None, cluster=None):
+    """A finished run directory holding ``rows`` as events (and ``memory`` samples)."""
+    cluster = cluster or {"ranks": ranks, "threads": 1, "cores": 4}
+    path = create_run(root, name, ranks=ranks, config={"cluster": cluster})
+    if rows:
+        events = events_frame(pd.DataFrame(rows).assign(run_id=path.name))
+        for rank, part in events.groupby("rank"):
+            StreamWriter(path, "events", int(rank)).write(part.to_dict(orient="list"))
+    if memory is not None:
+        for rank, part in memory.assign(run_id=path.name).groupby("rank"):
+            StreamWriter(path, "memory", int(rank)).write(part.to_dict(orient="list"))
+    update_run_meta(path, status="finished")
+    return path
+
+
+def every_epoch_rows():
+    """10 s, 2 ranks: 3 train steps each [0, 6); rank 0 evaluates [6, 10) while rank 1 waits."""
+    rows = [span(rank, "compute", 2 * i, 2 * i + 2, "train_step") for rank in (0, 1) for i in range(3)]
+    return [*rows, span(0, "evaluation", 6, 10), span(1, "communication", 6, 10, "NEGOTIATE_ALLREDUCE")]
+
+
+def memory_frame():
+    return pd.DataFrame(
+        {
+            "rank": [0, 0, 1],
+            "host": "h",
+            "time_ns": [0, S, 0],
+            "rss_bytes": [100 * MB, 2500 * MB, 80 * MB],
+            "gpu_bytes": -1,
+            "cpu_percent": 0.0,
+            "label": "interval",
+            "iteration": -1,
+        }
+    )
+
+
+def test_numbers_carry_three_significant_figures_and_a_unit():
+    assert format_seconds(0.00123) == "1.23 ms"
+    assert format_seconds(5e-7) == "0.500 µs"
+    assert format_seconds(95.24) == "95.2 s"
+    assert format_seconds(9.996) == "10.0 s"  # rounded before the digits are chosen
+    assert format_seconds(4000) == "66.7 min"
+    assert format_seconds(50_000) == "13.9 h"
+    assert format_seconds(-3, signed=True) == "−3.00 s"
+    assert format_seconds(2, signed=True) == "+2.00 s"
+    assert format_seconds(0) == "0 s"
+    assert format_seconds(float("nan")) == format_seconds(None) == "–"
+    assert format_megabytes(123.4) == "123 MB"
+    assert format_megabytes(2346) == "2.35 GB"
+    assert format_rate(12.345) == "12.3 /s"
+    assert format_ratio(0.7292) == "0.73"
+    assert format_ratio(math.inf) == "new"
+    assert format_share(0.254) == "25%"
+
+
+def test_wide_tables_wrap_into_blocks_that_repeat_the_first_column():
+    header = ["rank", *[f"phase_{i:02d}" for i in range(12)]]
+    rows = [[str(rank), *["12.3 s 45%"] * 12] for rank in range(2)]
+    lines = text_table(header, rows, width=60)
+    assert max(len(line) for line in lines) <= 60
+    blocks = "\n".join(lines).split("\n\n")
+    assert len(blocks) == 3  # 4 + 4 + 4 phase columns of 10 characters
+    assert all(block.splitlines()[0].startswith("rank") for block in blocks)
+    assert "phase_11" in blocks[-1]
+
+
+def test_analyse_prints_a_summary_headed_by_what_produced_the_run(tmp_path, capsys):
+    path = record(tmp_path, "eval-k1", every_epoch_rows(), ranks=2, memory=memory_frame())
+    assert main(["analyse", str(path)]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert max(len(line) for line in lines) <= 100
+    assert lines[0].startswith(f"run      {path.name}  (eval-k1)")
+    assert "2 ranks" in out and "status finished" in out and "python " in out
+    assert "POP metrics (useful phases: compute + input)" in out
+    # useful 6 s of 10 s on both ranks: LB 1.00, CommE 0.60, PE 0.60
+    assert re.search(r"parallel efficiency +0\.60\n  load balance +1\.00\n  communication efficiency +0\.60", out)
+    assert "4.00 s 40%" in out  # rank 0's evaluation
+    flat = " ".join(out.split())
+    assert "serial_evaluation: 2.00 s lost (20% of wall); ranks 0" in flat
+    assert "sharing evaluation over all ranks would save about 2.0 s" in flat  # findings in full
+    assert "0.500 /s" in out  # 3 steps over 6 s
+    assert "2.50 GB" in out  # rank 0's peak
+
+
+def test_analyse_json_is_one_object_with_pop_breakdown_findings_and_steps(tmp_path, capsys):
+    path = record(tmp_path, "eval-k1", every_epoch_rows(), ranks=2)
+    assert main(["analyse", str(path), "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["run"]["run_id"] == path.name
+    assert payload["pop"]["parallel_efficiency"] == pytest.approx(0.6)
+    assert payload["pop"]["useful_phases"] == ["compute", "input"]
+    breakdown = {(row["rank"], row["phase"]): row["seconds"] for row in payload["breakdown"]}
+    assert breakdown[(1, "communication_wait")] == pytest.approx(4)
+    kinds = [row["kind"] for row in payload["findings"]]
+    assert "serial_evaluation" in kinds and kinds[-1] == "no_memory_samples"
+    assert [(row["rank"], row["steps"]) for row in payload["steps"]] == [(0, 3), (1, 3)]
+
+
+def test_analyse_html_writes_the_report(tmp_path, capsys):
+    path = record(tmp_path, "eval-k1", every_epoch_rows(), ranks=2, memory=memory_frame())
+    report = tmp_path / "out" / "analysis.html"
+    assert main(["analyse", str(path), "--html", str(report)]) == 0
+    assert f"report: {report}" in capsys.readouterr().out
+    html = report.read_text()
+    for heading in ("Run", "POP metrics", "Findings", "Seconds per rank and phase", "Timeline", "Memory"):
+        assert f"<h2>{heading}</h2>" in html
+    assert "sharing evaluation over all ranks" in html
+
+
+def test_analyse_a_run_that_recorded_nothing(tmp_path, capsys):
+    path = record(tmp_path, "empty", [], ranks=1)
+    assert main(["analyse", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "1. no_events (note); ranks all" in out and "no events recorded" in out
+    assert "1 rank," in out
+    assert "no_memory_samples" in out
+    assert main(["analyse", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["pop"]["parallel_efficiency"] is None
+
+
+def test_compare_two_runs_with_different_ranks(tmp_path, capsys):
+    a = record(tmp_path, "every-epoch", every_epoch_rows(), ranks=2)
+    # B: 7 s on ranks 0 and 2 (rank 1 gone): steps [0, 6), rank 0 evaluates [6, 7)
+    rows_b = [span(rank, "compute", 2 * i, 2 * i + 2, "train_step") for rank in (0, 2) for i in range(3)]
+    b = record(tmp_path, "every-30", [*rows_b, span(0, "evaluation", 6, 7)], ranks=None)
+    assert main(["compare", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 100
+    assert out.splitlines()[0].startswith(f"A        {a.name}  (every-epoch)")
+    assert "wall time  A 10.0 s  B 7.00 s  B − A −3.00 s  B / A 0.70" in out
+    assert re.search(r"\nevaluation +4\.00 s +1\.00 s +−3\.00 s +0\.25 +both\n", out)  # all ranks
+    assert re.search(r"\n0 +evaluation +4\.00 s +1\.00 s +−3\.00 s +0\.25 +both\n", out)  # rank 0
+    assert re.search(r"\n1 +communication_wait +4\.00 s +0 s +−4\.00 s +0\.00 +a only\n", out)
+    assert re.search(r"\n2 +compute +0 s +6\.00 s +\+6\.00 s +new +b only\n", out)
+    assert main(["compare", str(a), str(b), "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["wall"]["delta_s"] == pytest.approx(-3)
+    per_rank = {(row["rank"], row["phase"]): row for row in payload["per_rank"]}
+    assert per_rank[(2, "compute")]["present"] == "b only" and per_rank[(2, "compute")]["ratio"] is None
+    assert per_rank[(1, "communication_wait")]["seconds_b"] == 0
+    report = tmp_path / "compare.html"
+    assert main(["compare", str(a), str(b), "--html", str(report)]) == 0
+    assert "Where the time went differently" in report.read_text()
+
+
+def test_a_directory_that_is_not_a_run_is_one_clear_error(tmp_path, capsys):
+    assert main(["analyse", str(tmp_path)]) == 2
+    assert "is not a workbench run" in capsys.readouterr().err

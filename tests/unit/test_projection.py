@@ -1,0 +1,373 @@
+"""Scaling projection on hand-computed examples: collective costs, the fitted network, the model."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from workbench.analysis import projection as pj
+from workbench.events import events_frame
+
+MS = 1_000_000  # ns per ms
+GB = 1_000_000_000
+
+
+# -- collective costs -------------------------------------------------------------------------------
+
+
+def test_ring_allreduce_is_2_n_minus_1_over_n_bytes_over_beta_plus_2_n_minus_1_alpha():
+    # 100 MB on 4 ranks, α = 10 µs, β = 1 GB/s: 2·3/4·0.1 s + 6·10 µs
+    assert pj.ring_allreduce_seconds(100e6, 4, 10e-6, 1 * GB) == pytest.approx(0.15 + 60e-6)
+    assert pj.ring_allreduce_seconds(100e6, 1, 10e-6, 1 * GB) == 0.0
+    assert pj.ring_allreduce_seconds(0, 8, 10e-6, 1 * GB) == 0.0
+
+
+def test_tree_allreduce_has_logarithmic_latency():
+    # 8 ranks: 2·ceil(log2 8)=6 latency steps, bandwidth term 2·B/β
+    assert pj.tree_allreduce_seconds(1e6, 8, 1e-6, 1 * GB) == pytest.approx(6e-6 + 2e-3)
+    assert pj.tree_allreduce_seconds(1e6, 5, 1e-6, 1 * GB) == pytest.approx(6e-6 + 2e-3)
+
+
+def test_fusion_splits_bytes_into_threshold_sized_calls_each_paying_horovods_fixed_cost():
+    assert pj.fused_calls(100 * 2**20) == 2  # 100 MiB over the 64 MiB default
+    assert pj.fused_calls(1) == 1 and pj.fused_calls(0) == 0
+    net = pj.Network("test", latency_s=0.0, bandwidth_bytes_per_s=1 * GB, per_call_s=1e-3)
+    transfer, per_call = pj.allreduce_seconds(40e6, 2, net, fusion_threshold_bytes=10_000_000)
+    assert per_call == pytest.approx(4e-3)  # 4 calls of 10 MB
+    assert transfer == pytest.approx(4 * 10e6 / GB)  # n = 2: 2(n-1)/n = 1
+    _transfer, calls = pj.allreduce_seconds(30, 2, net, fusion_threshold_bytes=20, tensor_bytes=[10, 10, 10])
+    assert calls == pytest.approx(2e-3)  # [10, 10] then [10]
+
+
+def test_hierarchical_allreduce_rings_inside_the_node_then_between_nodes():
+    net = pj.Network(
+        "two-level",
+        latency_s=0.0,
+        bandwidth_bytes_per_s=1 * GB,
+        ranks_per_node=4,
+        intra_latency_s=0.0,
+        intra_bandwidth_bytes_per_s=10 * GB,
+    )
+    transfer, _ = pj.allreduce_seconds(1e9, 8, net)
+    # inside: 2·3/4·1 GB / 10 GB/s = 0.15 s; between 2 nodes: 2·1/2·1 GB / 1 GB/s = 1 s
+    assert transfer == pytest.approx(1.15)
+    flat = pj.network(net, hierarchical=False)
+    assert pj.allreduce_seconds(1e9, 8, flat)[0] == pytest.approx(2 * 7 / 8)
+    # all 4 ranks on one node: the node's link only
+    assert pj.allreduce_seconds(1e9, 4, net)[0] == pytest.approx(0.15)
+
+
+def test_parameter_servers_busiest_card_carries_nodes_times_bytes_over_servers():
+    net = pj.Network("ps", latency_s=1e-3, bandwidth_bytes_per_s=1 * GB)
+    # 4 nodes, 1 server: the server's card carries 4·B each way: 2·(α + 4·0.1 s)
+    assert pj.parameter_server_seconds(100e6, 4, net, servers=1) == pytest.approx(2 * (1e-3 + 0.4))
+    # one server per node: every card carries B
+    assert pj.parameter_server_seconds(100e6, 4, net) == pytest.approx(2 * (1e-3 + 0.1))
+    assert pj.parameter_server_seconds(100e6, 1, net) == 0.0
+
+
+def test_expected_max_of_n_draws_from_the_empirical_distribution():
+    # two values 1 and 2: max of 2 draws is 1 only when both are 1 (1/4)
+    assert pj.expected_max(np.array([2.0, 1.0]), 2) == pytest.approx(1 * 0.25 + 2 * 0.75)
+    assert pj.expected_max(np.array([2.0, 1.0]), 1) == pytest.approx(1.5)
+    assert pj.expected_max(np.array([3.0, 3.0, 3.0]), 64) == pytest.approx(3.0)
+    assert math.isnan(pj.expected_max(np.array([]), 4))
+
+
+# -- networks -----------------------------------------------------------------------------------------
+
+
+def test_fit_network_recovers_alpha_beta_and_horovods_per_call_cost():
+    alpha, beta, per_call = 5e-6, 2 * GB, 1e-3
+    rows = []
+    for size in (1024, 16384, 65536, 2**20, 2**22, 2**24):
+        mpi = pj.ring_allreduce_seconds(size, 2, alpha, beta)
+        rows.append({"bytes": size, "ranks": 2, "mpi_seconds": mpi, "horovod_seconds": mpi + per_call})
+    net = pj.fit_network(rows, cores_per_node=2)
+    assert net.bandwidth_bytes_per_s == pytest.approx(beta, rel=1e-6)
+    assert net.latency_s == pytest.approx(alpha, rel=1e-6)
+    assert net.per_call_s == pytest.approx(per_call, rel=1e-6)
+    assert net.ranks_per_node == 2 and net.cores_per_node == 2
+    with pytest.raises(ValueError, match="1 rank"):
+        pj.fit_network([{**row, "ranks": 1} for row in rows])
+
+
+def test_named_networks_state_their_assumptions_and_unknown_names_list_them():
+    for name, net in pj.NETWORKS.items():
+        assert net.assumptions and name in net.describe()
+    assert pj.network("NVLink").ranks_per_node == 8
+    assert pj.network("10gbe", ranks_per_node=4).ranks_per_node == 4
+    with pytest.raises(ValueError, match="10gbe"):
+        pj.network("carrier-pigeon")
+
+
+# -- the model on a hand-built run -------------------------------------------------------------------------
+
+NET = pj.Network("ideal", latency_s=0.0, bandwidth_bytes_per_s=1 * GB)
+
+
+def one_rank_run(*, compute_ms=10, input_ms=0, evaluation_ms=500, nbytes=1_000_000, epochs=2, steps=8):
+    """1 rank, ``epochs`` x ``steps`` steps of input + compute + allreduce, then rank 0 evaluates."""
+    rows, t = [], 0
+    for epoch in range(epochs):
+        for i in range(steps):
+            step = epoch * steps + i
+            if input_ms:
+                rows.append(
+                    {
+                        "rank": 0,
+                        "phase": "input",
+                        "name": "dequeue",
+                        "start_ns": t,
+                        "end_ns": t + input_ms * MS,
+                        "step": step,
+                        "epoch": epoch,
+                    }
+                )
+                t += input_ms * MS
+            rows.append(
+                {
+                    "rank": 0,
+                    "phase": "compute",
+                    "name": "train_step",
+                    "start_ns": t,
+                    "end_ns": t + compute_ms * MS,
+                    "step": step,
+                    "epoch": epoch,
+                }
+            )
+            t += compute_ms * MS
+            rows.append(
+                {
+                    "rank": 0,
+                    "phase": "communication",
+                    "name": "allreduce",
+                    "start_ns": t,
+                    "end_ns": t,
+                    "step": step,
+                    "epoch": epoch,
+                    "bytes": nbytes,
+                }
+            )
+        if evaluation_ms:
+            rows.append(
+                {
+                    "rank": 0,
+                    "phase": "evaluation",
+                    "name": "evaluate",
+                    "start_ns": t,
+                    "end_ns": t + evaluation_ms * MS,
+                    "epoch": epoch,
+                }
+            )
+            t += evaluation_ms * MS
+    return events_frame(rows)
+
+
+def test_profile_reads_per_step_costs_bytes_and_evaluation():
+    profile = pj.profile_run(one_rank_run(), {"ranks": 1}, warmup_steps=0, batch_per_rank=32)
+    assert profile.steps == 16 and profile.epochs == 2 and profile.steps_per_epoch == 8
+    assert profile.compute_s == pytest.approx(np.full(16, 0.010))
+    assert profile.gradient_bytes == 1_000_000
+    assert profile.evaluation_s == pytest.approx([0.5, 0.5]) and profile.evaluating_ranks == (0,)
+    assert profile.evaluations_per_epoch == 1.0
+    assert profile.wall_s == pytest.approx(16 * 0.010 + 2 * 0.5) and profile.other_s == pytest.approx(0.0, abs=1e-9)
+
+
+def test_weak_scaling_shortens_epochs_and_a_serial_evaluation_weighs_more():
+    profile = pj.profile_run(one_rank_run(), {"ranks": 1}, warmup_steps=0, batch_per_rank=32)
+    table = pj.project(profile, [1, 4], NET, bootstrap=0).table.set_index("ranks")
+    # 4 ranks: step = 10 ms + ring(1 MB, 4) = 10 + 2·3/4·1 ms = 11.5 ms; 8/4 = 2 steps per epoch + 0.5 s
+    assert table.loc[4, "step_s"] == pytest.approx(0.0115)
+    assert table.loc[4, "epoch_s"] == pytest.approx(2 * 0.0115 + 0.5)
+    assert table.loc[1, "epoch_s"] == pytest.approx(8 * 0.010 + 0.5)
+    assert table.loc[4, "speedup"] == pytest.approx(0.58 / 0.523)
+    assert table.loc[4, "efficiency"] == pytest.approx(0.58 / 0.523 / 4)
+    assert table.loc[4, "parallel_efficiency"] == pytest.approx(0.020 / 0.523)
+    assert table.loc[4, "limiter"] == "evaluation"
+    assert table.loc[4, "wall_s"] == pytest.approx(2 * 0.523)
+
+
+def test_what_ifs_evaluation_interval_sharding_batch_and_fusion():
+    profile = pj.profile_run(one_rank_run(), {"ranks": 1}, warmup_steps=0)
+    rare = pj.project(profile, [4], NET, changes=pj.Changes(eval_interval=2), bootstrap=0).table.iloc[0]
+    assert rare["evaluation_s"] == pytest.approx(0.25)
+    sharded = pj.project(profile, [4], NET, changes=pj.Changes(shard_evaluation=True), bootstrap=0).table.iloc[0]
+    assert sharded["evaluation_s"] == pytest.approx(0.125)
+    double = pj.project(profile, [4], NET, changes=pj.Changes(batch_scale=2.0), bootstrap=0).table.iloc[0]
+    assert double["step_s"] == pytest.approx(0.020 + 0.0015)  # compute doubles, bytes do not
+    calls = pj.network(NET, per_call_s=1e-3)
+    split = pj.project(profile, [4], calls, changes=pj.Changes(fusion_threshold_bytes=250_000), bootstrap=0)
+    assert split.table.iloc[0]["step_s"] == pytest.approx(0.010 + 0.0015 + 4e-3)  # 4 calls of 250 kB
+
+
+def test_strong_scaling_shrinks_each_ranks_batch():
+    profile = pj.profile_run(one_rank_run(evaluation_ms=0), {"ranks": 1}, warmup_steps=0)
+    row = pj.project(profile, [4], NET, kind="strong", bootstrap=0).table.iloc[0]
+    assert row["step_s"] == pytest.approx(0.0025 + 0.0015)
+    assert row["epoch_s"] == pytest.approx(8 * 0.004)
+    assert row["speedup"] == pytest.approx(0.080 / 0.032)
+
+
+def test_ranks_sharing_a_nodes_cores_slow_compute_down():
+    profile = pj.profile_run(
+        one_rank_run(evaluation_ms=0), {"ranks": 1, "config": {"cluster": {"threads": 2}}}, warmup_steps=0
+    )
+    host = pj.Network(
+        "host",
+        latency_s=0.0,
+        bandwidth_bytes_per_s=1 * GB,
+        ranks_per_node=2,
+        cores_per_node=2,
+        intra_latency_s=0.0,
+        intra_bandwidth_bytes_per_s=1 * GB,
+    )
+    linear = pj.project(profile, [2], host, bootstrap=0).table.iloc[0]
+    assert linear["step_s"] == pytest.approx(0.020 + 0.001)  # 1 thread instead of 2; ring(1 MB, 2) = 1 ms
+    flat = pj.project(profile, [2], host, thread_scaling=0.0, bootstrap=0).table.iloc[0]
+    assert flat["step_s"] == pytest.approx(0.010 + 0.001)
+
+
+def test_an_input_bound_run_keeps_its_pipeline_period_unless_the_node_caps_it():
+    profile = pj.profile_run(one_rank_run(input_ms=30, evaluation_ms=0), {"ranks": 1}, warmup_steps=0)
+    assert profile.input_bound
+    row = pj.project(profile, [2], NET, bootstrap=0).table.iloc[0]
+    assert row["step_s"] == pytest.approx(0.040)  # the pipeline's 40 ms, not compute + allreduce
+    assert row["limiter"] == "input"
+    capped = pj.project(
+        profile, [2], pj.network(NET, ranks_per_node=2), shared_input_batches_per_s=25.0, bootstrap=0
+    ).table.iloc[0]
+    assert capped["step_s"] == pytest.approx(2 / 25)
+
+
+def test_error_bars_come_from_the_measured_step_variance():
+    events = one_rank_run(evaluation_ms=0)
+    steady = pj.project(pj.profile_run(events, warmup_steps=0), [8], NET, bootstrap=50).table.iloc[0]
+    assert steady["step_s_low"] == pytest.approx(steady["step_s"]) == pytest.approx(steady["step_s_high"])
+    noisy = events.copy()
+    compute = noisy["phase"] == "compute"
+    noisy.loc[compute, "end_ns"] = noisy.loc[compute, "start_ns"] + np.tile([5, 15], 8)[: compute.sum()] * MS
+    row = pj.project(pj.profile_run(noisy, warmup_steps=0), [8], NET, bootstrap=200).table.iloc[0]
+    assert row["step_s_low"] < row["step_s"] <= row["step_s_high"]
+    # slowest of 8 ranks: 15 ms unless all 8 drew 5 ms (1/256); weak: 8 steps/epoch / 8 ranks = 1 step
+    assert row["waiting_s"] == pytest.approx((5 / 256 + 15 * 255 / 256) / 1000 - 0.010)
+
+
+def test_missing_data_become_notes_not_exceptions():
+    empty = pj.profile_run(events_frame([{"rank": 0, "phase": "compute", "start_ns": 0, "end_ns": 0}]).iloc[:0])
+    assert any("step" in note for note in empty.notes)
+    result = pj.project(empty, [8], NET)
+    assert result.table["step_s"].isna().all() and any("nothing to project" in n for n in result.notes)
+    no_bytes = pj.profile_run(one_rank_run(nbytes=-1), warmup_steps=0)
+    assert no_bytes.gradient_bytes == 0 and any("gradient bytes" in note for note in no_bytes.notes)
+    assert any("1 rank" in note for note in no_bytes.notes)
+    assert pj.project(no_bytes, [8], NET, bootstrap=0).table.iloc[0]["communication_s"] == 0.0
+
+
+def test_projection_to_dict_is_json_ready_and_limits_sum_to_the_epoch():
+    import json
+
+    profile = pj.profile_run(one_rank_run(), warmup_steps=0)
+    result = pj.project(profile, [1, 2, 8], NET, bootstrap=0)
+    json.dumps(result.to_dict(), allow_nan=False)
+    sums = result.limits.groupby("ranks")["seconds"].sum()
+    assert sums.to_numpy() == pytest.approx(result.table.set_index("ranks")["epoch_s"].to_numpy())
+    top = pj.limits_table(result)
+    assert top.groupby("ranks").head(1).set_index("ranks")["limit"].to_dict()[8] == "evaluation"
+
+
+# -- views, command line and bench -----------------------------------------------------------------------
+
+
+def test_figures_mark_measured_points_and_stack_the_limits():
+    from workbench.figures.projection import limits_figure, projection_figure
+
+    result = pj.project(pj.profile_run(one_rank_run(), warmup_steps=0), [1, 2, 8], NET, bootstrap=10)
+    measured = pd.DataFrame({"ranks": [2], "epoch_s": [0.6]})
+    figure = projection_figure(result.table, measured)
+    assert [trace.name for trace in figure.data].count("measured") == 1
+    bars = limits_figure(result.limits)
+    assert {trace.name for trace in bars.data} >= {"compute", "evaluation", "communication"}
+
+
+def test_cli_parses_project_and_bench_projection():
+    from workbench.cli import build_parser
+
+    args = build_parser().parse_args(["project", "a", "b", "--ranks", "8,16", "--network", "nvlink", "--json"])
+    assert args.run_dirs == ["a", "b"] and args.ranks == "8,16" and args.network == "nvlink" and args.json
+    bench = build_parser().parse_args(["bench", "projection", "--json"])
+    assert bench.json and bench.handler.__name__ == "_cmd_bench_projection"
+    from workbench.projecting import parse_ranks
+
+    assert parse_ranks("8,16,32") == [8, 16, 32]
+    with pytest.raises(ValueError, match=">= 1"):
+        parse_ranks("0,8")
+
+
+def test_validation_summary_is_median_and_max_of_absolute_errors():
+    from workbench.bench.projection import validation_summary
+
+    table = pd.DataFrame({"error": [0.10, -0.02, 0.04, float("nan")]})
+    summary = validation_summary(table)
+    assert summary["median_error"] == pytest.approx(0.04) and summary["max_error"] == pytest.approx(0.10)
+    assert summary["runs"] == 3 and summary["within_5_percent"] == 2
+
+
+def test_overlap_hides_the_collective_behind_compute():
+    profile = pj.profile_run(one_rank_run(evaluation_ms=0), warmup_steps=0)
+    calls = pj.network(NET, per_call_s=1.5e-3)
+    # 1.5 ms transfer + 1.5 ms per call behind at most 20 % of 10 ms = 2 ms: 1 ms stays exposed
+    row = pj.project(profile, [4], calls, overlap=0.2, bootstrap=0).table.iloc[0]
+    assert row["step_s"] == pytest.approx(0.011)
+    assert row["communication_s"] + row["per_call_s"] == pytest.approx(2 * 0.001)  # 2 steps per epoch
+    hidden = pj.project(profile, [4], calls, overlap=1.0, bootstrap=0).table.iloc[0]
+    assert hidden["step_s"] == pytest.approx(0.010)
+    with pytest.raises(ValueError, match="overlap"):
+        pj.project(profile, [4], calls, overlap=1.5)
+
+
+def test_workbench_project_on_recorded_runs_prints_text_and_json(tmp_path, capsys):
+    import json
+
+    from workbench.projecting import project_command
+    from workbench.store import StreamWriter, create_run, update_run_meta
+
+    paths = []
+    for ranks in (1, 2):
+        path = create_run(tmp_path, f"r{ranks}", ranks=ranks, config={"cluster": {"threads": 1, "cores": 2}})
+        events = one_rank_run(steps=6)
+        events = pd.concat([events.assign(rank=rank) for rank in range(ranks)], ignore_index=True)
+        for rank, part in events.assign(run_id=path.name).groupby("rank"):
+            StreamWriter(path, "events", int(rank)).write(part.to_dict(orient="list"))
+        update_run_meta(path, status="finished")
+        paths.append(str(path))
+    assert project_command(paths, ranks="8,64", network_name="100g-infiniband") == 0
+    text = capsys.readouterr().out
+    assert "64" in text and "model built from this run" in text and "100g-infiniband" in text
+    assert project_command(paths, ranks="8", network_name="nvlink", as_json=True, eval_interval=2) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert [row["ranks"] for row in payload["projection"]] == [1, 2, 8]
+    assert payload["changes"] == "evaluate every 2 epoch(s)" and len(payload["measured"]) == 2
+
+
+def test_a_measured_imbalance_carries_over_to_more_ranks():
+    fast, slow = one_rank_run(evaluation_ms=0), one_rank_run(compute_ms=20, evaluation_ms=0)
+    events = pd.concat([fast, slow.assign(rank=1)], ignore_index=True)
+    profile = pj.profile_run(events, {"ranks": 2}, warmup_steps=0)
+    assert profile.load_balance == pytest.approx(15 / 20)
+    row = pj.project(profile, [4], NET, bootstrap=0).table.iloc[0]
+    # E[max of 4 draws from {10, 20} ms] = 10/16 + 20·15/16 = 19.4 ms < mean / LB = 20 ms; + ring(1 MB, 4) 1.5 ms
+    assert row["step_s"] == pytest.approx(0.020 + 0.0015)
+    assert row["load_balance"] == pytest.approx(0.75)
+
+
+def test_waiting_for_input_can_count_as_lost_in_the_pop_metrics():
+    profile = pj.profile_run(one_rank_run(input_ms=30, evaluation_ms=0), warmup_steps=0)
+    useful = pj.project(profile, [2], NET, bootstrap=0).table.iloc[0]
+    lost = pj.project(profile, [2], NET, input_is_useful=False, bootstrap=0).table.iloc[0]
+    # step 40 ms: 10 ms compute + 30 ms waiting for input (the allreduce hides in the wait)
+    assert useful["parallel_efficiency"] == pytest.approx(1 - 0.001 / 0.040)
+    assert lost["parallel_efficiency"] == pytest.approx(0.010 / 0.040)

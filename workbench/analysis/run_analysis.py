@@ -1,0 +1,266 @@
+"""Everything the analysis layer says about one recorded run, in one call that never raises on it.
+
+``workbench analyse``, the notebooks and the experiment runner all want the same picture of a run:
+where each rank's time went, the POP efficiencies, the findings, how fast each rank stepped and
+how much memory it held. Computing it in one place keeps them in agreement; a run that lacks
+something (no events, no compute spans, one rank, no memory samples) gets findings that say what
+is missing and what to record instead of an exception.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from workbench import events as ev
+from workbench.analysis.breakdown import phase_breakdown
+from workbench.analysis.findings import (
+    combine_findings,
+    findings,
+    missing_data_finding,
+    oversubscription_finding_from_meta,
+)
+from workbench.analysis.memory import memory_summary
+from workbench.analysis.pop import POP_COLUMNS, pop_metrics, useful_phase_set
+from workbench.analysis.scaling import steps_per_rank
+from workbench.analysis.straggler import (
+    LATENESS_COLUMNS,
+    OVERLAP_COLUMNS,
+    STEP_WAIT_COLUMNS,
+    allreduce_lateness,
+    communication_overlap,
+    step_waits,
+    straggler_rows,
+    with_derived_waits,
+)
+
+#: Run metadata shown above an analysis: what produced it.
+HEADER_KEYS: tuple[str, ...] = ("run_id", "name", "created", "host", "ranks", "cores", "status", "versions")
+
+
+@dataclass(frozen=True)
+class RunAnalysis:
+    """One run, analysed: tables for the per-rank detail, dicts for the one-per-run facts."""
+
+    #: What produced the run: ``HEADER_KEYS`` from its metadata (missing ones are None).
+    header: dict[str, Any]
+    #: ``rank, phase, seconds, fraction`` (``phase_breakdown`` by rank).
+    breakdown: pd.DataFrame
+    #: ``pop_metrics`` of the run as a dict; ``useful_phases`` as a list; efficiencies NaN (with
+    #: ``note`` saying why) when they cannot be computed.
+    pop: dict[str, Any]
+    #: ``FINDING_COLUMNS``, largest ``seconds_lost`` first, missing-data findings last.
+    findings: pd.DataFrame
+    #: ``steps_per_rank``: ``rank, steps, seconds, steps_per_s, mean_step_s``.
+    steps: pd.DataFrame
+    #: ``memory_summary``: ``rank, samples, first_mb, last_mb, peak_mb, gpu_peak_mb``.
+    memory: pd.DataFrame
+    #: ``step_waits``: per rank and step, its duration, the wait for the last rank and the evidence.
+    waits: pd.DataFrame = field(default_factory=lambda: _empty(STEP_WAIT_COLUMNS))
+    #: ``allreduce_lateness``: per step and rank, its arrival at the allreduce and how late it was.
+    lateness: pd.DataFrame = field(default_factory=lambda: _empty(LATENESS_COLUMNS))
+    #: ``communication_overlap``: collectives in flight per rank and how much overlapped its own work.
+    in_flight: pd.DataFrame = field(default_factory=lambda: _empty(OVERLAP_COLUMNS))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: tables as lists of row dicts, NaN and inf as None, numpy scalars as Python."""
+        return {
+            "run": json_ready(self.header),
+            "pop": json_ready(self.pop),
+            "breakdown": json_records(self.breakdown),
+            "findings": json_records(self.findings),
+            "steps": json_records(self.steps),
+            "memory": json_records(self.memory),
+            "lateness": json_records(lateness_summary(self.lateness)),
+            "in_flight": json_records(self.in_flight),
+        }
+
+
+def _empty(columns: tuple[str, ...]) -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype="float64") for c in columns})
+
+
+def lateness_summary(lateness: pd.DataFrame) -> pd.DataFrame:
+    """Per rank: in how many steps it arrived last to the allreduce, and its median and max lateness."""
+    columns = ["rank", "steps", "last_in_steps", "last_share", "median_lateness_s", "max_lateness_s"]
+    if lateness.empty:
+        return _empty(tuple(columns))
+    summary = lateness.groupby("rank").agg(
+        steps=("step", "size"),
+        last_in_steps=("last", "sum"),
+        median_lateness_s=("lateness_s", "median"),
+        max_lateness_s=("lateness_s", "max"),
+    )
+    summary["last_share"] = summary["last_in_steps"] / summary["steps"]
+    return summary.reset_index()[columns].astype({"rank": "int64", "steps": "int64", "last_in_steps": "int64"})
+
+
+def analyse_run(
+    events: pd.DataFrame,
+    memory: pd.DataFrame | None = None,
+    meta: Mapping[str, Any] | None = None,
+    *,
+    input_is_useful: bool = True,
+    min_fraction: float = 0.02,
+    derive_waits: bool = True,
+) -> RunAnalysis:
+    """Breakdown, POP metrics, findings, steps and memory of one run (``Run.load(path)``'s frames).
+
+    - Ranks are those ``meta["ranks"]`` declares (a rank that recorded nothing shows as idle), else
+      those that recorded anything.
+    - Every event is taken to belong to this run (``run_id`` set from the metadata), so events that
+      an importer labelled differently are not a second run.
+    - Spans that end before they start are left out, with a finding that says how many.
+    - Horovod's timeline (``in_flight`` spans) counts as overlap (``in_flight``), never as the ranks'
+      own time. With ``derive_waits``, the time each rank waited for the last one in a step
+      (``analysis.straggler.step_waits``: from readiness lateness, else step lengths) becomes
+      ``communication_wait`` inside that step, and a rank that arrives last in most steps is named
+      in a ``straggler`` finding that says on which evidence.
+    - Findings add, to ``analysis.findings``: oversubscription from the recorded cluster settings
+      (when ``meta`` is given), and notes when no training steps or no memory samples were recorded.
+    """
+    meta = dict(meta or {})
+    run_id = str(meta.get("run_id", ""))
+    ranks = declared_ranks(meta)
+    events = events.assign(run_id=run_id) if len(events) else events
+    extra: list[pd.DataFrame] = []
+    backwards = (events["end_ns"] < events["start_ns"]).to_numpy() if len(events) else np.zeros(0, bool)
+    if backwards.any():
+        first = events[backwards].iloc[0]
+        extra.append(
+            missing_data_finding(
+                "backwards_spans",
+                f"{int(backwards.sum())} span(s) end before they start (first: rank {first['rank']},"
+                f" {first.get('name', first['phase'])!r}) and were left out: check the ranks' clock alignment",
+                ev.rank_list(events.loc[backwards, "rank"]),
+            )
+        )
+        events = events[~backwards]
+
+    waits = step_waits(events) if len(events) else _empty(STEP_WAIT_COLUMNS)
+    lateness = allreduce_lateness(events) if len(events) else _empty(LATENESS_COLUMNS)
+    in_flight = communication_overlap(events) if len(events) else _empty(OVERLAP_COLUMNS)
+    if derive_waits and len(waits):
+        events = with_derived_waits(events, waits)
+    per_run = phase_breakdown(events, by=("run_id", "rank"), ranks=ranks)
+    pop_frame = pop_metrics(events, input_is_useful=input_is_useful, breakdown=per_run)
+    found = findings(
+        events, pop=pop_frame if len(pop_frame) else None, ranks=ranks, min_fraction=min_fraction, breakdown=per_run
+    )
+    pop = _pop_dict(pop_frame, run_id, ranks, input_is_useful)
+    runtime = pop["runtime_s"]
+    wall_s = runtime if isinstance(runtime, float) and math.isfinite(runtime) and runtime > 0 else None
+    if derive_waits and wall_s and len(waits):
+        extra.append(combine_findings(pd.DataFrame(straggler_rows(waits, wall_s, min_fraction=min_fraction))))
+    if len(in_flight):
+        busiest = in_flight.sort_values("in_flight_s").iloc[-1]
+        share = f"{busiest['in_flight_s'] / wall_s:.0%} of wall time, " if wall_s else ""
+        extra.append(
+            missing_data_finding(
+                "collectives_in_flight",
+                f"Horovod had collectives in flight {share}{busiest['overlapped_share']:.0%} of it while rank"
+                f" {int(busiest['rank'])} was in its own spans: that is overlap with compute, not time taken from"
+                " it; the time ranks really waited is derived from step lengths and readiness (communication_wait)",
+                ev.rank_list(in_flight["rank"]),
+            )
+        )
+    if meta:
+        extra.append(oversubscription_finding_from_meta(meta, wall_s=wall_s))
+
+    steps = steps_per_rank(events, ranks=ranks)
+    if len(events) and int(steps["steps"].sum()) == 0:
+        extra.append(
+            missing_data_finding(
+                "no_step_spans",
+                "no training steps recorded (compute spans named 'train_step'), so no steps per rank:"
+                " the Keras callback and Recorder.phase('compute', 'train_step') record them",
+            )
+        )
+    memory_table = memory_summary(memory)
+    if memory_table.empty:
+        extra.append(
+            missing_data_finding(
+                "no_memory_samples",
+                "no memory samples recorded, so no memory per rank: sample with"
+                " Recorder(memory_interval_s=0.5) (workbench profile samples every rank)",
+            )
+        )
+    return RunAnalysis(
+        header=run_header(meta),
+        breakdown=per_run.drop(columns="run_id").reset_index(drop=True),
+        pop=pop,
+        findings=combine_findings(found, *extra),
+        steps=steps,
+        memory=memory_table,
+        waits=waits,
+        lateness=lateness,
+        in_flight=in_flight,
+    )
+
+
+def declared_ranks(meta: Mapping[str, Any]) -> list[int] | None:
+    """``0 .. ranks - 1`` when the metadata names a rank count, so silent ranks count; else None."""
+    declared = meta.get("ranks")
+    if isinstance(declared, int) and not isinstance(declared, bool) and declared > 0:
+        return list(range(declared))
+    return None
+
+
+def run_header(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """``HEADER_KEYS`` of a run's metadata; ``created`` as local ISO time (from ``created_iso`` if any)."""
+    header = {key: meta.get(key) for key in HEADER_KEYS}
+    created = meta.get("created_iso")
+    if not created and isinstance(meta.get("created"), int | float):
+        created = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(float(meta["created"])))
+    header["created"] = created
+    cluster = (meta.get("config") or {}).get("cluster") if isinstance(meta.get("config"), Mapping) else None
+    if header["cores"] is None and isinstance(cluster, Mapping):
+        header["cores"] = cluster.get("cores")
+    if "exit_code" in meta:
+        header["exit_code"] = meta["exit_code"]
+    return header
+
+
+def json_ready(value: Any) -> Any:
+    """``value`` with NaN / inf as None, numpy scalars and arrays as Python, mappings and lists walked."""
+    if isinstance(value, Mapping):
+        return {str(k): json_ready(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | np.ndarray):
+        return [json_ready(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, pd.Timestamp):
+        return value.isoformat()
+    return value
+
+
+def json_records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """A table as JSON-ready row dicts (see ``json_ready``)."""
+    return [json_ready(row) for row in frame.to_dict("records")]
+
+
+def _pop_dict(
+    pop_frame: pd.DataFrame, run_id: str, ranks: list[int] | None, input_is_useful: bool
+) -> dict[str, Any]:
+    """The run's POP row as a dict, ``useful_phases`` as a list; NaN metrics when there is no row."""
+    if len(pop_frame):
+        first = pop_frame.iloc[0].items()
+        row = {key: value.item() if isinstance(value, np.generic) else value for key, value in first}
+    else:
+        row = {column: math.nan for column in POP_COLUMNS}
+        row.update(
+            run_id=run_id,
+            ranks=len(ranks or ()),
+            useful_phases="+".join(useful_phase_set(input_is_useful)),
+            note="no events: nothing to measure",
+        )
+    row["useful_phases"] = str(row["useful_phases"]).split("+")
+    return row

@@ -1,0 +1,346 @@
+"""Which rank arrives last to the allreduce, and how long the others really wait for it.
+
+Horovod's timeline shows collectives *in flight* on its background thread while the ranks keep
+computing, so its spans are no measure of blocked time. Blocked time is derived here, per step
+and rank, from one of two kinds of evidence (``evidence`` says which):
+
+- ``lateness`` (Horovod's timeline): inside every ``NEGOTIATE_*`` the coordinator marks when each
+  rank submitted the tensor. A rank's *arrival* in a step is when it submitted its last tensor of
+  that step; after it, it cannot finish the step before the last rank has arrived too. So
+  ``wait = latest arrival - own arrival``.
+- ``tf_profiler`` (``--trace-steps``, a window of steps): TF's profiler shows each Horovod kernel
+  from its start to its done on every rank; a rank's longest kernel wait in a step minus the
+  shortest such wait over ranks (the last rank still waits for the transfer) is its blocked time.
+  Preferred where present: it is measured on the rank itself.
+- ``step_length`` (step spans only): ranks in lock step end a step together, so a rank whose step
+  lasts longer than the shortest one of the same step spent the difference waiting:
+  ``wait = duration - min(duration over ranks)``. Blind to imbalance *inside* the step (ranks
+  then all last as long), which is why lateness is preferred where the timeline has it.
+
+The rank with no wait in a step is that step's last arrival (``late_rank``). No wait is derived
+in a rank's first step (``WARMUP_STEPS``): it traces and compiles the step function. Steps are the
+``compute`` spans named ``train_step`` (what ``workbench profile`` and the Keras callback
+record), matched across ranks by their ``step`` number.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from workbench import events as ev
+from workbench.events import NS_PER_S, events_frame, rank_list
+
+STEP_NAME = "train_step"
+#: ``step_waits`` columns.
+STEP_WAIT_COLUMNS: tuple[str, ...] = (
+    "rank",
+    "step",
+    "start_ns",
+    "end_ns",
+    "duration_s",
+    "wait_s",
+    "compute_s",
+    "late_rank",
+    "evidence",
+)
+#: ``allreduce_lateness`` columns.
+LATENESS_COLUMNS: tuple[str, ...] = ("step", "rank", "tensors", "arrival_ns", "lateness_s", "last")
+#: Name of the derived wait spans ``wait_spans`` adds (phase ``communication_wait``).
+WAIT_SPAN_NAME = "wait_for_late_rank"
+LATENESS = "lateness"
+STEP_LENGTH = "step_length"
+TF_PROFILER = "tf_profiler"
+#: Name of the spans ``formats.tf_profile`` imports (one per Horovod kernel, start to done).
+TF_PROFILER_SPAN = "tf_horovod_wait"
+#: How each kind of evidence is named in findings.
+EVIDENCE_TEXT = {
+    TF_PROFILER: "TF profiler's Horovod kernel waits",
+    LATENESS: "Horovod's negotiation readiness (lateness)",
+    STEP_LENGTH: "step lengths (the others' steps last longer)",
+}
+#: Each rank's first step traces and compiles the step function; ranks finish that at different
+#: times, which is start-up, not a loss in steady state: no wait is derived in it.
+WARMUP_STEPS = 1
+#: A step counts towards naming its last rank only when someone waited at least this share of
+#: the median step for it: a rank last by microseconds (the coordinator serves its own request
+#: first) is no straggler.
+SIGNIFICANT_WAIT_SHARE = 0.02
+#: A rank is called a straggler when it is the last to arrive in at least this share of steps.
+STRAGGLER_SHARE = 0.75
+
+
+def step_spans(events: pd.DataFrame, *, step_name: str = STEP_NAME) -> pd.DataFrame:
+    """One row per (rank, step): ``rank, step, start_ns, end_ns`` of the steps with a number."""
+    steps = events.loc[
+        (events["phase"] == ev.COMPUTE) & (events["name"] == step_name) & (events["step"] >= 0),
+        ["rank", "step", "start_ns", "end_ns"],
+    ]
+    steps = steps.sort_values(["rank", "step", "start_ns"], kind="stable").drop_duplicates(["rank", "step"])
+    return steps.astype({"rank": "int64", "step": "int64"}).reset_index(drop=True)
+
+
+def allreduce_lateness(events: pd.DataFrame, *, step_name: str = STEP_NAME) -> pd.DataFrame:
+    """Per step and rank: when it submitted its last tensor (``arrival_ns``) and how late that was.
+
+    Readiness comes from the per-rank ``NEGOTIATE_*`` spans of Horovod's timeline (start = the
+    rank's readiness, end = the end of the negotiation, shared by every rank of one negotiation).
+    A negotiation belongs to the step of the lowest rank with steps whose span holds its end.
+    ``lateness_s`` is ``arrival - earliest arrival`` in that step; ``last`` marks the latest rank.
+    Only steps where every rank of the negotiations has a readiness mark are kept. No timeline or
+    no steps: an empty frame with ``LATENESS_COLUMNS``.
+    """
+    empty = pd.DataFrame({c: pd.Series(dtype="float64") for c in LATENESS_COLUMNS})
+    negotiations = events.loc[
+        events["name"].str.startswith("NEGOTIATE", na=False), ["rank", "detail", "start_ns", "end_ns"]
+    ]
+    steps = step_spans(events, step_name=step_name)
+    if negotiations.empty or steps.empty:
+        return empty
+    reference = steps[steps["rank"] == steps["rank"].min()].sort_values("start_ns")
+    starts = reference["start_ns"].to_numpy(np.int64)
+    ends = reference["end_ns"].to_numpy(np.int64)
+    negotiation_end = negotiations["end_ns"].to_numpy(np.int64)
+    index = np.searchsorted(starts, negotiation_end, side="right") - 1
+    inside = (index >= 0) & (negotiation_end <= ends[np.clip(index, 0, None)])
+    marks = negotiations.loc[inside].assign(step=reference["step"].to_numpy()[index[inside]])
+    if marks.empty:
+        return empty
+    ranks_per_step = marks.groupby("step")["rank"].nunique()
+    all_ranks = marks["rank"].nunique()
+    marks = marks[marks["step"].isin(ranks_per_step.index[ranks_per_step == all_ranks])]
+    if marks.empty or all_ranks < 2:
+        return empty
+    table = marks.groupby(["step", "rank"]).agg(tensors=("detail", "size"), arrival_ns=("start_ns", "max"))
+    table = table.reset_index()
+    first = table.groupby("step")["arrival_ns"].transform("min")
+    latest = table.groupby("step")["arrival_ns"].transform("max")
+    table["lateness_s"] = (table["arrival_ns"] - first) / NS_PER_S
+    table["last"] = table["arrival_ns"] == latest
+    return table[list(LATENESS_COLUMNS)].astype({"step": "int64", "rank": "int64"})
+
+
+def step_waits(events: pd.DataFrame, *, step_name: str = STEP_NAME) -> pd.DataFrame:
+    """Per rank and step: its duration, the time it waited for the last rank, and on what evidence.
+
+    ``wait_s`` from lateness where the timeline covers the step, else from step length where every
+    rank recorded the step (see the module docstring); ``compute_s = duration_s - wait_s``
+    (clipped at 0). Steps some rank lacks and have no lateness get ``wait_s = 0`` and ``evidence``
+    "". ``late_rank`` is the step's last arrival (-1 when unknown). No steps: an empty frame with
+    ``STEP_WAIT_COLUMNS``.
+    """
+    steps = step_spans(events, step_name=step_name)
+    if steps.empty:
+        return pd.DataFrame({c: pd.Series(dtype="object" if c == "evidence" else "float64") for c in STEP_WAIT_COLUMNS})
+    steps["duration_s"] = (steps["end_ns"] - steps["start_ns"]) / NS_PER_S
+    n_ranks = steps["rank"].nunique()
+    per_step = steps.groupby("step")["rank"].transform("nunique")
+    shortest = steps.groupby("step")["duration_s"].transform("min")
+    complete = (per_step == n_ranks) & (n_ranks > 1)
+    steps["wait_s"] = np.where(complete, steps["duration_s"] - shortest, 0.0)
+    steps["evidence"] = np.where(complete, STEP_LENGTH, "")
+    shortest_rank = steps.loc[steps.groupby("step")["duration_s"].idxmin(), ["step", "rank"]]
+    late = dict(zip(shortest_rank["step"], shortest_rank["rank"]))
+    steps["late_rank"] = [late[s] if c else -1 for s, c in zip(steps["step"], complete)]
+
+    lateness = allreduce_lateness(events, step_name=step_name)
+    if len(lateness):
+        latest = lateness.groupby("step")["arrival_ns"].transform("max")
+        lateness = lateness.assign(wait_from_lateness=(latest - lateness["arrival_ns"]) / NS_PER_S)
+        last_rank = lateness.loc[lateness["last"]].drop_duplicates("step").set_index("step")["rank"]
+        merged = steps.merge(lateness[["step", "rank", "wait_from_lateness"]], on=["step", "rank"], how="left")
+        covered = merged["wait_from_lateness"].notna().to_numpy()
+        # a rank cannot wait longer than its step lasted
+        steps["wait_s"] = np.where(
+            covered, np.minimum(merged["wait_from_lateness"].to_numpy(), steps["duration_s"]), steps["wait_s"]
+        )
+        steps["evidence"] = np.where(covered, LATENESS, steps["evidence"])
+        from_lateness = steps["step"].map(last_rank)
+        steps["late_rank"] = np.where(covered, from_lateness.fillna(-1), steps["late_rank"]).astype("int64")
+    profiled = profiler_waits(events, steps)
+    if len(profiled):
+        merged = steps.merge(profiled, on=["step", "rank"], how="left")
+        covered = merged["wait_from_profiler"].notna().to_numpy()
+        steps["wait_s"] = np.where(
+            covered, np.minimum(merged["wait_from_profiler"].to_numpy(), steps["duration_s"]), steps["wait_s"]
+        )
+        steps["evidence"] = np.where(covered, TF_PROFILER, steps["evidence"])
+        last_rank = profiled.loc[profiled["wait_from_profiler"] == 0].drop_duplicates("step").set_index("step")["rank"]
+        steps["late_rank"] = np.where(covered, steps["step"].map(last_rank).fillna(-1), steps["late_rank"])
+        steps["late_rank"] = steps["late_rank"].astype("int64")
+    warmup = steps["step"] < steps.groupby("rank")["step"].transform("min") + WARMUP_STEPS
+    steps.loc[warmup, "wait_s"] = 0.0
+    steps.loc[warmup, "evidence"] = ""
+    steps.loc[warmup, "late_rank"] = -1
+    steps["compute_s"] = (steps["duration_s"] - steps["wait_s"]).clip(lower=0.0)
+    return steps[list(STEP_WAIT_COLUMNS)].reset_index(drop=True)
+
+
+def profiler_waits(events: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """Per traced step and rank: its longest Horovod kernel wait (TF's profiler) minus the shortest rank's.
+
+    The rank that arrived last still waits for the transfer itself; subtracting its wait leaves
+    the time the others were blocked for it. Only steps every rank traced: ``step, rank,
+    wait_from_profiler``.
+    """
+    traced = events[(events["phase"] == ev.IN_FLIGHT) & (events["name"] == TF_PROFILER_SPAN)]
+    if traced.empty:
+        return pd.DataFrame(columns=["step", "rank", "wait_from_profiler"])
+    parts = []
+    for rank, spans in traced.groupby("rank"):
+        own = steps[steps["rank"] == rank].sort_values("start_ns")
+        index = np.searchsorted(own["start_ns"].to_numpy(np.int64), spans["start_ns"].to_numpy(np.int64), "right") - 1
+        inside = index >= 0
+        kernel_s = (spans["end_ns"] - spans["start_ns"]).to_numpy()[inside] / NS_PER_S
+        parts.append(pd.DataFrame({"step": own["step"].to_numpy()[index[inside]], "rank": rank, "kernel_s": kernel_s}))
+    longest = pd.concat(parts).groupby(["step", "rank"])["kernel_s"].max().reset_index()
+    ranks = longest["rank"].nunique()
+    longest = longest[longest.groupby("step")["rank"].transform("nunique") == ranks]
+    longest["wait_from_profiler"] = longest["kernel_s"] - longest.groupby("step")["kernel_s"].transform("min")
+    return longest[["step", "rank", "wait_from_profiler"]].astype({"step": "int64", "rank": "int64"})
+
+
+def wait_spans(waits: pd.DataFrame, *, run_id: str = "") -> pd.DataFrame:
+    """The derived waits as ``communication_wait`` spans at the end of each step (events schema).
+
+    Added to a run's events they nest inside their step span, so the breakdown gives the wait
+    to ``communication_wait`` and only the rest of the step to compute.
+    """
+    rows = waits[waits["wait_s"] > 0]
+    if rows.empty:
+        return ev.empty_events()
+    end = rows["end_ns"].to_numpy(np.int64)
+    start = end - np.round(rows["wait_s"].to_numpy() * NS_PER_S).astype(np.int64)
+    return events_frame(
+        pd.DataFrame(
+            {
+                "run_id": run_id,
+                "rank": rows["rank"].to_numpy(),
+                "phase": ev.COMMUNICATION_WAIT,
+                "name": WAIT_SPAN_NAME,
+                "detail": "evidence: " + rows["evidence"].astype(str),
+                "step": rows["step"].to_numpy(),
+                "start_ns": np.maximum(start, rows["start_ns"].to_numpy(np.int64)),
+                "end_ns": end,
+            }
+        )
+    )
+
+
+def with_derived_waits(events: pd.DataFrame, waits: pd.DataFrame | None = None) -> pd.DataFrame:
+    """``events`` plus ``wait_spans`` (computed from ``events`` when ``waits`` is not given)."""
+    waits = step_waits(events) if waits is None else waits
+    derived = wait_spans(waits, run_id=str(events["run_id"].iloc[0]) if len(events) else "")
+    if derived.empty:
+        return events
+    return pd.concat([events, derived], ignore_index=True)
+
+
+def straggler_rows(waits: pd.DataFrame, wall_s: float, *, min_fraction: float = 0.02) -> list[dict]:
+    """Finding rows (kind ``straggler``) for ranks that arrive last in most steps and cost the others time.
+
+    A rank is named when it is the last arrival, with someone waiting at least
+    ``SIGNIFICANT_WAIT_SHARE`` of the median step for it, in at least ``STRAGGLER_SHARE`` of the
+    steps with evidence, and the others' mean wait for it is at least ``min_fraction`` of ``wall_s``.
+    ``seconds_lost`` is the time each other rank lost waiting for it (mean over them).
+    """
+    judged = waits[(waits["evidence"] != "") & (waits["late_rank"] >= 0)]
+    if judged.empty or wall_s <= 0:
+        return []
+    n_steps = judged["step"].nunique()
+    threshold = SIGNIFICANT_WAIT_SHARE * float(judged["duration_s"].median())
+    longest_wait = judged.groupby("step")["wait_s"].max()
+    significant = judged[judged["step"].map(longest_wait) >= threshold].drop_duplicates("step")
+    rows = []
+    for late_rank, count in significant["late_rank"].value_counts().items():
+        share = count / n_steps
+        others = judged[(judged["late_rank"] == late_rank) & (judged["rank"] != late_rank)]
+        if share < STRAGGLER_SHARE or others.empty:
+            continue
+        lost = float(others.groupby("rank")["wait_s"].sum().mean())
+        if lost / wall_s < min_fraction:
+            continue
+        typical = float(others.groupby("step")["wait_s"].max().median())
+        evidence = set(others["evidence"])
+        source = "; ".join(
+            f"{EVIDENCE_TEXT[kind]} in {int((others['evidence'] == kind).sum())} rank-steps"
+            for kind in (TF_PROFILER, LATENESS, STEP_LENGTH)
+            if kind in evidence
+        )
+        other_ranks = sorted(int(r) for r in others["rank"].unique())
+        rows.append(
+            {
+                "kind": "straggler",
+                "text": f"rank {late_rank} arrives last to the allreduce in {share:.0%} of steps ({count} of"
+                f" {n_steps}), typically {_ms(typical)} after the others; rank(s) {rank_list(other_ranks)}"
+                f" lose {lost:.3g} s each waiting for it (evidence: {source})",
+                "seconds_lost": lost,
+                "fraction_of_wall": lost / wall_s,
+                "ranks": rank_list([int(late_rank)]),
+            }
+        )
+    return rows
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.3g} ms"
+
+
+#: ``communication_overlap`` columns.
+OVERLAP_COLUMNS: tuple[str, ...] = ("rank", "in_flight_s", "overlapped_s", "overlapped_share")
+
+
+def communication_overlap(events: pd.DataFrame) -> pd.DataFrame:
+    """Per rank with collectives in flight: how long they were (union of the spans) and how much of it
+    overlapped the rank's own spans (its steps, evaluation, ...).
+
+    ``in_flight`` spans (Horovod's timeline: rank 0's view of every activity, each rank's own
+    negotiation) are counted here and nowhere else, so they never take time from compute. No such
+    spans: an empty frame with ``OVERLAP_COLUMNS``.
+    """
+    flight = events[events["phase"].isin(ev.OVERLAP_PHASES)]
+    rows = []
+    for rank, spans in flight.groupby("rank", sort=True):
+        own = events[(events["rank"] == rank) & ~events["phase"].isin(ev.OVERLAP_PHASES)]
+        f_start, f_end = _union(spans["start_ns"].to_numpy(np.int64), spans["end_ns"].to_numpy(np.int64))
+        o_start, o_end = _union(own["start_ns"].to_numpy(np.int64), own["end_ns"].to_numpy(np.int64))
+        total = float((f_end - f_start).sum()) / NS_PER_S
+        overlapped = _intersection_ns(f_start, f_end, o_start, o_end) / NS_PER_S
+        rows.append(
+            {
+                "rank": int(rank),
+                "in_flight_s": total,
+                "overlapped_s": overlapped,
+                "overlapped_share": overlapped / total if total > 0 else float("nan"),
+            }
+        )
+    return pd.DataFrame(rows, columns=list(OVERLAP_COLUMNS))
+
+
+def _union(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Disjoint sorted intervals covering the same instants as ``[start, end)``."""
+    if len(start) == 0:
+        return start, end
+    order = np.argsort(start, kind="stable")
+    start, end = start[order], end[order]
+    reach = np.maximum.accumulate(end)
+    new = np.r_[True, start[1:] > reach[:-1]]
+    segment = np.cumsum(new) - 1
+    merged_end = np.zeros(int(segment[-1]) + 1, np.int64)
+    np.maximum.at(merged_end, segment, end)
+    return start[new], merged_end
+
+
+def _intersection_ns(a_start: np.ndarray, a_end: np.ndarray, b_start: np.ndarray, b_end: np.ndarray) -> float:
+    """Length of (union A) ∩ (union B) for disjoint sorted interval lists A and B."""
+    if len(a_start) == 0 or len(b_start) == 0:
+        return 0.0
+    covered_before = np.r_[0, np.cumsum(b_end - b_start)]
+
+    def covered(t: np.ndarray) -> np.ndarray:  # measure of B below t
+        index = np.searchsorted(b_start, t, side="right") - 1
+        inside = np.clip(t - b_start[np.clip(index, 0, None)], 0, None)
+        inside = np.minimum(inside, (b_end - b_start)[np.clip(index, 0, None)])
+        return np.where(index >= 0, covered_before[np.clip(index, 0, None)] + inside, 0)
+
+    return float((covered(a_end) - covered(a_start)).sum())

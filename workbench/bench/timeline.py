@@ -1,0 +1,101 @@
+"""Horovod timeline import speed and memory (``workbench bench timeline``).
+
+Horovod users report timelines of several GB. The bench writes a timeline of ``file_mb`` shaped
+like Horovod 0.28's (a negotiation with every rank's readiness mark, then ``ALLREDUCE`` holding
+the fusion-buffer copies and ``MPI_ALLREDUCE``, per tensor and step), imports it in a fresh
+process, and reports MB/s and the import's peak resident memory: the fresh process keeps the
+figure free of whatever this process already holds.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from workbench.events import BYTES_PER_MB
+
+TENSORS = 6
+ACTIVITIES = ("MEMCPY_IN_FUSION_BUFFER", "MPI_ALLREDUCE", "MEMCPY_OUT_FUSION_BUFFER")
+
+
+def write_synthetic_timeline(path: str | Path, file_mb: float, *, ranks: int = 2, tensors: int = TENSORS) -> Path:
+    """A Horovod-shaped timeline of about ``file_mb`` MB (steps of ``tensors`` allreduces over ``ranks``)."""
+    path = Path(path)
+    target = int(file_mb * BYTES_PER_MB)
+    with path.open("w") as out:
+        out.write('[\n{"name": "process_name", "ph": "M", "pid": 0, "args": {"start_time_since_epoch_in_micros":'
+                  f"{int(time.time() * 1e6)}}}}},\n")
+        for pid in range(1, tensors + 1):
+            out.write(f'{{"name": "process_name", "ph": "M", "pid": {pid}, "args": {{"name": "grad_{pid}"}}}},\n')
+        written, ts, step = out.tell(), 1000, 0
+        while written < target:
+            records = []
+            for pid in range(1, tensors + 1):
+                records.append(f'{{"ph": "B", "name": "NEGOTIATE_ALLREDUCE", "ts": {ts}, "pid": {pid}}}')
+                for rank in range(ranks):
+                    records.append(f'{{"ph": "X", "name": "{rank}", "ts": {ts + 3 * rank}, "pid": {pid}, "dur": 0}}')
+                records.append(f'{{"ph": "E", "ts": {ts + 10}, "pid": {pid}}}')
+                records.append(f'{{"ph": "B", "name": "ALLREDUCE", "ts": {ts + 11}, "pid": {pid}}}')
+                for offset, activity in enumerate(ACTIVITIES):
+                    begin = ts + 12 + 10 * offset
+                    records.append(f'{{"ph": "B", "name": "{activity}", "ts": {begin}, "pid": {pid}}}')
+                    records.append(f'{{"ph": "E", "ts": {begin + 8}, "pid": {pid}}}')
+                args = '{"dtype": "float32", "shape": "[512, 512]"}'
+                records.append(f'{{"ph": "E", "ts": {ts + 45}, "pid": {pid}, "args": {args}}}')
+                ts += 50
+            block = ",".join(records) + ",\n"
+            out.write(block)
+            written += len(block)
+            step += 1
+        out.write(f'{{"ph": "X", "name": "end", "ts": {ts}, "pid": 0, "dur": 0}}]\n')
+    return path
+
+
+_CHILD = """
+import json, resource, sys, time
+import psutil
+from workbench.formats.horovod_timeline import read_horovod_timeline
+before = psutil.Process().memory_info().rss
+start = time.perf_counter()
+events = read_horovod_timeline(sys.argv[1])
+seconds = time.perf_counter() - start
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(json.dumps({"seconds": seconds, "events": len(events), "rss_before": before, "peak_rss": peak}))
+"""
+
+
+def run(file_mb: float = 300.0, *, path: str | Path | None = None) -> dict[str, float]:
+    """Import a ``file_mb`` timeline (written first, unless ``path`` names one) in a fresh process."""
+    with tempfile.TemporaryDirectory(prefix="workbench-timeline-") as scratch:
+        timeline = Path(path) if path is not None else write_synthetic_timeline(Path(scratch) / "t.json", file_mb)
+        size = timeline.stat().st_size
+        completed = subprocess.run(
+            [sys.executable, "-c", _CHILD, str(timeline)], capture_output=True, text=True, check=False
+        )
+        if completed.returncode != 0:
+            tail = (completed.stderr.strip().splitlines() or ["no output"])[-1]
+            raise RuntimeError(f"timeline import failed: {tail}")
+        child = json.loads(completed.stdout.strip().splitlines()[-1])
+    file_mb_real = size / BYTES_PER_MB
+    return {
+        "file_mb": round(file_mb_real, 1),
+        "seconds": round(child["seconds"], 3),
+        "mb_per_s": round(file_mb_real / child["seconds"], 1),
+        "events": child["events"],
+        "peak_rss_mb": round(child["peak_rss"] / BYTES_PER_MB, 1),
+        "import_rss_mb": round((child["peak_rss"] - child["rss_before"]) / BYTES_PER_MB, 1),
+        "peak_over_file": round(child["peak_rss"] / size, 2),
+    }
+
+
+def format_result(result: dict[str, float]) -> str:
+    """One line a reader compares by eye."""
+    return (
+        f"timeline import: {result['file_mb']:.0f} MB in {result['seconds']:.2f} s = {result['mb_per_s']:.0f} MB/s;"
+        f" peak RSS {result['peak_rss_mb']:.0f} MB ({result['peak_over_file']:.2f}x the file,"
+        f" {result['import_rss_mb']:.0f} MB for the import itself); {result['events']} events"
+    )

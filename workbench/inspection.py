@@ -1,0 +1,433 @@
+"""``workbench analyse RUN_DIR`` and ``workbench compare RUN_A RUN_B``: any recorded run, after the fact.
+
+The numbers come from ``analysis.analyse_run`` / ``analysis.compare_runs``; this module only loads
+runs, lays the results out (a text summary that fits 100 columns, one JSON object, or the HTML
+report) and prints. Text numbers carry 2–3 significant figures and their unit, because a reader
+compares them by eye; JSON carries the full values for programs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import textwrap
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from workbench import analysis
+from workbench.analysis import RunAnalysis, json_ready, json_records
+from workbench.analysis.compare import SCOPE_RANK, SCOPE_TOTAL, SCOPE_WALL
+from workbench.events import phase_order
+from workbench.store import Run
+
+#: Width the text output fits in.
+WIDTH = 100
+#: Shown in a table cell that has no value.
+MISSING = "–"
+
+
+# --------------------------------------------------------------------------------------------
+# Commands
+# --------------------------------------------------------------------------------------------
+
+
+def analyse_command(run_dir: str | Path, *, as_json: bool = False, html: str | Path | None = None) -> int:
+    """Analyse one recorded run: print text (or JSON), optionally write the HTML report."""
+    run = Run.load(run_dir)
+    result = analysis.analyse_run(run.events, run.memory, run.meta)
+    if html is not None:
+        path = write_analysis_report(html, result, run)
+        if not as_json:
+            print(f"report: {path}")
+    print(json.dumps(result.to_dict(), indent=2, allow_nan=False) if as_json else format_analysis(result))
+    return 0
+
+
+def compare_command(
+    run_a: str | Path, run_b: str | Path, *, as_json: bool = False, html: str | Path | None = None
+) -> int:
+    """Compare two recorded runs per rank and phase: print text (or JSON), optionally the HTML report."""
+    first, second = Run.load(run_a), Run.load(run_b)
+    comparison = analysis.compare_runs(
+        first.events,
+        second.events,
+        ranks_a=analysis.declared_ranks(first.meta),
+        ranks_b=analysis.declared_ranks(second.meta),
+    )
+    header_a, header_b = analysis.run_header(first.meta), analysis.run_header(second.meta)
+    if html is not None:
+        path = write_comparison_report(html, comparison, header_a, header_b)
+        if not as_json:
+            print(f"report: {path}")
+    if as_json:
+        print(json.dumps(comparison_dict(comparison, header_a, header_b), indent=2, allow_nan=False))
+    else:
+        print(format_comparison(comparison, header_a, header_b))
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# Numbers as text
+# --------------------------------------------------------------------------------------------
+
+
+def format_seconds(seconds: float | None, *, signed: bool = False) -> str:
+    """``0.00123`` -> ``1.23 ms``, ``95.2`` -> ``95.2 s``, ``4000`` -> ``66.7 min``; NaN -> ``–``."""
+    if not _finite(seconds):
+        return MISSING
+    value = float(seconds)  # type: ignore[arg-type]
+    if value == 0:
+        return "0 s"
+    magnitude = abs(value)
+    if magnitude < 1e-3:
+        unit, scale = "µs", 1e-6
+    elif magnitude < 1:
+        unit, scale = "ms", 1e-3
+    elif magnitude < 600:
+        unit, scale = "s", 1.0
+    elif magnitude < 36_000:
+        unit, scale = "min", 60.0
+    else:
+        unit, scale = "h", 3600.0
+    return f"{_significant(value / scale, signed)} {unit}"
+
+
+def format_megabytes(megabytes: float | None) -> str:
+    """``123.4`` -> ``123 MB``, ``2345`` -> ``2.35 GB``; NaN -> ``–``."""
+    if not _finite(megabytes):
+        return MISSING
+    value = float(megabytes)  # type: ignore[arg-type]
+    if abs(value) >= 1000:
+        return f"{_significant(value / 1000)} GB"
+    return f"{_significant(value)} MB"
+
+
+def format_rate(per_second: float | None, unit: str = "/s") -> str:
+    """``12.345`` -> ``12.3 /s``; NaN -> ``–``."""
+    return f"{_significant(float(per_second))} {unit}" if _finite(per_second) else MISSING  # type: ignore[arg-type]
+
+
+def format_ratio(value: float | None) -> str:
+    """An efficiency or a ratio with two decimals (``0.73``); NaN -> ``–``, inf -> ``new``."""
+    if value is not None and isinstance(value, float) and math.isinf(value):
+        return "new"
+    return f"{float(value):.2f}" if _finite(value) else MISSING  # type: ignore[arg-type]
+
+
+def format_share(value: float | None) -> str:
+    """A fraction as a percentage (``0.254`` -> ``25%``); NaN -> ``–``."""
+    return f"{float(value):.0%}" if _finite(value) else MISSING  # type: ignore[arg-type]
+
+
+def _significant(value: float, signed: bool = False) -> str:
+    """Three significant figures without exponent: 0.0123, 1.23, 12.3, 123, 1234."""
+    value = float(f"{value:.3g}")  # round first: 9.996 is 10.0, not 10.00
+    if value == 0:
+        return "0"
+    digits = max(0, 2 - math.floor(math.log10(abs(value))))
+    text = f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
+    return text.replace("-", "−")
+
+
+def _finite(value: object) -> bool:
+    try:
+        return value is not None and math.isfinite(float(value))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+
+
+# --------------------------------------------------------------------------------------------
+# Text layout
+# --------------------------------------------------------------------------------------------
+
+
+def text_table(
+    header: Sequence[str], rows: Sequence[Sequence[str]], *, width: int = WIDTH, labels: int = 1
+) -> list[str]:
+    """Numbers right-aligned, the first ``labels`` columns left-aligned; blocks when wider than ``width``.
+
+    Every block repeats the first column, so a table with many phases or ranks wraps instead of
+    running past the terminal's edge.
+    """
+    columns = list(zip(header, *rows, strict=True)) if rows else [(h,) for h in header]
+    widths = [max(len(str(cell)) for cell in column) for column in columns]
+    blocks: list[list[int]] = []
+    current: list[int] = []
+    used = widths[0]
+    for index in range(1, len(columns)):
+        if current and used + 2 + widths[index] > width:
+            blocks.append(current)
+            current, used = [], widths[0]
+        current.append(index)
+        used += 2 + widths[index]
+    blocks.append(current)
+    lines: list[str] = []
+    for number, block in enumerate(blocks):
+        if number:
+            lines.append("")
+        for row in [list(header), *[list(r) for r in rows]]:
+            cells = [str(row[0]).ljust(widths[0])]
+            cells += [str(row[i]).ljust(widths[i]) if i < labels else str(row[i]).rjust(widths[i]) for i in block]
+            lines.append("  ".join(cells).rstrip())
+    return lines
+
+
+def _wrapped(text: str, indent: str = "", *, width: int = WIDTH) -> list[str]:
+    return textwrap.wrap(text, width=width, initial_indent=indent, subsequent_indent=indent) or [indent]
+
+
+def format_header(header: Mapping[str, Any], *, label: str = "run") -> list[str]:
+    """What produced a run: id, name, created, host, ranks, cores, status, versions."""
+    lines = [f"{label:<9}{header.get('run_id') or MISSING}  ({header.get('name') or 'unnamed'})"]
+    facts = [
+        f"created {header.get('created') or MISSING}",
+        f"host {header.get('host') or MISSING}",
+        _count(header.get("ranks"), "rank"),
+        _count(header.get("cores"), "core"),
+        f"status {header.get('status') or MISSING}",
+    ]
+    if header.get("exit_code") not in (None, 0):
+        facts.append(f"exit code {header['exit_code']}")
+    lines += _wrapped(", ".join(facts), " " * 9)
+    versions = header.get("versions") or {}
+    if versions:
+        lines += _wrapped(", ".join(f"{name} {version}" for name, version in versions.items()), " " * 9)
+    return lines
+
+
+def _count(value: object, noun: str) -> str:
+    if value is None:
+        return f"{MISSING} {noun}s"
+    return f"{value} {noun}" if value == 1 else f"{value} {noun}s"
+
+
+def format_analysis(result: RunAnalysis, *, width: int = WIDTH) -> str:
+    """The run's header, POP metrics, seconds per rank and phase, findings, steps and memory."""
+    lines = format_header(result.header)
+    pop = result.pop
+    useful = " + ".join(pop.get("useful_phases") or [])
+    lines += ["", f"POP metrics (useful phases: {useful})"]
+    lines += text_table(
+        ["metric", "value"],
+        [
+            ["parallel efficiency", format_ratio(pop.get("parallel_efficiency"))],
+            ["  load balance", format_ratio(pop.get("load_balance"))],
+            ["  communication efficiency", format_ratio(pop.get("communication_efficiency"))],
+            ["runtime", format_seconds(pop.get("runtime_s"))],
+            ["useful time per rank, mean", format_seconds(pop.get("useful_mean_s"))],
+            ["useful time per rank, max", format_seconds(pop.get("useful_max_s"))],
+        ],
+        width=width,
+    )
+    if pop.get("note"):
+        lines += _wrapped(f"note: {pop['note']}", width=width)
+
+    lines += ["", "Seconds per rank and phase (share of wall time)"]
+    lines += _breakdown_lines(result.breakdown, width) or ["  no events"]
+
+    lines += ["", "Findings (largest loss first; they overlap: do not add them up)"]
+    lines += _findings_lines(result.findings, width) or ["  none"]
+
+    lines += ["", "Training steps per rank"]
+    if int(result.steps["steps"].sum()) if len(result.steps) else 0:
+        lines += text_table(
+            ["rank", "steps", "over", "steps/s", "mean step"],
+            [
+                [
+                    str(row.rank),
+                    str(row.steps),
+                    format_seconds(row.seconds),
+                    format_rate(row.steps_per_s),
+                    format_seconds(row.mean_step_s),
+                ]
+                for row in result.steps.itertuples()
+            ],
+            width=width,
+        )
+    else:
+        lines.append("  none recorded (compute spans named 'train_step')")
+
+    lateness = analysis.lateness_summary(result.lateness)
+    if len(lateness):
+        lines += ["", "Arrival at the allreduce (Horovod's readiness marks, per step)"]
+        lines += text_table(
+            ["rank", "steps", "last in", "median late", "max late"],
+            [
+                [
+                    str(row.rank),
+                    str(row.steps),
+                    f"{row.last_in_steps} ({format_share(row.last_share)})",
+                    format_seconds(row.median_lateness_s),
+                    format_seconds(row.max_lateness_s),
+                ]
+                for row in lateness.itertuples()
+            ],
+            width=width,
+        )
+
+    lines += ["", "Memory per rank (resident set size)"]
+    if len(result.memory):
+        lines += text_table(
+            ["rank", "samples", "first", "last", "peak", "GPU peak"],
+            [
+                [
+                    str(row.rank),
+                    str(row.samples),
+                    format_megabytes(row.first_mb),
+                    format_megabytes(row.last_mb),
+                    format_megabytes(row.peak_mb),
+                    format_megabytes(row.gpu_peak_mb),
+                ]
+                for row in result.memory.itertuples()
+            ],
+            width=width,
+        )
+    else:
+        lines.append("  no samples recorded")
+    return "\n".join(lines)
+
+
+def _breakdown_lines(breakdown: pd.DataFrame, width: int) -> list[str]:
+    if breakdown.empty:
+        return []
+    order = phase_order(breakdown["phase"].unique())
+    seconds = breakdown.pivot_table(index="rank", columns="phase", values="seconds", aggfunc="sum", fill_value=0.0)
+    fraction = breakdown.pivot_table(index="rank", columns="phase", values="fraction", aggfunc="sum", fill_value=0.0)
+    rows = []
+    for rank in seconds.index:
+        cells = [f"{format_seconds(seconds.at[rank, p])} {format_share(fraction.at[rank, p])}" for p in order]
+        rows.append([str(rank), *cells, format_seconds(float(seconds.loc[rank].sum()))])
+    return text_table(["rank", *order, "wall"], rows, width=width)
+
+
+def _findings_lines(found: pd.DataFrame, width: int) -> list[str]:
+    lines: list[str] = []
+    for row in found.itertuples():
+        if _finite(row.seconds_lost):
+            cost = f"{format_seconds(row.seconds_lost)} lost ({format_share(row.fraction_of_wall)} of wall)"
+            lines += _wrapped(f"{row.order:>2}. {row.kind}: {cost}; ranks {row.ranks}", width=width)
+        else:  # what the run lacks: its cost cannot be measured
+            lines += _wrapped(f"{row.order:>2}. {row.kind} (note); ranks {row.ranks}", width=width)
+        lines += _wrapped(str(row.text), " " * 4, width=width)
+    return lines
+
+
+# --------------------------------------------------------------------------------------------
+# Comparison
+# --------------------------------------------------------------------------------------------
+
+
+def comparison_dict(
+    comparison: pd.DataFrame, header_a: Mapping[str, Any], header_b: Mapping[str, Any]
+) -> dict[str, Any]:
+    """JSON-ready: both runs' headers, the wall times, per-phase totals and per-rank rows."""
+    columns = ["phase", "seconds_a", "seconds_b", "delta_s", "ratio", "present"]
+    wall = comparison[comparison["scope"] == SCOPE_WALL]
+    return {
+        "a": json_ready(dict(header_a)),
+        "b": json_ready(dict(header_b)),
+        "wall": json_records(wall[columns[1:]])[0] if len(wall) else None,
+        "totals": json_records(comparison.loc[comparison["scope"] == SCOPE_TOTAL, columns]),
+        "per_rank": json_records(comparison.loc[comparison["scope"] == SCOPE_RANK, ["rank", *columns]]),
+    }
+
+
+def format_comparison(
+    comparison: pd.DataFrame, header_a: Mapping[str, Any], header_b: Mapping[str, Any], *, width: int = WIDTH
+) -> str:
+    """Both runs' headers, the wall times, then per phase and per rank where B's time differs from A's."""
+    lines = format_header(header_a, label="A") + format_header(header_b, label="B")
+    wall = comparison[comparison["scope"] == SCOPE_WALL]
+    if len(wall):
+        row = wall.iloc[0]
+        lines += [
+            "",
+            f"wall time  A {format_seconds(row.seconds_a)}  B {format_seconds(row.seconds_b)}"
+            f"  B − A {format_seconds(row.delta_s, signed=True)}  B / A {format_ratio(row.ratio)}",
+        ]
+    totals = comparison[comparison["scope"] == SCOPE_TOTAL]
+    lines += ["", "Per phase, all ranks (rank-seconds)"]
+    values = ["A", "B", "B − A", "B / A", "recorded in"]
+    lines += text_table(["phase", *values], _delta_rows(totals, ["phase"]), width=width)
+    per_rank = comparison[comparison["scope"] == SCOPE_RANK]
+    changed = per_rank[(per_rank["seconds_a"] > 0) | (per_rank["seconds_b"] > 0)]
+    lines += ["", "Per rank and phase (phases with time in either run)"]
+    lines += text_table(["rank", "phase", *values], _delta_rows(changed, ["rank", "phase"]), width=width, labels=2)
+    return "\n".join(lines)
+
+
+def _delta_rows(frame: pd.DataFrame, keys: list[str]) -> list[list[str]]:
+    return [
+        [
+            *[str(getattr(row, key)) for key in keys],
+            format_seconds(row.seconds_a),
+            format_seconds(row.seconds_b),
+            format_seconds(row.delta_s, signed=True),
+            format_ratio(row.ratio),
+            row.present,
+        ]
+        for row in frame.itertuples()
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# HTML reports
+# --------------------------------------------------------------------------------------------
+
+
+def write_analysis_report(path: str | Path, result: RunAnalysis, run: Run) -> Path:
+    """The analysis as one self-contained HTML file: header, POP table, findings, figures, tables."""
+    from workbench import figures
+    from workbench.report import write_report
+
+    header = result.header
+    sections: list[tuple[str, Any]] = [("Run", "\n".join(f"- {line.strip()}" for line in format_header(header)))]
+    pop_row = {k: v for k, v in result.pop.items() if k != "useful_phases"}
+    sections.append(("POP metrics", figures.pop_table_figure(pd.DataFrame([pop_row]), id_column="run_id")))
+    sections.append(
+        ("Useful phases", f"Useful phases: {', '.join(result.pop['useful_phases'])}. {result.pop.get('note') or ''}")
+    )
+    found = _findings_lines(result.findings, width=10_000)
+    sections.append(("Findings", "\n".join(f"- {line.strip()}" for line in found) if found else "none"))
+    if len(result.breakdown):
+        sections.append(("Seconds per rank and phase", figures.breakdown_figure(result.breakdown)))
+        sections.append(("Timeline", figures.timeline_figure(run.events, ranks=run.ranks)))
+    sections.append(("Training steps per rank", result.steps))
+    lateness = analysis.lateness_summary(result.lateness)
+    if len(lateness):
+        sections.append(("Arrival at the allreduce per rank (Horovod's readiness marks)", lateness))
+    if len(result.in_flight):
+        sections.append(("Collectives in flight (overlap with the ranks' own work)", result.in_flight))
+    if len(run.memory):
+        sections.append(("Memory", figures.memory_figure(run.memory)))
+    sections.append(("Memory per rank (MB)", result.memory))
+    return write_report(path, title=f"workbench analyse: {header.get('run_id') or run.path.name}", sections=sections)
+
+
+def write_comparison_report(
+    path: str | Path, comparison: pd.DataFrame, header_a: Mapping[str, Any], header_b: Mapping[str, Any]
+) -> Path:
+    """The comparison as one self-contained HTML file: both headers, the diverging bars, the tables."""
+    from workbench import figures
+    from workbench.report import write_report
+
+    runs = "\n".join(
+        f"- {line.strip()}" for line in [*format_header(header_a, label="A"), *format_header(header_b, label="B")]
+    )
+    names = (str(header_a.get("name") or "A"), str(header_b.get("name") or "B"))
+    if names[0] == names[1]:
+        names = (f"A: {names[0]}", f"B: {names[1]}")
+    totals = comparison[comparison["scope"] != SCOPE_RANK].drop(columns="scope")
+    return write_report(
+        path,
+        title=f"workbench compare: {header_a.get('run_id')} vs {header_b.get('run_id')}",
+        sections=[
+            ("Runs", runs),
+            ("Where the time went differently", figures.comparison_figure(comparison, names=names)),
+            ("Per phase, all ranks (rank-seconds), and wall time", totals),
+            ("Per rank and phase", comparison[comparison["scope"] == SCOPE_RANK].drop(columns="scope")),
+        ],
+    )

@@ -1,0 +1,192 @@
+"""``workbench project RUN_DIR... --ranks 8,16,32,64``: what N ranks would give, from runs on a few.
+
+The model is ``analysis.projection``; this module only loads runs, picks the one to build the
+model from (the fewest ranks), puts the other runs beside the projection as measured points, and
+lays the result out as text (2–3 significant figures with units), JSON or an HTML report.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from workbench.analysis import json_ready
+from workbench.analysis import projection as pj
+from workbench.events import BYTES_PER_MB
+from workbench.inspection import format_rate, format_ratio, format_seconds, format_share, text_table
+from workbench.store import Run
+
+#: Network used when none is named: the commonest cluster link.
+DEFAULT_NETWORK = "10gbe"
+#: ``--network here``: the α–β fitted to this project's machine (README, allreduce bench).
+HERE = "here"
+
+
+def parse_ranks(text: str) -> list[int]:
+    """``8,16,32,64`` -> [8, 16, 32, 64]; every count >= 1."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"--ranks {text!r}: give whole numbers separated by commas, e.g. 8,16,32,64") from None
+    if not values or min(values) < 1:
+        raise ValueError(f"--ranks {text!r}: every rank count must be >= 1")
+    return values
+
+
+def resolve_network(
+    name: str | None, *, ranks_per_node: int | None = None, allreduce_json: str | Path | None = None
+) -> pj.Network:
+    """A named network, ``here`` (fitted to this machine's bench), or a bench JSON file fitted on the spot."""
+    changes = {"ranks_per_node": ranks_per_node} if ranks_per_node else {}
+    if allreduce_json is not None:
+        rows = json.loads(Path(allreduce_json).read_text())
+        return pj.network(pj.fit_network(rows, name=f"fitted to {Path(allreduce_json).name}"), **changes)
+    if (name or "").lower() == HERE:
+        from workbench.bench.projection import measured_rows
+        from workbench.config import physical_cores
+
+        here = pj.fit_network(measured_rows(), name="here (this project's machine)", cores_per_node=physical_cores())
+        return pj.network(here, **changes)
+    return pj.network(name or DEFAULT_NETWORK, **changes)
+
+
+def measured_points(runs: Sequence[Run]) -> pd.DataFrame:
+    """One row per run: ranks, wall_s and mean step_s, to mark beside the projection."""
+    rows = []
+    for run in runs:
+        profile = pj.profile_run(run.events, run.meta, run.memory)
+        rows.append(
+            {"run": str(run.path), "ranks": profile.ranks, "wall_s": profile.wall_s, "step_s": profile.step_period_s}
+        )
+    return pd.DataFrame(rows, columns=["run", "ranks", "wall_s", "step_s"])
+
+
+def project_runs(
+    run_dirs: Sequence[str | Path],
+    ranks: Sequence[int],
+    *,
+    net: pj.Network,
+    kind: str = "weak",
+    changes: pj.Changes | None = None,
+    scheme: str = "allreduce",
+) -> tuple[pj.Projection, pd.DataFrame]:
+    """Projection from the run with the fewest ranks, and every run's measured point beside it."""
+    runs = [Run.load(path) for path in run_dirs]
+    if not runs:
+        raise ValueError("name at least one run directory")
+    points = measured_points(runs)
+    base = runs[int(points["ranks"].to_numpy().argmin())]
+    profile = pj.profile_run(base.events, base.meta, base.memory)
+    counts = sorted({*ranks, *points["ranks"].tolist()})
+    result = pj.project(profile, counts, net, kind=kind, changes=changes, scheme=scheme)
+    predicted = result.table.set_index("ranks")
+    points["predicted_wall_s"] = [predicted["wall_s"].get(n, math.nan) for n in points["ranks"]]
+    points["predicted_step_s"] = [predicted["step_s"].get(n, math.nan) for n in points["ranks"]]
+    points["error_wall"] = points["predicted_wall_s"] / points["wall_s"] - 1
+    points["error_step"] = points["predicted_step_s"] / points["step_s"] - 1
+    points["base"] = points["run"] == str(base.path)
+    return result, points
+
+
+def format_projection(result: pj.Projection, points: pd.DataFrame | None = None) -> str:
+    """The projection as text: one row per rank count, what limits it, measured points, notes."""
+    table = result.table
+    lines = [f"{result.kind} scaling, {result.scheme}, what-ifs: {result.changes.describe()}", ""]
+    header = ["ranks", "nodes", "step", "±", "epoch", "throughput", "speedup", "efficiency", "PE", "limit"]
+    rows = []
+    for row in table.itertuples():
+        half = (row.step_s_high - row.step_s_low) / 2
+        rows.append(
+            [
+                str(row.ranks),
+                str(row.nodes),
+                format_seconds(row.step_s),
+                format_seconds(half),
+                format_seconds(row.epoch_s),
+                format_rate(row.throughput, row.unit),
+                f"{row.speedup:.3g}x" if math.isfinite(row.speedup) else "–",
+                format_share(row.efficiency),
+                format_ratio(row.parallel_efficiency),
+                str(row.limiter),
+            ]
+        )
+    lines += text_table(header, rows)
+    if len(table):
+        largest = int(table["ranks"].max())
+        at = result.limits[(result.limits["ranks"] == largest) & (result.limits["seconds"] > 0)]
+        parts = [f"{r.limit} {format_share(r.share)}" for r in at.sort_values("seconds", ascending=False).itertuples()]
+        lines += ["", f"where an epoch goes at {largest} ranks: " + ", ".join(parts)]
+    if points is not None and len(points):
+        lines += ["", "measured runs beside the projection (the fewest ranks built the model):"]
+        for row in points.itertuples():
+            lines.append(
+                f"  {row.ranks} rank(s): step {format_seconds(row.step_s)} measured,"
+                f" {format_seconds(row.predicted_step_s)} projected ({_signed_share(row.error_step)});"
+                f" wall {format_seconds(row.wall_s)} measured, {format_seconds(row.predicted_wall_s)} projected"
+                f" ({_signed_share(row.error_wall)})"
+                f"{'  [model built from this run]' if row.base else ''}"
+            )
+    lines += ["", "assumptions:"] + [f"  - {a}" for a in result.assumptions]
+    if result.notes:
+        lines += ["notes:"] + [f"  - {n}" for n in result.notes]
+    return "\n".join(lines)
+
+
+def _signed_share(value: float) -> str:
+    return f"{value:+.1%}" if math.isfinite(value) else "–"
+
+
+def project_command(
+    run_dirs: Sequence[str],
+    *,
+    ranks: str = "8,16,32,64",
+    network_name: str | None = None,
+    ranks_per_node: int | None = None,
+    allreduce_json: str | None = None,
+    kind: str = "weak",
+    scheme: str = "allreduce",
+    eval_interval: int | None = None,
+    shard_evaluation: bool = False,
+    batch_scale: float = 1.0,
+    fusion_threshold_mb: float | None = None,
+    as_json: bool = False,
+    html: str | None = None,
+) -> int:
+    """``workbench project``: print the projection (text or JSON); optionally write an HTML report."""
+    net = resolve_network(network_name, ranks_per_node=ranks_per_node, allreduce_json=allreduce_json)
+    changes = pj.Changes(
+        eval_interval=eval_interval,
+        shard_evaluation=shard_evaluation,
+        batch_scale=batch_scale,
+        fusion_threshold_bytes=(
+            int(fusion_threshold_mb * BYTES_PER_MB) if fusion_threshold_mb else pj.HOROVOD_FUSION_THRESHOLD_BYTES
+        ),
+    )
+    result, points = project_runs(run_dirs, parse_ranks(ranks), net=net, kind=kind, changes=changes, scheme=scheme)
+    if html:
+        from workbench.figures.projection import limits_figure, projection_figure
+        from workbench.report import write_report
+
+        write_report(
+            Path(html),
+            title="Scaling projection",
+            sections=[
+                ("Projection", format_projection(result, points)),
+                ("Projected and measured", projection_figure(result.table, points)),
+                ("What limits scaling", limits_figure(result.limits)),
+                ("Table", result.table.round(4)),
+            ],
+        )
+    if as_json:
+        payload: dict[str, Any] = {**result.to_dict(), "measured": points.to_dict("records")}
+        print(json.dumps(json_ready(payload), indent=2, allow_nan=False, default=str))
+    else:
+        print(format_projection(result, points))
+        if html:
+            print(f"\nreport: {html}")
+    return 0
