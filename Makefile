@@ -64,9 +64,10 @@ browser:
 
 # Debian's Slurm 22.05 + munge for tests/slurm: a private one-node cluster that tests/slurm/slurm-local.sh
 # starts under a temporary directory (no system service is enabled or started). libpmix-dev ships the
-# unversioned libpmix.so that Slurm's mpi/pmix_v4 plugin loads (srun --mpi=pmix). `make test` sets
-# WORKBENCH_REQUIRE_SLURM=1, so the Slurm tests fail instead of skipping when this did not work.
-SLURM_PACKAGES := slurmctld slurmd slurm-client munge libpmix2 libpmix-dev
+# unversioned libpmix.so that Slurm's mpi/pmix_v4 plugin loads (srun --mpi=pmix); procps gives the
+# script ps and pgrep. `make test` sets WORKBENCH_REQUIRE_SLURM=1, so the Slurm tests fail instead of
+# skipping when this did not work.
+SLURM_PACKAGES := slurmctld slurmd slurm-client munge libpmix2 libpmix-dev procps
 slurm:
 	@dpkg -s $(SLURM_PACKAGES) >/dev/null 2>&1 || { apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SLURM_PACKAGES) >/dev/null; }

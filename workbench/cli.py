@@ -49,8 +49,10 @@ def _cmd_bench_overhead(args: argparse.Namespace) -> int:
 def _cmd_bench_analysis(args: argparse.Namespace) -> int:
     from workbench.bench import analysis
 
-    result = analysis.run(events=args.events, ranks=args.ranks)
-    _print_json(result) if args.json else print(f"{result['events']} events: {result['seconds']:.3f} s")
+    result = analysis.run(
+        events=args.events, ranks=args.ranks, repeats=args.repeats, categorical=args.strings == "categorical"
+    )
+    _print_json(result) if args.json else print(analysis.format_result(result))
     return 0
 
 
@@ -101,6 +103,9 @@ def case_parser(case: Any) -> argparse.ArgumentParser:
     parser.add_argument("--out", default=None, help=f"output directory (default: artifacts/{case.name})")
     parser.add_argument("--resume", action="store_true", help="keep the finished points of the sweep in --out")
     parser.add_argument("--json", action="store_true", help="print one JSON summary object")
+    parser.add_argument(
+        "--oversubscribe", action="store_true", help="allow more ranks than this machine's cores (ranks share cores)"
+    )
     for option in case.options:
         parser.add_argument(
             option.flag,
@@ -129,7 +134,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
         for option in case.options
         if getattr(options, f"case_{option.field}") is not None
     }
-    experiment = Experiment(case, preset=options.preset, ranks=options.ranks, out=options.out, **overrides)
+    from workbench.config import ClusterConfig, oversubscription_refused, physical_cores
+
+    if options.ranks is not None and options.ranks > physical_cores() and not options.oversubscribe:
+        raise ValueError(oversubscription_refused(options.ranks, "--oversubscribe"))
+    cluster_config = ClusterConfig(oversubscribe=True) if options.oversubscribe else None
+    experiment = Experiment(
+        case, preset=options.preset, ranks=options.ranks, out=options.out, cluster_config=cluster_config, **overrides
+    )
 
     def tell(point: Any, status: str) -> None:
         if status != "done":
@@ -227,9 +239,15 @@ def build_parser() -> argparse.ArgumentParser:
     overhead.add_argument("--steps", type=int, default=100, help="steps per block")
     overhead.add_argument("--json", action="store_true")
     overhead.set_defaults(handler=_cmd_bench_overhead)
-    analysis = bench_sub.add_parser("analysis", help="breakdown + POP metrics on 1 M events")
+    analysis = bench_sub.add_parser(
+        "analysis", help="load + breakdown + POP + findings of a stored run (1 M events), one core, peak RSS"
+    )
     analysis.add_argument("--events", type=int, default=1_000_000)
     analysis.add_argument("--ranks", type=int, default=8)
+    analysis.add_argument("--repeats", type=int, default=3, help="fresh processes; the fastest is reported")
+    analysis.add_argument(
+        "--strings", choices=("categorical", "object"), default="categorical", help="Run.load's string columns"
+    )
     analysis.add_argument("--json", action="store_true")
     analysis.set_defaults(handler=_cmd_bench_analysis)
     timeline = bench_sub.add_parser("timeline", help="Horovod timeline import: MB/s and peak memory")

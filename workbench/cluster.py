@@ -22,6 +22,7 @@ import asyncio
 import logging
 import os
 import shutil
+import signal
 import socket
 import tempfile
 import time
@@ -33,10 +34,14 @@ import psutil
 from ipyparallel._async import AsyncFirst
 from ipyparallel.cluster.launcher import LauncherError
 
-from workbench import slurm
+from workbench import faults, slurm
 from workbench.config import ClusterConfig, ConfigError, physical_cores
 
 log = logging.getLogger(__name__)
+#: The signal that makes an engine write every thread's Python stack (``faulthandler``), without stopping it.
+STACK_SIGNAL = signal.SIGUSR2
+#: Process states that mean a rank can no longer take part.
+ENDED_STATES = ("gone", "zombie", "dead")
 
 
 class ClusterStartError(RuntimeError):
@@ -113,6 +118,22 @@ def _engine_identity() -> dict[str, Any]:
     }
 
 
+def _register_stack_dump(directory: str, signal_number: int) -> str:
+    """Runs on each engine: dump every thread's Python stack to a file on ``signal_number``.
+
+    ``faulthandler`` writes from the C signal handler, so it works while the engine runs a task or
+    blocks in MPI, and the task goes on. The file stays open for the engine's life.
+    """
+    import faulthandler as _faulthandler
+    import os as _os
+
+    path = _os.path.join(directory, f"rank-{_os.getpid()}.stack")
+    handle = open(path, "a")  # noqa: SIM115 - must outlive this call
+    globals()["_workbench_stack_file"] = handle
+    _faulthandler.register(signal_number, file=handle, all_threads=True, chain=False)
+    return path
+
+
 def check_one_world(engine_ids: list[int], identities: list[dict[str, Any]], ranks: int) -> None:
     """Raise unless the engines are ranks 0..N-1 of one MPI world of size N, engine id = rank."""
     sizes = sorted({identity["mpi_size"] for identity in identities})
@@ -145,6 +166,11 @@ class Cluster(AsyncFirst):
         #: the engines' Slurm job as last polled (launcher="slurm")
         self.slurm_state: slurm.JobState | None = None
         self._never_starts_since: float | None = None
+        #: MPI rank -> engine process id, and the rank's host (filled at start)
+        self.rank_pids: dict[int, int] = {}
+        self.rank_hosts: dict[int, str] = {}
+        self._stack_dir: str | None = None
+        self._stack_files: dict[int, str] = {}
 
     # -- properties --------------------------------------------------------------------------
     @property
@@ -159,6 +185,11 @@ class Cluster(AsyncFirst):
         view = self.client[sorted(self.client.ids)]
         view.block = True
         return view
+
+    @property
+    def cluster_id(self) -> str | None:
+        """ipyparallel's id of this cluster (``IPP_CLUSTER_ID`` in its processes' environment), once started."""
+        return self._cluster_id
 
     @property
     def slurm_job_id(self) -> str | None:
@@ -245,6 +276,11 @@ class Cluster(AsyncFirst):
             check_one_world(engine_ids, identities, config.ranks)
             here = socket.gethostname()
             self._pids |= {identity["pid"] for identity in identities if identity["host"] == here}
+            self.rank_pids = {identity["mpi_rank"]: identity["pid"] for identity in identities}
+            self.rank_hosts = {identity["mpi_rank"]: identity["host"] for identity in identities}
+            self._stack_dir = tempfile.mkdtemp(prefix="workbench-stacks-")
+            paths = self.client[engine_ids].apply_sync(_register_stack_dump, self._stack_dir, int(STACK_SIGNAL))
+            self._stack_files = dict(zip(engine_ids, paths))
         except BaseException as error:
             output = self._engine_output()
             # a controller stopped while it is still starting ignores the request: end it sooner
@@ -352,6 +388,162 @@ class Cluster(AsyncFirst):
         rows = self.view.apply(_pin_gpu_to_local_rank)
         return pd.DataFrame([{"engine_id": engine_id, **row} for engine_id, row in zip(sorted(self.client.ids), rows)])
 
+    # -- failures, stalls, stacks --------------------------------------------------------------
+    def _local(self, rank: int) -> bool:
+        return self.rank_hosts.get(rank) == socket.gethostname()
+
+    def rank_processes(self) -> dict[int, tuple[str, float]]:
+        """Each rank's process state (``running``, ``sleeping``, ``stopped``, ``zombie``, ``gone``) and CPU %.
+
+        CPU is measured over 0.2 s, all ranks at once. Ranks on other hosts are left out.
+        """
+        processes: dict[int, psutil.Process] = {}
+        states: dict[int, tuple[str, float]] = {}
+        for rank, pid in sorted(self.rank_pids.items()):
+            if not self._local(rank):
+                continue
+            try:
+                process = psutil.Process(pid)
+                process.cpu_percent(None)
+                processes[rank] = process
+            except psutil.Error:
+                states[rank] = ("gone", 0.0)
+        if processes:
+            time.sleep(0.2)
+        for rank, process in processes.items():
+            try:
+                states[rank] = (process.status(), process.cpu_percent(None))
+            except psutil.Error:
+                states[rank] = ("gone", 0.0)
+        return dict(sorted(states.items()))
+
+    def rank_states(self) -> dict[int, str]:
+        """Each local rank's process state, without the CPU measurement (instant)."""
+        states = {}
+        for rank, pid in self.rank_pids.items():
+            if not self._local(rank):
+                continue
+            try:
+                states[rank] = psutil.Process(pid).status()
+            except psutil.Error:
+                states[rank] = "gone"
+        return states
+
+    def controller_alive(self) -> bool:
+        """False once the controller's process has ended (the ranks can no longer report results)."""
+        process = getattr(self._ipp.controller, "process", None) if self._ipp is not None else None
+        if process is None:
+            return True
+        try:
+            return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
+
+    def launcher_exit(self, wait_s: float = 0.0) -> dict[str, Any] | None:
+        """The launcher's exit data once it has ended (waiting up to ``wait_s``); None while it runs."""
+        engine_set = self._ipp.engine_set if self._ipp is not None and self._ipp.engines else None
+        if engine_set is None:
+            return None
+        process = getattr(engine_set, "process", None)
+        deadline = time.monotonic() + wait_s
+        while True:
+            if getattr(engine_set, "state", "") == "after":
+                return dict(engine_set.stop_data or {})
+            try:
+                if process is None or not process.is_running() or process.status() == psutil.STATUS_ZOMBIE:
+                    code = process.wait(0) if process is not None else None
+                    return {"exit_code": code, "pid": getattr(engine_set, "pid", None)}
+            except (psutil.Error, TypeError):
+                return {"exit_code": None, "pid": getattr(engine_set, "pid", None)}
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.1)
+
+    def launcher_output(self, limit: int = 20000) -> str:
+        """The launcher's and engines' output so far (mpiexec's messages, the engines' logs)."""
+        return self._engine_output(limit)
+
+    def diagnose(
+        self, error: BaseException | None = None, run_path: str | os.PathLike[str] | None = None
+    ) -> faults.Failure | None:
+        """Which rank failed first and how (``faults.diagnose``), from the launcher, the processes and the store.
+
+        When a rank's process has ended, waits up to 5 s for mpiexec to exit: its message names the
+        first rank and the signal or exit code.
+        """
+        states = self.rank_states()
+        ended = any(state in ENDED_STATES for state in states.values())
+        exit_data = self.launcher_exit(wait_s=5.0 if ended or (error is not None and "died" in str(error)) else 0.0)
+        last = {}
+        if run_path is not None:
+            try:
+                last = faults.last_events(run_path)
+            except Exception:
+                last = {}
+        return faults.diagnose(
+            launcher_output=self.launcher_output(),
+            exit_data=exit_data,
+            error=error,
+            rank_states={rank: ("gone" if state in ENDED_STATES else state) for rank, state in states.items()},
+            rank_pids=self.rank_pids,
+            last_event_ns=last,
+        )
+
+    def stacks(self, timeout_s: float = 5.0) -> dict[int, str]:
+        """Every rank's current Python stack (all threads), without stopping the ranks.
+
+        Sends ``STACK_SIGNAL`` to each engine, whose ``faulthandler`` writes its stacks to a file,
+        and reads what it wrote. A stopped rank (SIGSTOP) or one on another host gets a line saying so.
+        """
+        if self.client is None:
+            raise RuntimeError("the cluster is not started: call start_sync() or use `with Cluster(...)`")
+        sizes: dict[int, int] = {}
+        result: dict[int, str] = {}
+        for rank, pid in sorted(self.rank_pids.items()):
+            path = self._stack_files.get(rank)
+            if not self._local(rank) or path is None:
+                result[rank] = f"(rank {rank} runs on {self.rank_hosts.get(rank)}: its stack is not readable from here)"
+                continue
+            try:
+                status = psutil.Process(pid).status()
+            except psutil.Error:
+                result[rank] = f"(rank {rank}'s process {pid} has ended)"
+                continue
+            if status == psutil.STATUS_STOPPED:
+                result[rank] = f"(rank {rank}'s process {pid} is stopped: `kill -CONT {pid}` lets it go on)"
+                continue
+            sizes[rank] = os.path.getsize(path) if os.path.exists(path) else 0
+            try:
+                os.kill(pid, STACK_SIGNAL)
+            except OSError as error:
+                result[rank] = f"(rank {rank}: could not signal process {pid}: {error})"
+                sizes.pop(rank)
+        deadline = time.monotonic() + timeout_s
+        pending = dict(sizes)
+        while pending and time.monotonic() < deadline:
+            time.sleep(0.05)
+            for rank, size in list(pending.items()):
+                path = self._stack_files[rank]
+                if os.path.getsize(path) > size:
+                    time.sleep(0.05)  # the handler writes in several calls
+                    with open(path) as handle:
+                        handle.seek(size)
+                        result[rank] = handle.read()
+                    pending.pop(rank)
+        for rank in pending:
+            result[rank] = f"(rank {rank} wrote no stack within {timeout_s:.0f} s)"
+        return dict(sorted(result.items()))
+
+    def stacks_text(self, timeout_s: float = 5.0) -> str:
+        """``stacks()`` as one text, rank by rank (what is saved beside a run that timed out)."""
+        return "\n".join(f"=== rank {rank} ===\n{text.rstrip()}\n" for rank, text in self.stacks(timeout_s).items())
+
+    def watch(
+        self, run_path: str | os.PathLike[str], *, timeout_s: float | None = None, stall_after_s: float | None = 30.0
+    ) -> RunWatch:
+        """A watch on a run these ranks record: a dead rank, a stalled rank, the run's timeout."""
+        return RunWatch(self, run_path, timeout_s=timeout_s, stall_after_s=stall_after_s)
+
     # -- stop --------------------------------------------------------------------------------
     async def stop(self, grace_s: float = 10.0) -> None:
         """Stop engines and controller, then make sure no process they started is left.
@@ -385,6 +577,9 @@ class Cluster(AsyncFirst):
         if self._job_dir is not None:
             shutil.rmtree(self._job_dir, ignore_errors=True)
             self._job_dir = None
+        if self._stack_dir is not None:
+            shutil.rmtree(self._stack_dir, ignore_errors=True)
+            self._stack_dir = None
         if self._cluster_id is not None:
             # also what a controller stopped half-way through its start spawned after the last look
             self._pids |= processes_of_cluster(self._cluster_id)
@@ -408,6 +603,135 @@ class Cluster(AsyncFirst):
 
     async def __aexit__(self, *_exc: object) -> None:
         await self.stop()
+
+
+class RunWatch:
+    """Watches one run while its ranks work; ``check()`` is called every half second by the runner.
+
+    - a rank's process that ended is diagnosed at once (``Cluster.diagnose``), without waiting for
+      ipyparallel's heartbeat, and ``check()`` raises ``RankFailedError`` naming it;
+    - a rank silent for ``stall_after_s`` while another spins in an MPI wait (``faults.find_stalls``)
+      is written to ``run.json`` as ``stall`` (the dashboard's banner) and logged; cleared when it moves;
+    - after ``timeout_s`` every rank's stack is saved to ``stacks.txt`` in the run, the ranks are
+      stopped (the cluster is stopped: a rank stuck in MPI cannot be stopped alone) and ``check()`` raises.
+    """
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        run_path: str | os.PathLike[str],
+        *,
+        timeout_s: float | None = None,
+        stall_after_s: float | None = 30.0,
+        stall_every_s: float = 2.0,
+    ) -> None:
+        from workbench.store import RunTail
+
+        self.cluster = cluster
+        self.run_path = os.fspath(run_path)
+        self.timeout_s = timeout_s
+        self.stall_after_s = stall_after_s
+        self.stall_every_s = stall_every_s
+        self.started = time.time()
+        self.failure: faults.Failure | None = None
+        self.stalls: list[faults.Stall] = []
+        self._tail = RunTail(self.run_path)
+        self._last_event_ns: dict[int, int] = {}
+        self._next_stall_check = time.monotonic() + stall_every_s
+        self._error: faults.RankFailedError | None = None
+
+    def diagnose(self, error: BaseException | None = None) -> faults.Failure | None:
+        """The failure behind ``error`` (or behind a rank that ended), once; later calls return the same."""
+        if self.failure is None:
+            self.failure = self.cluster.diagnose(error, self.run_path)
+        return self.failure
+
+    def check(self) -> None:
+        """Raise ``RankFailedError`` when a rank died or the run timed out; record stalls."""
+        if self._error is not None:
+            raise self._error
+        if not self.cluster.controller_alive():
+            self.failure = faults.Failure(
+                rank=None,
+                cause="the controller (ipcontroller) ended: the ranks cannot report any more; stop and restart "
+                "the cluster",
+                source="controller",
+            )
+            self._error = faults.RankFailedError(self.failure, self.run_path)
+            raise self._error
+        states = self.cluster.rank_states()
+        if any(state in ENDED_STATES for state in states.values()):
+            failure = self.diagnose()
+            if failure is not None:
+                self._error = faults.RankFailedError(failure, self.run_path)
+                raise self._error
+        if self.timeout_s is not None and time.time() - self.started > self.timeout_s:
+            self._time_out()
+        if self.stall_after_s is not None and time.monotonic() >= self._next_stall_check:
+            self._next_stall_check = time.monotonic() + self.stall_every_s
+            self._check_stalls()
+
+    def silent_s(self) -> dict[int, float]:
+        """Seconds since each rank's last recorded event (since the run started for a rank with none)."""
+        events, _memory = self._tail.poll()
+        if len(events):
+            for rank, end in events.groupby("rank")["end_ns"].max().items():
+                self._last_event_ns[int(rank)] = max(int(end), self._last_event_ns.get(int(rank), 0))
+        now_ns = time.time_ns()
+        started_ns = int(self.started * 1e9)
+        return {
+            rank: (now_ns - max(self._last_event_ns.get(rank, started_ns), started_ns)) / 1e9
+            for rank in sorted(self.cluster.rank_pids)
+        }
+
+    def _check_stalls(self) -> None:
+        from workbench.store import update_run_meta
+
+        silent = self.silent_s()
+        assert self.stall_after_s is not None
+        stalls: list[faults.Stall] = []
+        if any(value >= self.stall_after_s for value in silent.values()):
+            stalls = faults.find_stalls(silent, self.cluster.rank_processes(), self.stall_after_s)
+            # a stalled rank stays stalled until it records again (one CPU reading may miss the waiting rank)
+            named = {stall.rank for stall in stalls}
+            stalls += [
+                replace(stall, silent_s=silent[stall.rank])
+                for stall in self.stalls
+                if stall.rank not in named and silent.get(stall.rank, 0.0) >= self.stall_after_s
+            ]
+            stalls.sort(key=lambda stall: stall.rank)
+        warnings = faults.horovod_stall_warnings(self.cluster.launcher_output()) if stalls else []
+        if [s.rank for s in stalls] == [s.rank for s in self.stalls] and not stalls:
+            return
+        self.stalls = stalls
+        payload = (
+            {"ranks": [s.as_dict() for s in stalls], "horovod": warnings[-3:], "seen": time.time()} if stalls else None
+        )
+        update_run_meta(self.run_path, stall=payload)
+        for stall in stalls:
+            log.warning("%s (Cluster.stacks() shows where each rank is)", stall.message())
+
+    def _time_out(self) -> None:
+        from workbench.store import update_run_meta
+
+        stacks = self.cluster.stacks_text()
+        stacks_path = os.path.join(self.run_path, "stacks.txt")
+        with open(stacks_path, "w") as handle:
+            handle.write(stacks)
+        silent = self.silent_s()
+        stuck = [s.rank for s in self.stalls] or ([max(silent, key=lambda rank: silent[rank])] if silent else [])
+        self.failure = faults.Failure(
+            rank=stuck[0] if stuck else None,
+            cause=f"did not finish within the run's timeout of {self.timeout_s:g} s; stacks saved in stacks.txt",
+            detected_after_s=round(time.time() - self.started - float(self.timeout_s or 0), 2),
+            last_event_ns=self._last_event_ns.get(stuck[0]) if stuck else None,
+            source="timeout",
+            details=tuple(s.message() for s in self.stalls),
+        )
+        update_run_meta(self.run_path, stacks="stacks.txt")
+        self.cluster.stop_sync(grace_s=2.0)
+        self._error = faults.RankFailedError(self.failure, self.run_path)
+        raise self._error
 
 
 def processes_of_cluster(cluster_id: str) -> set[int]:

@@ -62,6 +62,15 @@ def find_mpiexec(mpi: str) -> Path:
     raise ConfigError(f"no mpiexec found for {mpi}: {hint}, or put an mpiexec on PATH")
 
 
+def oversubscription_refused(ranks: int, flag: str = "oversubscribe=True") -> str:
+    """The one line for more ranks than cores when sharing cores was not allowed."""
+    cores = physical_cores()
+    return (
+        f"{ranks} ranks on {cores} cores would share cores (oversubscribed) and slow every rank down: "
+        f"use at most {cores} ranks, or pass {flag} to allow it"
+    )
+
+
 @dataclass(frozen=True)
 class ClusterConfig:
     """How to start the ranks. ``None`` means "decide from this machine"."""
@@ -80,6 +89,8 @@ class ClusterConfig:
     controller_port: int | None = None
     start_timeout_s: float = 120.0
     launcher: Literal["mpi", "slurm"] = "mpi"
+    #: more ranks than cores: None allows it with a warning, False refuses it (one error), True allows it
+    oversubscribe: bool | None = None
     # -- launcher="slurm" only: the engines are one batch job (workbench.slurm) ---------------------
     #: how the job's ranks start: the venv's mpiexec inside the allocation, or ``srun --mpi=pmix``
     slurm_mpi: Literal["mpiexec", "pmix"] = "mpiexec"
@@ -106,6 +117,8 @@ class ClusterConfig:
             raise ConfigError("start_timeout_s must be positive")
         if self.launcher not in LAUNCHERS:
             raise ConfigError(f"launcher={self.launcher!r} is unknown: use one of {', '.join(LAUNCHERS)}")
+        if self.oversubscribe is False and self.oversubscribed:
+            raise ConfigError(oversubscription_refused(self.ranks))
         self._check_slurm()
 
     def _check_slurm(self) -> None:

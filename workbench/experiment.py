@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 import pandas as pd
 
 from workbench.config import ClusterConfig, physical_cores
+from workbench.faults import Failure, RankFailedError
 from workbench.store import (
     NotARunError,
     Run,
@@ -117,6 +118,17 @@ class CaseOption:
     choices: tuple[str, ...] | None = None
 
 
+def parse_counts(text: str, *, at_least: int = 1, example: str = "1,4,16") -> tuple[int, ...]:
+    """A case option's list of whole numbers >= 1 (``--threads 1,4``), at least ``at_least`` of them."""
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise ValueError(f"{text!r}: give whole numbers separated by commas, e.g. {example}") from None
+    if len(values) < at_least or min(values) < 1:
+        raise ValueError(f"{text!r}: give at least {at_least} whole number(s) >= 1, e.g. {example}")
+    return values
+
+
 class Case:
     """What a case study measures; subclasses fill in the class attributes and the methods.
 
@@ -150,6 +162,11 @@ class Case:
 
     def workload_kwargs(self, settings: Any, point: Point) -> dict[str, Any]:
         raise NotImplementedError
+
+    def cluster_overrides(self, settings: Any, point: Point) -> dict[str, Any]:
+        """``ClusterConfig`` fields a point needs set when its ranks start (e.g. Horovod's fusion buffer,
+        threads per rank): such points get a cluster of their own. None by default."""
+        return {}
 
     # -- results
     def row(self, run: Run, point: Point, settings: Any) -> dict[str, Any]:
@@ -246,6 +263,8 @@ class PointRun:
     pending: Any
     started: float = field(default_factory=time.time)
     results: list[dict[str, Any]] | None = None
+    #: the cluster's watch on this run (``Cluster.watch``): a dead rank, a stall, the timeout
+    watch: Any = None
 
     def done(self) -> bool:
         return bool(self.pending.ready())
@@ -264,12 +283,19 @@ class PointRun:
         tail = RunTail(self.run_path) if on_rows is not None else None
         try:
             while not self.pending.ready():
+                if self.watch is not None:
+                    self.watch.check()  # RankFailedError naming the rank: died, or timed out
                 self.pending.wait(0.5)
                 if tail is not None:
                     on_rows(*tail.poll())
             results = list(self.pending.get())
         except BaseException as error:
-            self.experiment.mark_failed(self, error)
+            failure = getattr(error, "failure", None)
+            if failure is None and self.watch is not None and not isinstance(error, KeyboardInterrupt):
+                failure = self.watch.diagnose(error)
+            self.experiment.mark_failed(self, error, failure)
+            if failure is not None and not isinstance(error, RankFailedError):
+                raise RankFailedError(failure, self.run_path) from error
             raise
         return self.experiment.mark_finished(self, results)
 
@@ -279,7 +305,10 @@ class PointRun:
     async def _wait_async(self) -> list[dict[str, Any]]:
         if self.results is None:
             with contextlib.suppress(Exception):  # wait() below raises it, after marking the point failed
-                await asyncio.wrap_future(self.pending)
+                while not self.pending.ready():
+                    await asyncio.sleep(0.25)
+                    if self.watch is not None:
+                        self.watch.check()
         return self.wait()
 
 
@@ -440,11 +469,23 @@ class Experiment:
         return pd.DataFrame(rows, columns=["point", "ranks", "status", "run"])
 
     # -- running
-    def start(self, cluster: Any, point: Point | str) -> PointRun:
-        """Start one point on ``cluster`` without blocking; returns its run directory and handle."""
+    def start(
+        self, cluster: Any, point: Point | str, *, timeout_s: float | None = None, stall_after_s: float | None = 30.0
+    ) -> PointRun:
+        """Start one point on ``cluster`` without blocking; returns its run directory and handle.
+
+        ``stall_after_s``: a rank silent that long while others wait is reported (``run.json``
+        ``stall``); ``timeout_s``: the ranks are stopped after that long, stacks saved beside the run.
+        """
         point = self.point(point) if isinstance(point, str) else point
         if cluster.n != point.ranks:
             raise ExperimentError(f"point {point.key} needs {point.ranks} ranks but the cluster has {cluster.n}")
+        for field_name, value in self.case.cluster_overrides(self.settings, point).items():
+            if getattr(cluster.config, field_name, None) != value:
+                raise ExperimentError(
+                    f"point {point.key} needs a cluster started with {field_name}={value!r}: start one with "
+                    f"Cluster(n={point.ranks}, {field_name}={value!r}), or let Experiment.run() start it"
+                )
         manifest = self.read_manifest()
         if manifest is None or any(manifest.get(k) != v for k, v in self.identity().items()):
             manifest = self._open_manifest(resume=False)
@@ -479,7 +520,9 @@ class Experiment:
         self._write_manifest(manifest)
         engines = cluster.client[sorted(cluster.client.ids)]
         pending = engines.apply_async(type(self.case).workload, str(run_path.resolve()), **kwargs)
-        return PointRun(self, point, run_path, pending)
+        watch = getattr(cluster, "watch", None)
+        watch = watch(run_path, timeout_s=timeout_s, stall_after_s=stall_after_s) if watch is not None else None
+        return PointRun(self, point, run_path, pending, watch=watch)
 
     def _record_point(self, point_run: PointRun, **entry: Any) -> None:
         manifest = self.read_manifest() or self._open_manifest(resume=True)
@@ -498,12 +541,18 @@ class Experiment:
         self.ran += 1
         return rank_results
 
-    def mark_failed(self, point_run: PointRun, error: BaseException) -> None:
-        """The point failed (or was interrupted): say so in the run and the manifest; keep what was recorded."""
+    def mark_failed(self, point_run: PointRun, error: BaseException, failure: Failure | None = None) -> None:
+        """The point failed (or was interrupted): say so in the run and the manifest; keep what was recorded.
+
+        ``failure`` (which rank, how, when) goes into both as ``failure``.
+        """
         reason = "interrupted" if isinstance(error, KeyboardInterrupt) else f"{type(error).__name__}: {error}"
+        if failure is not None:
+            reason = f"{RankFailedError.__name__}: {failure.message()}"
+        extra = {"failure": failure.as_dict()} if failure is not None else {}
         with contextlib.suppress(Exception):
-            update_run_meta(point_run.run_path, status="failed", finished=time.time(), error=reason[:2000])
-        self._record_point(point_run, status="failed", error=reason[:2000])
+            update_run_meta(point_run.run_path, status="failed", finished=time.time(), error=reason[:2000], **extra)
+        self._record_point(point_run, status="failed", error=reason[:2000], **extra)
 
     def run(
         self,
@@ -532,18 +581,25 @@ class Experiment:
                 on_point(point, "reused")
         bar = self._progress_bar(progress, todo)
         try:
-            for ranks in sorted({p.ranks for p in todo}):
-                group = [p for p in todo if p.ranks == ranks]
-                if cluster is not None and cluster.n == ranks:
+            for (ranks, overrides), group in self.cluster_groups(todo):
+                if cluster is not None and cluster.n == ranks and not overrides:
                     self._run_group(cluster, group, bar, on_point)
                     continue
-                config = dataclasses.replace(self.cluster_config, n=ranks)
+                config = dataclasses.replace(self.cluster_config, n=ranks, **dict(overrides))
                 with Cluster(config=config) as own:
                     self._run_group(own, group, bar, on_point)
         finally:
             if bar is not None:
                 bar.close()
         return self.result(write=write)
+
+    def cluster_groups(self, points: list[Point]) -> list[tuple[tuple[int, tuple[tuple[str, Any], ...]], list[Point]]]:
+        """Points that can share a cluster: same rank count and same cluster settings, in plan order."""
+        groups: dict[tuple[int, tuple[tuple[str, Any], ...]], list[Point]] = {}
+        for point in points:
+            overrides = tuple(sorted(self.case.cluster_overrides(self.settings, point).items()))
+            groups.setdefault((point.ranks, overrides), []).append(point)
+        return sorted(groups.items(), key=lambda item: (item[0][0], len(item[0][1])))
 
     def _run_group(self, cluster: Any, points: Iterable[Point], bar: Any, on_point: Any) -> None:
         for point in points:
@@ -650,7 +706,7 @@ def write_outputs(result: ExperimentResult) -> Path:
 
     A case's table named ``runs`` (the rows with columns derived across runs) replaces the plain rows.
     """
-    from workbench.report import write_report
+    from workbench.report import run_metadata, write_report
 
     out = result.out
     out.mkdir(parents=True, exist_ok=True)
@@ -659,6 +715,9 @@ def write_outputs(result: ExperimentResult) -> Path:
         table.to_parquet(out / f"{name}.parquet", index=False)
     result.report_path = out / "report.html"
     result.summary["report"] = str(result.report_path)
-    write_report(result.report_path, title=result.case.title, sections=result.case.report_sections(result))
+    metadata = run_metadata(result.runs.values(), case=result.case.name, preset=result.preset, out=str(out))
+    write_report(
+        result.report_path, title=result.case.title, sections=result.case.report_sections(result), metadata=metadata
+    )
     write_json_atomic(out / "summary.json", result.summary)
     return result.report_path

@@ -122,6 +122,16 @@ def format_share(value: float | None) -> str:
     return f"{float(value):.0%}" if _finite(value) else MISSING  # type: ignore[arg-type]
 
 
+def format_number(value: float | None) -> str:
+    """Three significant figures, never an exponent (``12345.6`` -> ``12300``); NaN -> ``–``."""
+    return _significant(float(value)) if _finite(value) else MISSING  # type: ignore[arg-type]
+
+
+def format_percent(value: float | None) -> str:
+    """A fraction as a percentage with 2–3 significant figures (``0.2537`` -> ``25.4%``); NaN -> ``–``."""
+    return f"{_significant(float(value) * 100)}%" if _finite(value) else MISSING  # type: ignore[arg-type]
+
+
 def _significant(value: float, signed: bool = False) -> str:
     """Three significant figures without exponent: 0.0123, 1.23, 12.3, 123, 1234."""
     value = float(f"{value:.3g}")  # round first: 9.996 is 10.0, not 10.00
@@ -381,7 +391,7 @@ def _delta_rows(frame: pd.DataFrame, keys: list[str]) -> list[list[str]]:
 def write_analysis_report(path: str | Path, result: RunAnalysis, run: Run) -> Path:
     """The analysis as one self-contained HTML file: header, POP table, findings, figures, tables."""
     from workbench import figures
-    from workbench.report import write_report
+    from workbench.report import run_metadata, write_report
 
     header = result.header
     sections: list[tuple[str, Any]] = [("Run", "\n".join(f"- {line.strip()}" for line in format_header(header)))]
@@ -404,7 +414,9 @@ def write_analysis_report(path: str | Path, result: RunAnalysis, run: Run) -> Pa
     if len(run.memory):
         sections.append(("Memory", figures.memory_figure(run.memory)))
     sections.append(("Memory per rank (MB)", result.memory))
-    return write_report(path, title=f"workbench analyse: {header.get('run_id') or run.path.name}", sections=sections)
+    title = f"workbench analyse: {header.get('run_id') or run.path.name}"
+    metadata = run_metadata([run.path], case=run.meta.get("experiment", {}).get("case"))
+    return write_report(path, title=title, sections=sections, metadata=metadata)
 
 
 def write_comparison_report(

@@ -1,6 +1,6 @@
 """A private single-node Slurm for the tests in this folder, started by tests/slurm/slurm-local.sh.
 
-Why a session fixture: Slurm is up in about a second, but every test here needs it; all its state
+Why a module fixture: Slurm is up in about a second, but every test here needs it; all its state
 lives in a temporary directory and every daemon it started is stopped at the end, also when a test
 failed. Where Slurm is not installed the tests skip, unless `make test` (or CI) promised to install
 it (WORKBENCH_REQUIRE_SLURM=1, CI=true): then they fail, so a broken install is not a quiet skip.
@@ -24,9 +24,9 @@ def _slurm_required() -> bool:
     return os.environ.get("WORKBENCH_REQUIRE_SLURM") == "1" or os.environ.get("CI", "").lower() in ("1", "true")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def slurm_conf():
-    """SLURM_CONF of a running one-node Slurm (munged, slurmctld, slurmd as root), stopped after the session."""
+    """SLURM_CONF of a running one-node Slurm (munged, slurmctld, slurmd as root), stopped after the module."""
     missing = [tool for tool in NEEDED if shutil.which(tool) is None]
     if missing:
         message = f"Slurm is not installed ({', '.join(missing)} missing): run `make slurm` (Debian packages, root)"

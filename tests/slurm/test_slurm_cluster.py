@@ -98,6 +98,8 @@ def test_slurm_engines_are_one_world_and_stop_leaves_nothing(slurm_conf, slurm_m
         assert [r["job"] for r in results] == [job_id, job_id]  # the engines are this job's tasks
         assert [(r["mpi_sum"], r["horovod_sum"]) for r in results] == [(3.0, 3.0), (3.0, 3.0)]
         cluster_id = cluster._ipp.cluster_id
+        written = [Path(cluster._ipp.engine_set.batch_file), Path(cluster._ipp.engine_set.output_file)]
+        assert all(path.exists() and not path.is_relative_to(tmp_path) for path in written)
         engine_pids = set(rank_map["pid"])
         running = _processes_of(cluster_id, job_id)
         assert {p.pid for p in running} >= engine_pids
@@ -110,6 +112,7 @@ def test_slurm_engines_are_one_world_and_stop_leaves_nothing(slurm_conf, slurm_m
     assert _left_by_this_test() == []
     assert [pid for pid in engine_pids if psutil.pid_exists(pid)] == []
     assert list(tmp_path.iterdir()) == []
+    assert [path for path in written if path.exists()] == []  # the batch script and the job's output
 
 
 def _mpi_library() -> str:

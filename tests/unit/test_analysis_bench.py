@@ -2,11 +2,27 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
 from workbench import events as ev
 from workbench.analysis import findings, phase_breakdown, pop_metrics
-from workbench.bench.analysis import run, synthetic_events
+from workbench.bench.analysis import run, synthetic_events, write_run
+from workbench.store import Run
+
+
+def test_stored_run_loads_as_written_whole_or_in_part(tmp_path):
+    events = synthetic_events(events=20_000, ranks=4)
+    path = write_run(events, tmp_path, 4)
+    pd.testing.assert_frame_equal(Run.load(path).events, events)
+    categorical = Run.load(path, categorical=True).events
+    assert isinstance(categorical["phase"].dtype, pd.CategoricalDtype)
+    pd.testing.assert_frame_equal(phase_breakdown(categorical), phase_breakdown(events))
+    low, high = int(events["start_ns"].quantile(0.4)), int(events["start_ns"].quantile(0.6))
+    part = Run.load(path, ranks=[1, 3], window_ns=(low, high))
+    expected = events[events["rank"].isin([1, 3]) & (events["end_ns"] >= low) & (events["start_ns"] <= high)]
+    pd.testing.assert_frame_equal(part.events, expected.reset_index(drop=True))
+    assert part.ranks == [1, 3]
 
 
 def test_synthetic_events_look_like_a_recorded_run():
@@ -23,9 +39,17 @@ def test_synthetic_events_look_like_a_recorded_run():
     assert pop_metrics(events)["parallel_efficiency"].item() < 1
 
 
-def test_run_reports_events_and_seconds():
+def test_run_loads_and_analyses_the_stored_run_it_reports_on():
     result = run(events=20_000, ranks=2, repeats=1)
-    assert {"events", "seconds", "breakdown_seconds", "pop_seconds"} <= set(result)
-    assert result["seconds"] == pytest.approx(result["breakdown_seconds"] + result["pop_seconds"], abs=1e-3)
+    assert {"events", "seconds", "load_seconds", "peak_rss_mb", "breakdown_seconds", "pop_seconds"} <= set(result)
+    # the child process loaded the run from the store and analysed it: the same events, the same answer
+    events = synthetic_events(events=20_000, ranks=2)
+    assert result["events"] == len(events)
+    assert result["parallel_efficiency"] == pytest.approx(pop_metrics(events)["parallel_efficiency"].item())
+    assert result["findings"] == list(findings(events)["kind"])
+    parts = ("load_seconds", "breakdown_seconds", "pop_seconds", "findings_seconds")
+    assert all(result[part] > 0 for part in parts)
+    assert result["seconds"] >= max(result[part] for part in parts)
+    assert result["peak_rss_mb"] > 0
     with pytest.raises(ValueError, match="events"):
         synthetic_events(events=3, ranks=2)

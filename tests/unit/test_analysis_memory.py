@@ -8,7 +8,12 @@ import pytest
 from scipy import stats
 
 from workbench.analysis import memory_growth, memory_skew, memory_summary
-from workbench.analysis.memory import MEMORY_SUMMARY_COLUMNS
+from workbench.analysis.memory import (
+    MEMORY_SUMMARY_COLUMNS,
+    MIN_SAMPLES_FOR_VERDICT,
+    hac_lags,
+    slope_standard_error,
+)
 
 MB = 1_000_000
 S = 1_000_000_000
@@ -36,7 +41,7 @@ def test_hand_computed_slope_and_interval():
     # Sxy = (-1.5)(-1) + 0 + 0 + (1.5)(1) = 3 -> slope 0.6 MB/call.
     # fitted 0.1, 0.7, 1.3, 1.9 -> residuals -0.1, 0.3, -0.3, 0.1 -> SSR 0.2; s^2 = 0.2/2 = 0.1;
     # se = sqrt(0.1 / 5) = 0.1414; t(0.975, 2) = 4.3027 -> half width 0.6085 -> CI [-0.0085, 1.2085].
-    result = memory_growth(samples([0, 1, 1, 2]))
+    result = memory_growth(samples([0, 1, 1, 2]), interval="ols", min_samples=3)
     row = result.iloc[0]
     assert list(result.columns) == [
         "rank",
@@ -59,6 +64,49 @@ def test_hand_computed_slope_and_interval():
     # ci_low < 0.01 < ci_high -> inconclusive
     assert row["verdict"] == "inconclusive"
     assert row["x_unit"] == "call"
+
+
+def test_step_shaped_growth_gets_a_newey_west_interval_wider_than_ols():
+    # 40 calls whose RSS rises in two 4 MB steps (after calls 13 and 27), as the issue's `predict`
+    # verdict did: the residuals of a straight line run in long same-sign stretches.
+    x = np.arange(40.0)
+    y = np.repeat([100.0, 104.0, 108.0], [13, 14, 13])
+    xc = x - x.mean()
+    slope = (xc @ (y - y.mean())) / (xc @ xc)
+    residuals = y - y.mean() - slope * xc
+    scores = xc * residuals
+    rho = (scores[1:] @ scores[:-1]) / (scores @ scores)
+    alpha = 4 * rho**2 / ((1 - rho) ** 2 * (1 + rho) ** 2)
+    lags = int(1.1447 * (alpha * 40) ** (1 / 3))
+    assert hac_lags(scores) == lags and lags >= 5  # persistent residuals: many lags, not a fixed 3
+    long_run = scores @ scores
+    for lag in range(1, lags + 1):  # Bartlett weights 1 - l / (L + 1), written out
+        long_run += 2 * (1 - lag / (lags + 1)) * sum(scores[t] * scores[t - lag] for t in range(lag, 40))
+    hac_se = np.sqrt(long_run * 40 / 38) / (xc @ xc)
+    ols_se = np.sqrt(residuals @ residuals / 38 / (xc @ xc))
+    assert slope_standard_error(x, y) == (pytest.approx(slope), pytest.approx(hac_se))
+    assert slope_standard_error(x, y, interval="ols") == (pytest.approx(slope), pytest.approx(ols_se))
+    assert hac_se > 1.25 * ols_se  # OLS's i.i.d. interval is too narrow on steps
+    t = stats.t.ppf(0.975, 38)
+    row = memory_growth(samples(list(y))).iloc[0]
+    assert (row["ci_low"], row["ci_high"]) == (pytest.approx(slope - t * hac_se), pytest.approx(slope + t * hac_se))
+    ols = memory_growth(samples(list(y)), interval="ols").iloc[0]
+    assert ols["ci_high"] - ols["ci_low"] == pytest.approx(2 * t * ols_se)
+    # a straight leak with white noise: few lags, about the OLS interval
+    rng = np.random.default_rng(1)
+    noisy = 100 + 0.5 * x + rng.normal(0, 0.5, 40)
+    ols_noisy = slope_standard_error(x, noisy, interval="ols")[1]
+    assert slope_standard_error(x, noisy)[1] == pytest.approx(ols_noisy, rel=0.3)
+
+
+def test_no_verdict_before_the_minimum_number_of_calls():
+    values = 100 + np.arange(9.0)  # a clear 1 MB/call, but only 9 calls
+    row = memory_growth(samples(list(values))).iloc[0]
+    assert row["slope_mb_per_x"] == pytest.approx(1.0)
+    assert row["verdict"] == f"too few calls for a verdict (n=9, need {MIN_SAMPLES_FOR_VERDICT})"
+    assert memory_growth(samples(list(values)), min_samples=5).iloc[0]["verdict"] == "leak"
+    with pytest.raises(ValueError, match="interval="):
+        memory_growth(samples(list(values)), interval="bootstrap")
 
 
 def test_clear_leak_and_clear_no_leak():
@@ -125,9 +173,7 @@ def test_gpu_memory_and_errors():
 
 def test_memory_skew():
     # peaks 2000, 1000, 1000 MB: mean 1333.3 -> rank 0 at 1.5x the mean, skew 1.5
-    frame = pd.concat(
-        [samples([1500, 2000], rank=0), samples([1000, 900], rank=1), samples([1000, 1000], rank=2)]
-    )
+    frame = pd.concat([samples([1500, 2000], rank=0), samples([1000, 900], rank=1), samples([1000, 1000], rank=2)])
     result = memory_skew(frame)
     assert list(result.columns) == ["run_id", "rank", "peak_mb", "peak_over_mean", "skew"]
     assert result["peak_mb"].tolist() == [2000, 1000, 1000]

@@ -84,7 +84,7 @@ def test_list_names_every_case_with_one_line():
     ("args", "message"),
     [
         (["--backend", "gloo"], "argument --backend: backend 'gloo' is unknown"),
-        (["--intervals", "5"], "give at least two intervals"),
+        (["--intervals", "5"], "give at least 2 whole number(s) >= 1"),
         (["--preset", "huge"], "argument --preset: invalid choice: 'huge'"),
         (["--methods", "predict"], "unrecognized arguments: --methods predict"),  # predict-leak's option only
     ],

@@ -239,6 +239,35 @@ def test_memory_uses_iterations_for_call_site_samples():
     assert list(fig.data[0].x) == [0, 1]
 
 
+def test_memory_with_several_methods_colours_by_method_with_a_panel_per_rank():
+    methods = ["call", "predict", "predict_on_batch", "tf_function", "leaky_control"]
+    samples = pd.DataFrame(
+        [
+            {"rank": r, "time_ns": T0 + i * S, "rss_bytes": (100 + i) * 1e6, "label": m, "iteration": i}
+            for r in (0, 1)
+            for m in methods
+            for i in range(5)
+        ]
+    )
+    growth = pd.DataFrame(
+        [
+            {"rank": r, "label": m, "slope_mb_per_x": 1.0, "ci_low": 0.9, "ci_high": 1.1, "verdict": "leak"}
+            for r in (0, 1)
+            for m in methods
+        ]
+    )
+    fig = memory_figure(samples, growth)
+    legend = [t.name for t in fig.data if t.showlegend is not False]
+    assert legend == sorted(methods)  # one entry per method, not per rank x method x fit
+    colours = {t.legendgroup: t.line.color for t in fig.data}
+    assert len(set(colours.values())) == len(methods)
+    assert {t.line.color for t in fig.data if t.legendgroup == "predict"} == {colours["predict"]}  # fit too
+    assert {t.xaxis for t in fig.data} == {"x", "x2"}  # rank 0 and rank 1 in their own panels
+    assert [a.text for a in fig.layout.annotations][:2] == ["rank 0", "rank 1"]
+    fits = [t for t in fig.data if t.line.dash == "dash"]
+    assert len(fits) == 10 and all("leak" in t.name for t in fits)
+
+
 # ---------------------------------------------------------------- scaling, heatmap
 def test_scaling_has_speedup_ideal_and_efficiency_with_error_bars():
     table = pd.DataFrame(

@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 
 from workbench.analysis import input_bound_level, input_findings, input_share, queue_exhaustion, step_times
-from workbench.cases.input_pipeline import CASE, flattening, parse_ints
+from workbench.cases.input_pipeline import CASE, flattening
 from workbench.events import empty_events, events_frame
-from workbench.experiment import Experiment
+from workbench.experiment import Experiment, parse_counts
 from workbench.recorder import Recorder
 from workbench.store import Run, RunTail, create_run
 from workbench.workloads.contested_io import TokenBucket
@@ -130,9 +130,9 @@ def test_plan_and_settings():
     kwargs = CASE.workload_kwargs(experiment.settings, experiment.plan()[1])["settings_dict"]
     settings = PipelineSettings.from_dict(kwargs)
     assert (settings.source, settings.threads, settings.interval, settings.batch) == ("contested", 1, 8, 256)
-    assert parse_ints("1,4") == (1, 4)
-    with pytest.raises(ValueError, match="every value must be >= 1"):
-        parse_ints("0,4")
+    assert parse_counts("1,4") == (1, 4)
+    with pytest.raises(ValueError, match="give at least 1 whole number"):
+        parse_counts("0,4")
     with pytest.raises(ValueError, match="source 'disk' is unknown"):
         PipelineSettings(source="disk")
 

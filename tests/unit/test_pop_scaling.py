@@ -22,11 +22,37 @@ def test_plan_scales_then_tries_each_fix_at_the_largest_count():
         "n2/scaling=strong/test=sharded",
         "n2/scaling=strong/workers=4",
         "n2/scaling=strong/data=offline",
+        "n2/scaling=strong/fusion_mb=1",
+        "n2/scaling=strong/fusion_mb=128",
     ]
     ci = Experiment("pop-scaling", preset="ci", ranks=2)
     assert [p.key for p in ci.plan()] == ["n1/scaling=strong", "n2/scaling=strong", "n2/scaling=strong/test=sharded"]
     workload = ci.settings.workload(ci.plan()[-1])
     assert (workload.test_mode, workload.global_batch, workload.workers) == ("sharded", 16, 1)
+
+
+def test_fusion_points_get_ranks_of_their_own():
+    experiment = Experiment("pop-scaling", preset="reduced", ranks=2)
+    groups = [
+        (ranks, dict(overrides), [p.key for p in points])
+        for (ranks, overrides), points in experiment.cluster_groups(experiment.plan())
+    ]
+    assert groups == [
+        (1, {}, ["n1/scaling=strong", "n1/scaling=weak"]),
+        (
+            2,
+            {},
+            [
+                "n2/scaling=strong",
+                "n2/scaling=weak",
+                "n2/scaling=strong/test=sharded",
+                "n2/scaling=strong/workers=4",
+                "n2/scaling=strong/data=offline",
+            ],
+        ),
+        (2, {"horovod_fusion_threshold_bytes": 1024 * 1024}, ["n2/scaling=strong/fusion_mb=1"]),
+        (2, {"horovod_fusion_threshold_bytes": 128 * 1024 * 1024}, ["n2/scaling=strong/fusion_mb=128"]),
+    ]
 
 
 def test_strong_scaling_shares_the_global_batch_weak_keeps_it_per_rank():

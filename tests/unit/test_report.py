@@ -1,13 +1,15 @@
-"""The HTML report is one self-contained file: plotly.js once, every section, no network."""
+"""The HTML report is one self-contained file: plotly.js once, every section, no network, readable tables."""
 
 from __future__ import annotations
 
+import base64
+import gzip
 import re
 
 import pandas as pd
 import plotly.graph_objects as go
 
-from workbench.report import text_to_html, write_report
+from workbench.report import Details, readable, run_metadata, text_to_html, write_report
 
 
 def test_report_is_one_self_contained_html_file(tmp_path):
@@ -26,15 +28,24 @@ def test_report_is_one_self_contained_html_file(tmp_path):
     assert path == tmp_path / "sub" / "report.html"
     assert [p.name for p in path.parent.iterdir()] == ["report.html"]
     html = path.read_text(encoding="utf-8")
-    assert len(re.findall(r"\* plotly\.js v\d", html)) == 1  # the library's banner: embedded once
-    assert html.count("Plotly.newPlot") == 2
+    (packed,) = re.findall(r'<script type="text/plain" id="plotlyjs-gz">([^<]+)</script>', html)  # once
+    library = gzip.decompress(base64.b64decode(packed)).decode()
+    assert re.search(r"\* plotly\.js \(cartesian - minified\) v\d", library)  # the small bundle draws bar + scatter
+    assert html.count('class="figure-data"') == 2 and html.count("Plotly.newPlot") == 1
     assert not re.search(r"<script[^>]+src=", html)  # nothing fetched from a CDN
     assert "<title>Scaling &lt;study&gt;</title>" in html
     for heading in ("Timeline", "Findings", "Phase seconds", "Memory"):
         assert f"<h2>{heading}</h2>" in html
     assert "<code>allreduce</code>" in html and "<strong>load balance</strong>" in html
     assert "comms &lt;ok&gt;" in html
-    assert "&lt;b&gt;x&lt;/b&gt;" in html and "<td>1.25</td>" in html
+    assert "&lt;b&gt;x&lt;/b&gt;" in html and re.search(r"<td[^>]*>1.25</td>", html)
+
+
+def test_a_trace_outside_the_cartesian_bundle_gets_the_full_library(tmp_path):
+    figure = go.Figure(go.Table(header={"values": ["a"]}, cells={"values": [[1]]}))
+    html = write_report(tmp_path / "r.html", title="t", sections=[("Table", figure)]).read_text()
+    (packed,) = re.findall(r'id="plotlyjs-gz">([^<]+)</script>', html)
+    assert re.search(r"\* plotly\.js v\d", gzip.decompress(base64.b64decode(packed)).decode())
 
 
 def test_text_paragraphs_are_escaped():
@@ -45,4 +56,38 @@ def test_text_paragraphs_are_escaped():
 
 def test_report_without_figures(tmp_path):
     html = write_report(tmp_path / "r.html", title="t", sections=[("Only text", "hello")]).read_text()
-    assert "plotly.js v" not in html and "<p>hello</p>" in html
+    assert "plotlyjs-gz" not in html and "<p>hello</p>" in html
+
+
+def test_readable_tables_show_percent_three_figures_and_full_text():
+    findings = "parallel efficiency is 0.32 (below 0.80): load imbalance costs 12.3 s of 40 s; " * 3
+    frame = pd.DataFrame(
+        {
+            "ranks": [1, 2],
+            "fraction_compute": [0.2537, 1.0],
+            "parallel_efficiency": [0.321, None],
+            "train_samples_per_s": [123456.7, 0.012345],
+            "text": [findings, "short"],
+        }
+    )
+    out = readable(frame).to_html()
+    for shown in ("25.4%", "100%", "32.1%", "123000", "0.0123", findings.strip()):
+        assert shown in out, shown
+    assert "e+" not in out and "e-0" not in out
+    assert "text-align: left" in out and "white-space: normal" in out
+
+
+def test_wide_tables_scroll_details_fold_and_metadata_heads_the_report(tmp_path):
+    from workbench.store import create_run
+
+    runs = [create_run(tmp_path / "runs", f"r{i}", ranks=i + 1, config={"cluster": {"mpi": "openmpi"}}) for i in (0, 1)]
+    metadata = run_metadata(runs, case="eval-frequency", preset="ci")
+    assert metadata["case"] == "eval-frequency" and metadata["ranks"] == "1, 2" and metadata["runs"] == "2"
+    assert metadata["host"] and metadata["date"] and "Python" in metadata["versions"]
+    assert metadata["MPI"].startswith("openmpi")
+    wide = pd.DataFrame({f"column_{i}": [float(i)] for i in range(40)})
+    sections = [("Runs", wide.iloc[:, :3]), ("More", Details(wide))]
+    html = write_report(tmp_path / "r.html", title="t", sections=sections, metadata=metadata).read_text()
+    assert html.index('class="metadata"') < html.index("<h2>Runs</h2>")
+    assert "<th>preset</th><td>ci</td>" in html
+    assert html.count('<div class="table-scroll">') == 2 and "<details><summary>all columns</summary>" in html

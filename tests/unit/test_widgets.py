@@ -210,6 +210,23 @@ def test_breakdown_says_when_analysis_is_unavailable(source, clock, monkeypatch)
     assert "need workbench.analysis" in dash.text_summary()
 
 
+def test_memory_tab_says_why_it_is_empty_and_the_status_wraps(dash, source):
+    (note,) = dash._memory_box.children
+    assert note.value.startswith("no memory samples yet") and "sample_memory" in note.value
+    assert "white-space:normal" in dash.status.value and "nowrap" not in dash.status.value
+
+
+def test_dashboard_figures_share_one_copy_of_plotlys_widget_bundle(dash, source):
+    from workbench.widgets.figure import figure_widget
+
+    source.add(0, "compute", 0.0, 1.0)
+    dash.update()
+    later = [dash.breakdown, dash.memory, figure_widget()]
+    carried = [f for f in (dash.timeline, *later) if len(f._esm) > 1_000_000]
+    assert len(carried) <= 1  # the kernel's first figure widget carries the bundle, the rest reuse it
+    assert all(len(f._esm) < 2_000 for f in later)
+
+
 def test_memory_tab_draws_samples(dash, source):
     source.memory = [
         dict(run_id="run-1", rank=0, host="h", time_ns=T0 + i * S, rss_bytes=int(1e8 + i * 1e6), gpu_bytes=-1,

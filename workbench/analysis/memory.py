@@ -3,6 +3,11 @@
 A leak shows as memory that keeps growing with the number of calls (``predict`` called in a loop)
 or with time. A straight-line fit with a confidence interval turns "it looks like it grows" into a
 verdict that says how sure it is.
+
+Resident memory grows in steps (the allocator maps a new arena, a cache fills), so the residuals
+of a straight line are autocorrelated and OLS's interval is too narrow: the default interval is
+Newey–West's (heteroscedasticity and autocorrelation consistent, Bartlett kernel), and no verdict
+is given before ``min_samples`` calls.
 """
 
 from __future__ import annotations
@@ -14,6 +19,9 @@ import pandas as pd
 from scipy import stats
 
 from workbench.events import BYTES_PER_MB, NS_PER_S
+
+#: Samples (calls) a group needs before ``memory_growth`` gives a verdict: a few RSS steps are not a trend.
+MIN_SAMPLES_FOR_VERDICT = 10
 
 GROWTH_COLUMNS: tuple[str, ...] = (
     "n",
@@ -37,14 +45,20 @@ def memory_growth(
     leak_threshold_mb: float = 0.01,
     memory: str = "rss_bytes",
     confidence: float = 0.95,
+    interval: str = "hac",
+    min_samples: int = MIN_SAMPLES_FOR_VERDICT,
 ) -> pd.DataFrame:
-    """Ordinary least squares slope of memory against ``x`` per group, with a t-based confidence interval.
+    """Least-squares slope of memory against ``x`` per group, with a confidence interval and a verdict.
 
     - ``x="iteration"`` uses call-site samples only (``iteration >= 0``), slope in MB per call;
       ``x="time_ns"`` uses all samples, slope in MB per second since the group's first sample.
     - The first ``warmup`` samples of each group (in ``x`` order) are dropped: the first calls
       build graphs and fill caches, which is growth but not a leak.
     - ``memory`` is ``rss_bytes`` or ``gpu_bytes`` (rows with -1, unknown, are dropped).
+    - ``interval="hac"`` (default): Newey–West standard error with ``hac_lags`` lags, so
+      step-shaped growth does not pass for certainty; ``"ols"``: the classic i.i.d. interval.
+    - Fewer than ``min_samples`` samples after warm-up: slope and interval are reported, the verdict
+      is ``too few calls for a verdict (n=.., need ..)``.
     - Verdict: ``leak`` when ``ci_low > leak_threshold_mb``; ``no leak`` when
       ``ci_high < leak_threshold_mb``; ``inconclusive`` otherwise (more samples will decide).
       Fewer than 3 samples (no interval possible), or ``x`` constant: slope and interval are
@@ -61,11 +75,11 @@ def memory_growth(
         raise ValueError(f"confidence={confidence} must be between 0 and 1, e.g. 0.95")
     if warmup < 0:
         raise ValueError(f"warmup={warmup} must be >= 0")
+    if interval not in ("hac", "ols"):
+        raise ValueError(f"interval={interval!r}: use 'hac' (Newey–West) or 'ols'")
     missing = [c for c in (*by, x, memory) if c not in samples]
     if missing:
-        raise ValueError(
-            f"samples lack columns {missing}: pass a memory frame (workbench.events.MEMORY_COLUMNS)"
-        )
+        raise ValueError(f"samples lack columns {missing}: pass a memory frame (workbench.events.MEMORY_COLUMNS)")
     keep = samples[memory] >= 0
     if x == "iteration":
         keep &= samples["iteration"] >= 0
@@ -89,13 +103,54 @@ def memory_growth(
     rows = []
     for key, group in groups:
         row = dict(zip(by, key if isinstance(key, tuple) else (key,))) if by else {}
-        row.update(_fit(group["x"].to_numpy(), group["y"].to_numpy(), leak_threshold_mb, confidence))
+        fit = _fit(group["x"].to_numpy(), group["y"].to_numpy(), leak_threshold_mb, confidence, interval)
+        if len(group) < min_samples and fit["verdict"] in ("leak", "no leak", "inconclusive"):
+            fit["verdict"] = f"too few calls for a verdict (n={len(group)}, need {min_samples})"
+        row.update(fit)
         row["x_unit"] = "call" if x == "iteration" else "second"
         rows.append(row)
     return pd.DataFrame(rows, columns=columns)
 
 
-def _fit(x: np.ndarray, y: np.ndarray, threshold: float, confidence: float) -> dict:
+def hac_lags(scores: np.ndarray) -> int:
+    """Lags of the Newey–West sum: Andrews' (1991) AR(1) plug-in bandwidth for the Bartlett kernel.
+
+    ``1.1447 (alpha n)^(1/3)`` with ``alpha = 4 rho^2 / ((1 - rho)^2 (1 + rho)^2)`` and ``rho`` the lag-1
+    autocorrelation of the scores (clipped to ±0.95), at most ``n - 1``: the more the residuals
+    persist (RSS in steps), the more lags, where a fixed rule would keep the interval too narrow.
+    """
+    n = len(scores)
+    energy = float(scores @ scores)
+    if n < 3 or energy == 0.0:
+        return 0
+    rho = float(np.clip((scores[1:] @ scores[:-1]) / energy, -0.95, 0.95))
+    alpha = 4 * rho**2 / ((1 - rho) ** 2 * (1 + rho) ** 2)
+    return int(min(np.floor(1.1447 * (alpha * n) ** (1 / 3)), n - 1))
+
+
+def slope_standard_error(x: np.ndarray, y: np.ndarray, *, interval: str = "hac") -> tuple[float, float]:
+    """Least-squares slope of ``y`` on ``x`` and its standard error: Newey–West (``hac``) or i.i.d. (``ols``).
+
+    HAC: ``sqrt(n/(n-2) * S) / Sxx`` with ``S = sum_l w_l sum_t u_t u_{t-l}`` over lags ``|l| <= L``,
+    ``u_t = (x_t - mean x) * residual_t``, Bartlett weights ``w_l = 1 - |l| / (L + 1)`` and
+    ``L = hac_lags(u)``.
+    """
+    n = len(x)
+    x_centred = x - x.mean()
+    sxx = float(x_centred @ x_centred)
+    slope = float(x_centred @ (y - y.mean())) / sxx
+    residuals = (y - y.mean()) - slope * x_centred
+    if interval == "ols":
+        return slope, float(np.sqrt((residuals @ residuals) / (n - 2) / sxx))
+    scores = x_centred * residuals
+    long_run = float(scores @ scores)
+    lags = hac_lags(scores)
+    for lag in range(1, min(lags, n - 1) + 1):
+        long_run += 2 * (1 - lag / (lags + 1)) * float(scores[lag:] @ scores[:-lag])
+    return slope, float(np.sqrt(max(long_run, 0.0) * n / (n - 2))) / sxx
+
+
+def _fit(x: np.ndarray, y: np.ndarray, threshold: float, confidence: float, interval: str = "hac") -> dict:
     """Slope, confidence interval and verdict for one group (never NaN)."""
     n = len(x)
     summary = {"n": n, "peak_mb": float(y.max()), "start_mb": float(y[0]), "end_mb": float(y[-1])}
@@ -117,9 +172,7 @@ def _fit(x: np.ndarray, y: np.ndarray, threshold: float, confidence: float) -> d
             "ci_high": 0.0,
             "verdict": "x does not vary: slope not estimated",
         }
-    slope = float(x_centred @ (y - y.mean())) / sxx
-    residuals = (y - y.mean()) - slope * x_centred
-    standard_error = float(np.sqrt((residuals @ residuals) / (n - 2) / sxx))
+    slope, standard_error = slope_standard_error(x, y, interval=interval)
     half_width = float(stats.t.ppf(0.5 + confidence / 2, n - 2)) * standard_error
     low, high = slope - half_width, slope + half_width
     if low > threshold:
@@ -142,9 +195,7 @@ def memory_skew(samples: pd.DataFrame, *, memory: str = "rss_bytes") -> pd.DataF
         raise ValueError(f"memory={memory!r}: use 'rss_bytes' or 'gpu_bytes'")
     missing = [c for c in ("rank", memory) if c not in samples]
     if missing:
-        raise ValueError(
-            f"samples lack columns {missing}: pass a memory frame (workbench.events.MEMORY_COLUMNS)"
-        )
+        raise ValueError(f"samples lack columns {missing}: pass a memory frame (workbench.events.MEMORY_COLUMNS)")
     data = samples.loc[samples[memory] >= 0]
     data = data.assign(run_id=data.get("run_id", ""))
     if data.empty:

@@ -1,19 +1,29 @@
-"""Synthetic events for timing the analysis layer (``workbench bench analysis``).
+"""Timing the analysis layer on a run the size of a real job (``workbench bench analysis``).
 
-The generator mimics a Horovod data-parallel run, vectorised with numpy so that building a million
-events takes well under a second: every step, every rank waits for its input batch, runs a
-``train_step`` that holds a negotiation wait and the allreduce transfers, and at the end of each
-epoch rank 0 evaluates while the other ranks wait for it in the next step's negotiation.
+The generator mimics a Horovod data-parallel run, vectorised with numpy: every step, every rank
+waits for its input batch, runs a ``train_step`` that holds a negotiation wait and the allreduce
+transfers, and at the end of each epoch rank 0 evaluates while the other ranks wait for it in the
+next step's negotiation. The bench writes it to a run store (one compacted Parquet file per rank,
+as ``store.compact`` leaves it) and times what a user runs, in a fresh process pinned to one core:
+``Run.load`` + ``phase_breakdown`` + ``pop_metrics`` + ``findings``, with the process's peak RSS.
+A fresh process keeps the figure free of the generator's memory.
 """
 
 from __future__ import annotations
 
-import time
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from workbench import events as ev
+from workbench.events import BYTES_PER_MB
 
 #: Events per rank and step: input, train_step, NEGOTIATE_ALLREDUCE, two MPI_ALLREDUCE transfers.
 EVENTS_PER_STEP = 5
@@ -72,8 +82,7 @@ def synthetic_events(events: int = 1_000_000, ranks: int = 8, seed: int = 0) -> 
     ]
     start = np.stack([k[2] for k in kinds], axis=-1).ravel()
     end = np.stack([k[3] for k in kinds], axis=-1).ravel()
-    phase = np.tile(np.asarray([k[0] for k in kinds], dtype=object), steps * ranks)
-    name = np.tile(np.asarray([k[1] for k in kinds], dtype=object), steps * ranks)
+    kind = np.tile(np.arange(len(kinds), dtype=np.int8), steps * ranks)
     rank = np.repeat(rank_grid.ravel(), len(kinds))
     step = np.repeat(step_grid.ravel(), len(kinds))
     epoch = np.repeat(epoch_grid.ravel(), len(kinds))
@@ -83,47 +92,125 @@ def synthetic_events(events: int = 1_000_000, ranks: int = 8, seed: int = 0) -> 
     eval_offset = np.cumsum(eval_batch_ns, axis=1) - eval_batch_ns
     eval_start = (end_at[last_of_epoch, 0][:, None] + eval_offset).ravel()
     eval_end = eval_start + eval_batch_ns.ravel()
-
     n_eval = len(eval_start)
-    frame = pd.DataFrame(
+
+    # The store returns events sorted by rank, then start (per-rank files concatenated): do the same,
+    # sorting integer keys and building the string columns from codes afterwards.
+    rank = np.concatenate([rank, np.zeros(n_eval, dtype=np.int32)]).astype(np.int32)
+    start = np.concatenate([start, eval_start]).astype(np.int64)
+    order = np.lexsort((start, rank))
+    phases = np.asarray([*(k[0] for k in kinds), ev.EVALUATION], dtype=object)
+    names = np.asarray([*(k[1] for k in kinds), "evaluate"], dtype=object)
+    kind = np.concatenate([kind, np.full(n_eval, len(kinds), dtype=np.int8)])[order]
+    total = len(order)
+    return pd.DataFrame(
         {
-            "run_id": np.full(len(start) + n_eval, "bench", dtype=object),
-            "rank": np.concatenate([rank, np.zeros(n_eval, dtype=np.int32)]).astype(np.int32),
-            "host": np.full(len(start) + n_eval, "node0", dtype=object),
-            "phase": np.concatenate([phase, np.full(n_eval, ev.EVALUATION, dtype=object)]),
-            "name": np.concatenate([name, np.full(n_eval, "evaluate", dtype=object)]),
-            "detail": np.full(len(start) + n_eval, "", dtype=object),
-            "step": np.concatenate([step, np.full(n_eval, -1, dtype=np.int64)]),
-            "epoch": np.concatenate([epoch, eval_epoch]).astype(np.int64),
-            "start_ns": np.concatenate([start, eval_start]).astype(np.int64),
-            "end_ns": np.concatenate([end, eval_end]).astype(np.int64),
-            "bytes": np.full(len(start) + n_eval, -1, dtype=np.int64),
-        }
+            "run_id": np.full(total, "bench", dtype=object),
+            "rank": rank[order],
+            "host": np.full(total, "node0", dtype=object),
+            "phase": phases[kind],
+            "name": names[kind],
+            "detail": np.full(total, "", dtype=object),
+            "step": np.concatenate([step, np.full(n_eval, -1, dtype=np.int64)])[order],
+            "epoch": np.concatenate([epoch, eval_epoch]).astype(np.int64)[order],
+            "start_ns": start[order],
+            "end_ns": np.concatenate([end, eval_end]).astype(np.int64)[order],
+            "bytes": np.full(total, -1, dtype=np.int64),
+        },
+        columns=list(ev.EVENT_COLUMNS),
     )
-    # The store returns events sorted by rank, then start (per-rank files concatenated): do the same.
-    return frame.sort_values(["rank", "start_ns"], kind="stable", ignore_index=True)[list(ev.EVENT_COLUMNS)]
 
 
-def run(events: int = 1_000_000, ranks: int = 8, repeats: int = 3) -> dict:
-    """Time ``phase_breakdown`` and ``pop_metrics`` on synthetic events (best of ``repeats``)."""
-    from workbench.analysis.breakdown import phase_breakdown
-    from workbench.analysis.pop import pop_metrics
+def write_run(events: pd.DataFrame, root: str | Path, ranks: int) -> Path:
+    """``events`` as a run in the store under ``root``: one compacted Parquet file per rank."""
+    from workbench.store import COMPACT_ROW_GROUP, create_run
 
+    path = create_run(root, "bench-analysis", ranks=ranks)
+    table = pa.Table.from_pandas(events, schema=ev.EVENT_SCHEMA, preserve_index=False)
+    rank = events["rank"].to_numpy()
+    bounds = np.searchsorted(rank, np.arange(ranks + 1))  # events are sorted by rank
+    for r in range(ranks):
+        directory = path / "events" / f"rank-{r:05d}"
+        directory.mkdir(parents=True)
+        part = table.slice(bounds[r], bounds[r + 1] - bounds[r])
+        target = directory / "00000001-00000001.parquet"
+        pq.write_table(part, target, compression="lz4", row_group_size=COMPACT_ROW_GROUP)
+    return path
+
+
+_CHILD = """
+import json, os, resource, sys, time
+os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[-1]})  # one core
+from workbench.analysis import findings, phase_breakdown, pop_metrics
+from workbench.store import Run
+cpu = time.process_time()
+started = time.perf_counter()
+run = Run.load(sys.argv[1], categorical=sys.argv[2] == "categorical")
+loaded = time.perf_counter()
+breakdown = phase_breakdown(run.events, by=("run_id", "rank"), ranks=run.ranks)
+broken = time.perf_counter()
+pop = pop_metrics(run.events, breakdown=breakdown)
+popped = time.perf_counter()
+found = findings(run.events, pop=pop, ranks=run.ranks, breakdown=breakdown)
+done = time.perf_counter()
+cpu = time.process_time() - cpu
+print(json.dumps({
+    "events": len(run.events), "seconds": done - started, "cpu_seconds": cpu, "load_seconds": loaded - started,
+    "breakdown_seconds": broken - loaded, "pop_seconds": popped - broken, "findings_seconds": done - popped,
+    "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+    "parallel_efficiency": float(pop["parallel_efficiency"].iloc[0]), "findings": list(found["kind"]),
+}))
+"""
+
+
+def time_analysis(run_path: str | Path, *, categorical: bool = True) -> dict:
+    """Load + breakdown + POP + findings of a stored run in a fresh process on one core: its seconds and peak RSS."""
+    strings = "categorical" if categorical else "object"
+    completed = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(run_path), strings], capture_output=True, text=True, check=False
+    )
+    if completed.returncode != 0:
+        tail = (completed.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"analysis bench failed: {tail}")
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+def run(events: int = 1_000_000, ranks: int = 8, repeats: int = 3, *, categorical: bool = True) -> dict:
+    """Load + analyse a stored synthetic run of ``events`` over ``ranks`` (best of ``repeats`` fresh processes).
+
+    ``seconds`` is the whole: ``load_seconds`` + breakdown + POP + findings, as a user waits for it;
+    ``cpu_seconds`` the CPU time it took (on a shared machine, what other jobs cannot inflate).
+    ``categorical=False`` times the load with object string columns (``Run.load``'s default).
+    """
     frame = synthetic_events(events, ranks)
-    breakdown_s, pop_s = [], []
-    for _ in range(max(1, repeats)):
-        started = time.perf_counter()
-        phase_breakdown(frame)
-        breakdown_s.append(time.perf_counter() - started)
-        started = time.perf_counter()
-        pop_metrics(frame)
-        pop_s.append(time.perf_counter() - started)
-    best_breakdown, best_pop = min(breakdown_s), min(pop_s)
+    with tempfile.TemporaryDirectory(prefix="workbench-analysis-") as scratch:
+        path = write_run(frame, scratch, ranks)
+        del frame
+        trials = [time_analysis(path, categorical=categorical) for _ in range(max(1, repeats))]
+    best = min(trials, key=lambda trial: trial["seconds"])
     return {
-        "events": len(frame),
+        "events": best["events"],
         "ranks": int(ranks),
-        "seconds": round(best_breakdown + best_pop, 4),
-        "breakdown_seconds": round(best_breakdown, 4),
-        "pop_seconds": round(best_pop, 4),
+        "seconds": round(best["seconds"], 4),
+        "cpu_seconds": round(best["cpu_seconds"], 4),
+        "load_seconds": round(best["load_seconds"], 4),
+        "breakdown_seconds": round(best["breakdown_seconds"], 4),
+        "pop_seconds": round(best["pop_seconds"], 4),
+        "findings_seconds": round(best["findings_seconds"], 4),
+        "peak_rss_mb": round(max(t["peak_rss"] for t in trials) / BYTES_PER_MB, 1),
+        "strings": "categorical" if categorical else "object",
+        "parallel_efficiency": best["parallel_efficiency"],
+        "findings": best["findings"],
         "repeats": int(max(1, repeats)),
     }
+
+
+def format_result(result: dict) -> str:
+    """One line a reader compares by eye."""
+    return (
+        f"{result['events']} events on {result['ranks']} ranks: {result['seconds']:.2f} s"
+        f" (load {result['load_seconds']:.2f} + breakdown {result['breakdown_seconds']:.2f}"
+        f" + POP {result['pop_seconds']:.3f} + findings {result['findings_seconds']:.3f};"
+        f" CPU {result['cpu_seconds']:.2f} s);"
+        f" peak RSS {result['peak_rss_mb']:.0f} MB ({result['strings']} strings)"
+    )

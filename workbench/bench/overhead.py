@@ -6,14 +6,25 @@ both sides alike; the hot path (one span and one input wait per step) is also ti
 Recorded means what a user gets: a span per step, the wait for every
 batch through ``wrap_iterator``, memory sampled every 0.25 s and a flush every 0.5 s in the
 background. overhead_ratio = recorded / plain throughput (1.0 = free).
+
+Wall-clock throughput on a shared machine moves by more than the 1 % it should resolve, so every
+block also counts CPU time: of the training thread (``time.thread_time``: the recorder's hot path
+runs there) and of the whole process (``time.process_time``: TensorFlow's pools, the recorder's
+flush and memory thread too). A neighbour's job steals wall time, not CPU time, so the CPU ratios
+(steps per CPU second, recorded / plain, per pair of blocks) resolve what the wall clock cannot.
+The interval is the median's distribution-free 95 % interval (order statistics of the pairs).
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import tempfile
 import time
 from typing import Any
+
+#: Spans per step at which the recorder's cost per span and per flush is measured.
+SPANS_PER_STEP: tuple[int, ...] = (1, 8, 64)
 
 
 def _model_and_step(batch: int) -> tuple[Any, Any, Any]:
@@ -79,11 +90,76 @@ def background_cost_share(recorder: Any, steps_per_s: float, trials: int = 15) -
     )
 
 
+def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float]:
+    """Distribution-free interval for the median: order statistics k and n + 1 - k of the sorted values.
+
+    With n pairs the median lies between the k-th smallest and k-th largest with probability
+    ``1 - 2 P(Binomial(n, 1/2) < k)``; k is the largest that keeps that at least ``confidence``.
+    Fewer than 6 values cannot give 95 %: the interval is then the full range.
+    """
+    ordered = sorted(values)
+    n = len(ordered)
+    if n == 0:
+        raise ValueError("no values: run at least one pair of blocks")
+    tail = (1.0 - confidence) / 2
+    k, below = 0, 0.0
+    while k < n // 2:
+        below += math.comb(n, k) / 2**n  # P(Binomial(n, 1/2) <= k)
+        if below > tail:
+            break
+        k += 1
+    k = max(k, 1)
+    return ordered[k - 1], ordered[n - k]
+
+
+def recorder_costs(recorder: Any, steps_per_s: float, spans_per_step: tuple[int, ...] = SPANS_PER_STEP) -> list[dict]:
+    """CPU cost of one span and one flush at ``spans_per_step``, and their share of a second of training.
+
+    A span is ``with recorder.phase(...)`` timed in a tight loop (CPU ns of the calling thread); a
+    flush writes the rows of one flush interval at ``steps_per_s`` (median of 7, CPU ns of the
+    flushing thread). ``cpu_share`` is the CPU they take per second of training; ``cpu_ratio`` the
+    throughput left, ``1 / (1 + cpu_share)``.
+    """
+    calls = 20_000
+    start = time.thread_time_ns()
+    for step in range(calls):
+        recorder.step = step
+        with recorder.phase("compute", "train_step"):
+            pass
+    span_ns = (time.thread_time_ns() - start) / calls
+    recorder.flush()
+    rows = []
+    for per_step in spans_per_step:
+        steps = max(1, int(steps_per_s * recorder.flush_interval_s))
+        flushes = []
+        for _ in range(7):
+            for step in range(steps * per_step):
+                recorder.record("compute", step, step + 1, "train_step")
+            start = time.thread_time_ns()
+            recorder.flush()
+            flushes.append(time.thread_time_ns() - start)
+        flush_ns = statistics.median(flushes)
+        share = (per_step * span_ns * steps_per_s + flush_ns / recorder.flush_interval_s) * 1e-9
+        rows.append(
+            {
+                "spans_per_step": per_step,
+                "ns_per_span": round(span_ns, 1),
+                "rows_per_flush": steps * per_step,
+                "ms_per_flush": round(flush_ns / 1e6, 3),
+                "ns_per_row_flushed": round(flush_ns / (steps * per_step), 1),
+                "cpu_share": share,
+                "cpu_ratio": 1.0 / (1.0 + share),
+            }
+        )
+    return rows
+
+
 def run(repetitions: int = 20, steps: int = 100, batch: int = 64, warmup: int = 20) -> dict[str, Any]:
     """Interleaved blocks (plain, recorded, recorded, plain, ...): the median of paired ratios.
 
     Short blocks alternated in ABBA order put plain and recorded steps side by side in time, so
-    the machine's drift cancels; the median ignores blocks hit by a neighbour's burst.
+    the machine's drift cancels; the median ignores blocks hit by a neighbour's burst. Each block
+    is measured in wall time, the training thread's CPU time and the process's CPU time.
     """
     from workbench.recorder import Recorder
     from workbench.store import create_run
@@ -93,25 +169,33 @@ def run(repetitions: int = 20, steps: int = 100, batch: int = 64, warmup: int = 
     for _ in range(warmup):
         train_step(*next(iterator))
 
-    def plain() -> float:
+    def clocks() -> tuple[float, float, float]:
+        return time.perf_counter(), time.thread_time(), time.process_time()
+
+    def rates(started: tuple[float, float, float]) -> tuple[float, float, float]:
+        ended = clocks()
+        return tuple(steps / max(e - s, 1e-9) for s, e in zip(started, ended))  # type: ignore[return-value]
+
+    def plain() -> tuple[float, float, float]:
         batches = iter(dataset)
-        start = time.perf_counter()
+        started = clocks()
         for _ in range(steps):
             x, y = next(batches)
             train_step(x, y)
-        return steps / (time.perf_counter() - start)
+        return rates(started)
 
-    def recorded(recorder: Recorder) -> float:
+    def recorded(recorder: Recorder) -> tuple[float, float, float]:
         batches = recorder.wrap_iterator(dataset)
-        start = time.perf_counter()
+        started = clocks()
         for step in range(steps):
             recorder.step = step
             x, y = next(batches)
             with recorder.phase("compute", "train_step"):
                 train_step(x, y)
-        return steps / (time.perf_counter() - start)
+        return rates(started)
 
-    plain_rates, recorded_rates = [], []
+    plain_rates: list[tuple[float, float, float]] = []
+    recorded_rates: list[tuple[float, float, float]] = []
     with tempfile.TemporaryDirectory() as root:
         recorder = Recorder(create_run(root, "overhead", ranks=1), rank=0, memory_interval_s=0.25)
         try:
@@ -123,21 +207,28 @@ def run(repetitions: int = 20, steps: int = 100, batch: int = 64, warmup: int = 
                     recorded_rates.append(recorded(recorder))
                     plain_rates.append(plain())
             per_step_ns = hot_path_ns(recorder)
-            background_share = background_cost_share(recorder, statistics.median(plain_rates))
+            plain_median = statistics.median(r[0] for r in plain_rates)
+            background_share = background_cost_share(recorder, plain_median)
+            costs = recorder_costs(recorder, plain_median)
         finally:
             recorder.close()
-    ratios = sorted(r / p for r, p in zip(recorded_rates, plain_rates))
-    plain_median = statistics.median(plain_rates)
-    quartiles = statistics.quantiles(ratios, n=4) if len(ratios) >= 2 else [ratios[0]] * 3
+    wall, thread, process = ([r[i] / p[i] for r, p in zip(recorded_rates, plain_rates)] for i in range(3))
+    quartiles = statistics.quantiles(wall, n=4) if len(wall) >= 2 else [wall[0]] * 3
     return {
         "steps_per_s_plain": plain_median,
-        "steps_per_s_recorded": statistics.median(recorded_rates),
-        "overhead_ratio": statistics.median(ratios),
+        "steps_per_s_recorded": statistics.median(r[0] for r in recorded_rates),
+        "overhead_ratio": statistics.median(wall),
         "overhead_ratio_quartiles": [quartiles[0], quartiles[2]],
+        "overhead_ci": list(median_interval(wall)),
+        "cpu_overhead_ratio": statistics.median(process),
+        "cpu_overhead_ci": list(median_interval(process)),
+        "thread_cpu_overhead_ratio": statistics.median(thread),
+        "thread_cpu_overhead_ci": list(median_interval(thread)),
         "hot_path_ns_per_step": per_step_ns,
         "hot_path_bound_ratio": 1.0 / (1.0 + per_step_ns * 1e-9 * plain_median),
         "background_cpu_share": background_share,
         "analytic_ratio": 1.0 / (1.0 + per_step_ns * 1e-9 * plain_median + background_share),
+        "recorder_costs": costs,
         "repetitions": repetitions,
         "steps": steps,
         "batch": batch,
@@ -145,12 +236,26 @@ def run(repetitions: int = 20, steps: int = 100, batch: int = 64, warmup: int = 
 
 
 def format_result(result: dict[str, Any]) -> str:
-    return (
-        f"plain    {result['steps_per_s_plain']:8.1f} steps/s\n"
-        f"recorded {result['steps_per_s_recorded']:8.1f} steps/s\n"
-        f"overhead ratio (recorded/plain, median of {result['repetitions']} paired blocks) "
-        f"{result['overhead_ratio']:.4f}, quartiles {result['overhead_ratio_quartiles'][0]:.3f}-"
-        f"{result['overhead_ratio_quartiles'][1]:.3f}\n"
+    """The ratios side by side (wall, process CPU, training-thread CPU), then the recorder's own costs."""
+    def ratio(name: str, key: str) -> str:
+        low, high = result[key.replace("ratio", "ci")]
+        return f"{name:<22} {result[key]:.4f}  (95 % interval {low:.4f}-{high:.4f})"
+
+    lines = [
+        f"plain    {result['steps_per_s_plain']:8.1f} steps/s",
+        f"recorded {result['steps_per_s_recorded']:8.1f} steps/s",
+        f"recorded / plain, median of {result['repetitions']} paired blocks:",
+        ratio("  wall clock", "overhead_ratio"),
+        ratio("  CPU time, process", "cpu_overhead_ratio"),
+        ratio("  CPU time, training", "thread_cpu_overhead_ratio"),
         f"hot path {result['hot_path_ns_per_step']:.0f} ns per step, background thread "
-        f"{100 * result['background_cpu_share']:.2f}% of a second: analytic ratio {result['analytic_ratio']:.4f}"
-    )
+        f"{100 * result['background_cpu_share']:.2f}% of a second: analytic ratio {result['analytic_ratio']:.4f}",
+        "spans/step  ns/span  rows/flush  ms/flush  ns/row flushed  CPU share  ratio",
+    ]
+    for row in result["recorder_costs"]:
+        lines.append(
+            f"{row['spans_per_step']:>10}  {row['ns_per_span']:7.0f}  {row['rows_per_flush']:>10}"
+            f"  {row['ms_per_flush']:8.2f}  {row['ns_per_row_flushed']:14.0f}  {100 * row['cpu_share']:8.2f}%"
+            f"  {row['cpu_ratio']:.4f}"
+        )
+    return "\n".join(lines)

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from workbench import analysis
-from workbench.experiment import Case, CaseOption, ExperimentResult, Point
+from workbench.experiment import Case, CaseOption, ExperimentResult, Point, parse_counts
 from workbench.store import Run
 from workbench.workloads.contested_io import StorageModel
 from workbench.workloads.input_pipeline import PipelineSettings, train_on_rank
@@ -61,17 +61,6 @@ class InputPipelineSettings:
         )
 
 
-def parse_ints(text: str) -> tuple[int, ...]:
-    """``1,2,4`` -> (1, 2, 4), each >= 1."""
-    try:
-        values = tuple(int(v) for v in text.split(","))
-    except ValueError:
-        raise ValueError(f"{text!r}: give whole numbers separated by commas, e.g. 1,4,16") from None
-    if not values or min(values) < 1:
-        raise ValueError(f"{text!r}: every value must be >= 1")
-    return values
-
-
 class InputPipeline(Case):
     name = "input-pipeline"
     title = "Input pipeline: queue exhaustion on contested I/O"
@@ -82,8 +71,8 @@ class InputPipeline(Case):
         "full": InputPipelineSettings(seconds=30.0, threads=(1, 2, 4, 8), intervals=(1, 2, 4, 8, 16, 32)),
     }
     options = (
-        CaseOption("--threads", "threads", "enqueue threads to sweep, e.g. 1,4", parse_ints),
-        CaseOption("--intervals", "intervals", "batch-repetition intervals k to sweep, e.g. 1,4,16", parse_ints),
+        CaseOption("--threads", "threads", "enqueue threads to sweep, e.g. 1,4", parse_counts),
+        CaseOption("--intervals", "intervals", "batch-repetition intervals k to sweep, e.g. 1,4,16", parse_counts),
         CaseOption("--seconds", "seconds", "training seconds per point", float),
     )
     workload = staticmethod(train_on_rank)
@@ -124,9 +113,7 @@ class InputPipeline(Case):
             "steps": int(steps.min()) if len(steps) else 0,
             "step_ms": float(timing["mean_ms"].mean()) if len(timing) else float("nan"),
             "samples_per_s": float((steps * settings.batch / walls).sum()) if len(steps) else float("nan"),
-            "fresh_samples_per_s": float(
-                sum(r["fresh_batches"] * settings.batch / r["wall_s"] for r in results)
-            ),
+            "fresh_samples_per_s": float(sum(r["fresh_batches"] * settings.batch / r["wall_s"] for r in results)),
             "input_share": float(shares["input_share"].mean()) if len(shares) else float("nan"),
             "queue_empty_fraction": float(dry["empty_fraction"].mean()) if len(dry) else float("nan"),
             "ran_dry_after_s": float(dry["ran_dry_after_s"].min()) if len(dry) else float("nan"),
@@ -167,9 +154,7 @@ class InputPipeline(Case):
         baseline = contested[(contested["interval"] == 1) & (contested["threads"] == contested["threads"].min())]
         memory = at[at["source"] == "memory"]
         speedup = (
-            float(baseline["step_ms"].iloc[0] / memory["step_ms"].iloc[0])
-            if len(baseline) and len(memory)
-            else None
+            float(baseline["step_ms"].iloc[0] / memory["step_ms"].iloc[0]) if len(baseline) and len(memory) else None
         )
         step_ms = {
             f"threads={t}": {str(int(k)): round(float(ms), 2) for k, ms in zip(g["interval"], g["step_ms"])}
@@ -229,9 +214,12 @@ class InputPipeline(Case):
             lines.append(f"- Step time by batch-repetition interval, {threads}: {steps}.")
         flat = summary.get("flattening")
         if flat:
+            beyond = (
+                f"falls by only {flat['gain_beyond']:.0%} more" if flat["gain_beyond"] > 0.005 else "no longer falls"
+            )
             lines.append(
-                f"- Past k={flat['k']} the step time falls by only {flat['gain_beyond']:.0%} more "
-                f"(to k={flat['last_k']}): diminishing returns (the seed saw them past k≈16)."
+                f"- Past k={flat['k']} the step time {beyond} (to k={flat['last_k']}): diminishing returns "
+                "(the seed saw them past k≈16)."
             )
         if summary.get("best_fix"):
             best = summary["best_fix"]
@@ -261,6 +249,7 @@ class InputPipeline(Case):
 
     def report_sections(self, result: ExperimentResult) -> list[tuple[str, Any]]:
         from workbench import figures
+        from workbench.report import REPORT_MAX_SPANS, REPORT_WIDTH_PX, Details
 
         table = result.tables["runs"]
         largest = int(table["ranks"].max())
@@ -282,9 +271,17 @@ class InputPipeline(Case):
                 )
             )
             sections.append(
-                (f"Timeline, {slow['point']}", figures.timeline_figure(result.run(slow["point"]).events))
+                (
+                    f"Timeline, {slow['point']}",
+                    figures.timeline_figure(
+                        result.run(slow["point"]).events, max_spans=REPORT_MAX_SPANS, width_px=REPORT_WIDTH_PX
+                    ),
+                )
             )
-        sections.append(("Runs", table.drop(columns=["path", "run_id"]).round(4)))
+        sections.append(("Runs", self.headline(result)))
+        sections.append(
+            ("Runs: every column", Details(table.drop(columns=["path", "run_id"]), "show the runs' other columns"))
+        )
         findings = result.tables["findings"]
         if len(findings):
             sections.append(("Findings", findings[["ranks", "source", "threads", "interval", "text"]]))
@@ -305,4 +302,4 @@ def flattening(by_interval: pd.DataFrame, *, knee_gain: float = 0.1) -> dict[str
 
 CASE = InputPipeline()
 
-__all__ = ["CASE", "InputPipeline", "InputPipelineSettings", "flattening", "parse_ints"]
+__all__ = ["CASE", "InputPipeline", "InputPipelineSettings", "flattening"]

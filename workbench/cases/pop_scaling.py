@@ -51,6 +51,8 @@ class PopScalingSettings:
     test_samples: int
     workers_fix: int = 4
     weak_scaling: bool = True
+    #: Horovod fusion buffers to try at the largest rank count (MB; Horovod's default is 64)
+    fusion_mb: tuple[float, ...] = (1.0, 128.0)
 
     def workload(self, point: Point) -> PopSettings:
         params = point.as_dict()
@@ -85,12 +87,18 @@ class PopScaling(Case):
         kinds = ("strong", "weak") if settings.weak_scaling else ("strong",)
         points = [Point.of(n, {"scaling": kind}) for n in range(1, max_ranks + 1) for kind in kinds]
         fixes = [{"test": "sharded"}, {"workers": settings.workers_fix}, {"data": "offline"}]
+        fixes += [{"fusion_mb": mb} for mb in settings.fusion_mb]
         if not settings.weak_scaling:  # ci: the test-phase fix only
             fixes = fixes[:1]
         return points + [Point.of(max_ranks, {"scaling": "strong", **fix}) for fix in fixes]
 
     def workload_kwargs(self, settings: PopScalingSettings, point: Point) -> dict[str, Any]:
         return {"settings_dict": asdict(settings.workload(point))}
+
+    def cluster_overrides(self, settings: PopScalingSettings, point: Point) -> dict[str, Any]:
+        """Horovod reads its fusion buffer size when it starts: such points get ranks of their own."""
+        fusion = point.as_dict().get("fusion_mb")
+        return {} if fusion is None else {"horovod_fusion_threshold_bytes": int(fusion * 1024 * 1024)}
 
     def row(self, run: Run, point: Point, settings: PopScalingSettings) -> dict[str, Any]:
         results = run.meta.get("rank_results") or []
@@ -111,6 +119,7 @@ class PopScaling(Case):
             "test": params.get("test", "rank0"),
             "workers": int(params.get("workers", 1)),
             "data": params.get("data", "online"),
+            "fusion_mb": float(params.get("fusion_mb", 64.0)),
             "wall_s": wall,
             "train_s": wall - test_s,
             "test_s": test_s,
@@ -127,7 +136,12 @@ class PopScaling(Case):
 
     def tables(self, rows: pd.DataFrame, runs: Mapping[str, Run], settings: Any) -> dict[str, Any]:
         table = rows.copy()
-        baseline = table[(table["test"] == "rank0") & (table["workers"] == 1) & (table["data"] == "online")]
+        baseline = table[
+            (table["test"] == "rank0")
+            & (table["workers"] == 1)
+            & (table["data"] == "online")
+            & (table["fusion_mb"] == 64)
+        ]
         pops, phases = [], []
         for kind, group in baseline.groupby("scaling"):
             group = group.sort_values("ranks")
@@ -157,14 +171,15 @@ class PopScaling(Case):
         table, pop = tables["runs"], tables["pop"]
         largest = int(table["ranks"].max())
         at = table[(table["ranks"] == largest) & (table["scaling"] == "strong")]
-        base = at[(at["test"] == "rank0") & (at["workers"] == 1) & (at["data"] == "online")]
+        default = (at["test"] == "rank0") & (at["workers"] == 1) & (at["data"] == "online") & (at["fusion_mb"] == 64)
+        base = at[default]
 
         def fix_speedup(column: str, value: Any) -> float | None:
             fixed = at[at[column] == value]
             return float(base["wall_s"].iloc[0] / fixed["wall_s"].iloc[0]) if len(base) and len(fixed) else None
 
         strong = table[(table["scaling"] == "strong") & (table["test"] == "rank0") & (table["workers"] == 1)]
-        strong = strong[strong["data"] == "online"]
+        strong = strong[(strong["data"] == "online") & (strong["fusion_mb"] == 64)]
         columns = ["ranks", "scaling", *POP_KEYS, "computation_scalability", "global_efficiency"]
         return {
             "largest_ranks": largest,
@@ -173,10 +188,13 @@ class PopScaling(Case):
             "speedup_sharded_test": fix_speedup("test", "sharded"),
             "speedup_input_workers": fix_speedup("workers", settings.workers_fix),
             "speedup_offline_preprocessing": fix_speedup("data", "offline"),
+            "speedup_by_fusion_mb": {
+                f"{mb:g}": fix_speedup("fusion_mb", mb) for mb in settings.fusion_mb if fix_speedup("fusion_mb", mb)
+            },
             "input_wait_fraction": {str(int(r.ranks)): float(r.input_wait_fraction) for r in strong.itertuples()},
             "input_wait_fraction_by_workers": {
                 str(int(r.workers)): float(r.input_wait_fraction)
-                for r in at[at["data"] == "online"].itertuples()
+                for r in at[(at["data"] == "online") & (at["fusion_mb"] == 64)].itertuples()
                 if r.test == "rank0"
             },
             "seed_pop": SEED_POP,
@@ -221,6 +239,11 @@ class PopScaling(Case):
                 lines.append(
                     f"- At {summary['largest_ranks']} ranks, {label}: {summary[key]:.2f}x the baseline's speed."
                 )
+        for mb, speedup in summary.get("speedup_by_fusion_mb", {}).items():
+            lines.append(
+                f"- At {summary['largest_ranks']} ranks, a {mb} MB fusion buffer (default 64 MB): {speedup:.2f}x the "
+                f"baseline's speed ({summary['gradient_mb']:.3g} MB of gradients per step)."
+            )
         waits = ", ".join(f"{n} rank(s): {f:.1%}" for n, f in summary["input_wait_fraction"].items())
         lines.append(
             f"- Share of step time waiting for input: {waits}. On CPU ranks the model's own compute is slow, so "
@@ -229,11 +252,22 @@ class PopScaling(Case):
         return "\n".join(lines)
 
     def headline(self, result: ExperimentResult) -> pd.DataFrame:
-        columns = ["ranks", "scaling", "test", "workers", "data", "wall_s", "test_fraction", "input_wait_fraction"]
+        columns = [
+            "ranks",
+            "scaling",
+            "test",
+            "workers",
+            "data",
+            "fusion_mb",
+            "wall_s",
+            "test_fraction",
+            "input_wait_fraction",
+        ]
         return result.tables["runs"][[*columns, *POP_KEYS]]
 
     def report_sections(self, result: ExperimentResult) -> list[tuple[str, Any]]:
         from workbench import figures
+        from workbench.report import REPORT_MAX_SPANS, REPORT_WIDTH_PX, Details
 
         sections: list[tuple[str, Any]] = [("Summary", result.text())]
         pop = result.tables["pop"]
@@ -242,19 +276,29 @@ class PopScaling(Case):
         sections.append(
             ("POP metrics in the seed (V100 GPUs)", figures.pop_table_figure(pd.DataFrame(SEED_POP), id_column="ranks"))
         )
-        sections.append(("What bounds total scaling: speedup per phase", result.tables["phase_scaling"].round(3)))
+        sections.append(("What bounds total scaling: speedup per phase", result.tables["phase_scaling"]))
         if len(result.tables["projection"]):
             sections.append(
                 (
                     f"Projected beyond this machine ({PROJECTION_NETWORK[0]}, {PROJECTION_NETWORK[1]} ranks per node)",
-                    result.tables["projection"].round(3),
+                    result.tables["projection"],
                 )
             )
         table = result.tables["runs"]
         largest = table[(table["ranks"] == table["ranks"].max()) & (table["scaling"] == "strong")]
         slow = largest[largest["test"] == "rank0"].iloc[0]
-        sections.append((f"Timeline, {slow['point']}", figures.timeline_figure(result.run(slow["point"]).events)))
-        sections.append(("Runs", table.drop(columns=["path", "run_id"]).round(4)))
+        sections.append(
+            (
+                f"Timeline, {slow['point']}",
+                figures.timeline_figure(
+                    result.run(slow["point"]).events, max_spans=REPORT_MAX_SPANS, width_px=REPORT_WIDTH_PX
+                ),
+            )
+        )
+        sections.append(("Runs", self.headline(result)))
+        sections.append(
+            ("Runs: every column", Details(table.drop(columns=["path", "run_id"]), "show the runs' other columns"))
+        )
         return sections
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from workbench.analysis.memory import memory_growth
+from workbench.analysis.memory import MIN_SAMPLES_FOR_VERDICT, memory_growth
 from workbench.events import EVALUATION
 from workbench.experiment import Case, CaseOption, ExperimentResult, Point
 from workbench.store import Run
@@ -218,7 +218,9 @@ def verdict_text(summary: Mapping[str, Any]) -> str:
     lines.append(
         f"{summary['ranks']} ranks, preset `{summary['preset']}`: {summary['iterations']} measured calls per method "
         f"after {summary['warmup']} warm-up calls, batch {summary['batch']}, TensorFlow {summary['tensorflow']}. "
-        f"A method leaks when the whole 95 % interval of its growth is above {threshold} MB per call."
+        f"A method leaks when the whole 95 % interval of its growth is above {threshold} MB per call; the "
+        "interval is Newey–West's, which stays honest when memory grows in steps, and no verdict is given "
+        f"before {MIN_SAMPLES_FOR_VERDICT} calls."
     )
     lines.append("")
     for method, slope in slopes.items():

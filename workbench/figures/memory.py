@@ -2,6 +2,11 @@
 
 A leak shows as a steady slope; drawing the fitted slope (and its verdict) beside the samples lets a
 reader check the verdict against the raw curve instead of trusting a number.
+
+With several labels (methods) the colour says the method and each rank gets its own panel, so the
+legend stays one entry per method (5 methods x 2 ranks + fits was 20 entries and squeezed the plot);
+the fits share their method's colour, dashed, with the verdict in their hover. Method colours come
+from a palette apart from the phase colours, so no method looks like the "evaluation" phase.
 """
 
 from __future__ import annotations
@@ -12,15 +17,24 @@ import numpy as np
 import pandas as pd
 import plotly.colors
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 from workbench.events import BYTES_PER_MB, NS_PER_S
 
 _RANK_COLOURS = plotly.colors.qualitative.Dark24
+_LABEL_COLOURS = plotly.colors.qualitative.Dark2
+#: Rank panels per row when a figure has several labels.
+PANELS_PER_ROW = 4
 
 
 def rank_colour(rank: int) -> str:
     """Stable colour of a rank in memory plots (ranks are not phases, so another palette)."""
     return _RANK_COLOURS[int(rank) % len(_RANK_COLOURS)]
+
+
+def label_colour(label: str, labels: list[str]) -> str:
+    """Stable colour of a label (method) among ``labels``, from a palette apart from the phases'."""
+    return _LABEL_COLOURS[labels.index(label) % len(_LABEL_COLOURS)]
 
 
 def memory_figure(
@@ -71,18 +85,19 @@ def memory_figure(
         }
     ).sort_values(["rank", "label", "x"], kind="stable")
     labels = sorted(pd.unique(data["label"]))
-    dashes = ("solid", "dot", "dashdot", "longdash")
     fits = _growth_rows(growth)
+    if len(labels) > 1:
+        return _by_label(data, labels, fits, title, height, x_title, unit)
     for (rank, label), group in data.groupby(["rank", "label"], sort=True):
         colour = rank_colour(rank)
-        name = f"rank {rank}" if len(labels) == 1 else f"rank {rank} · {label}"
+        name = f"rank {rank}"
         fig.add_scatter(
             x=group["x"].to_numpy(),
             y=group["mb"].to_numpy(),
             mode="lines+markers" if len(group) <= 200 else "lines",
             name=name,
             legendgroup=name,
-            line={"color": colour, "dash": dashes[labels.index(label) % len(dashes)], "width": 1.5},
+            line={"color": colour, "width": 1.5},
             marker={"size": 4},
             hovertemplate=f"{name}<br>{x_title} %{{x}}<br>%{{y:.1f}} MB<extra></extra>",
         )
@@ -90,6 +105,73 @@ def memory_figure(
         if fit is not None and len(group) >= 2:
             fig.add_trace(_fit_trace(group, fit, name, colour, unit))
     return _layout(fig, title, height, x_title)
+
+
+def _by_label(
+    data: pd.DataFrame,
+    labels: list[str],
+    fits: dict[tuple[int, str | None], dict],
+    title: str | None,
+    height: int | None,
+    x_title: str,
+    unit: str,
+) -> go.Figure:
+    """Colour by label, one panel per rank, one legend entry per label (fits dashed, verdict in hover)."""
+    ranks = sorted(int(r) for r in pd.unique(data["rank"]))
+    cols = min(len(ranks), PANELS_PER_ROW)
+    rows = -(-len(ranks) // cols)
+    fig = make_subplots(
+        rows=rows,
+        cols=cols,
+        shared_yaxes=True,
+        subplot_titles=[f"rank {r}" for r in ranks],
+        horizontal_spacing=0.04,
+        vertical_spacing=0.12 if rows > 1 else 0.0,
+    )
+    for index, rank in enumerate(ranks):
+        row, col = index // cols + 1, index % cols + 1
+        for label in labels:
+            group = data[(data["rank"] == rank) & (data["label"] == label)]
+            if group.empty:
+                continue
+            colour = label_colour(label, labels)
+            fig.add_scatter(
+                x=group["x"].to_numpy(),
+                y=group["mb"].to_numpy(),
+                mode="lines+markers" if len(group) <= 200 else "lines",
+                name=label,
+                legendgroup=label,
+                showlegend=index == 0,
+                line={"color": colour, "width": 1.5},
+                marker={"size": 3},
+                hovertemplate=f"rank {rank} · {label}<br>{x_title} %{{x}}<br>%{{y:.1f}} MB<extra></extra>",
+                row=row,
+                col=col,
+            )
+            fit = fits.get((rank, str(label))) or fits.get((rank, None))
+            if fit is not None and len(group) >= 2:
+                trace = _fit_trace(group, fit, f"rank {rank} · {label}", colour, unit)
+                trace.update(legendgroup=label, showlegend=False)
+                fig.add_trace(trace, row=row, col=col)
+    _layout(fig, title, height or max(380, 300 * rows + 80), x_title)
+    fig.update_layout(
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.04 + 0.04 * rows, "x": 0, "title": {"text": ""}},
+        margin={"t": 110 if title else 80},
+    )
+    fig.update_yaxes(title=None)
+    fig.update_yaxes(title="RSS (MB)", col=1)
+    if fits:
+        fig.add_annotation(
+            text="dashed: fitted slope (verdict in its hover)",
+            showarrow=False,
+            xref="paper",
+            yref="paper",
+            x=1,
+            y=-0.18 if rows == 1 else -0.1,
+            xanchor="right",
+            font={"size": 11, "color": "#555"},
+        )
+    return fig
 
 
 def _growth_rows(growth: pd.DataFrame | None) -> dict[tuple[int, str | None], dict]:

@@ -35,6 +35,7 @@ from workbench.figures import (
     timeline_figure,
 )
 from workbench.figures.timeline import DEFAULT_MAX_SPANS
+from workbench.widgets.figure import figure_widget
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,11 @@ WINDOWS: tuple[tuple[str, float], ...] = (
     ("full", 0.0),
 )
 TAB_TIMELINE, TAB_BREAKDOWN, TAB_MEMORY, TAB_COUNTERS = 0, 1, 2, 3
+#: What the memory tab says until the first sample arrives: an empty box reads as a broken tab.
+NO_MEMORY = (
+    "no memory samples yet: the ranks record them with Recorder(memory_interval_s=...) or "
+    "Recorder.sample_memory(); this run has sent none so far"
+)
 
 
 class Source(Protocol):
@@ -159,13 +165,14 @@ class Dashboard:
         self.phase_box = w.HBox([], layout=w.Layout(flex_flow="row wrap"))
         self.phase_checks: dict[str, w.Checkbox] = {}
         self.stop_button = w.Button(description="Stop", button_style="danger", icon="stop")
-        self.timeline = go.FigureWidget()
+        self.timeline = figure_widget()
         self.breakdown_note = w.HTML()
-        # Each FigureWidget ships plotly.js (~5 MB) to the browser: the other tabs get theirs when first shown.
+        # plotly's widget bundle (~5 MB) goes to the browser once per kernel (figure_widget); the other
+        # tabs' figures are still made when first shown, so a dashboard opens with one figure to draw.
         self._breakdown: go.FigureWidget | None = None
         self._memory_figure: go.FigureWidget | None = None
         self._breakdown_box = w.VBox([self.breakdown_note])
-        self._memory_box = w.VBox([])
+        self._memory_box = w.VBox([w.HTML(html.escape(NO_MEMORY))])
         self._counters_figure: go.FigureWidget | None = None
         self._counters_box = w.VBox([w.HTML(html.escape("no counters recorded yet (Recorder.counter)"))])
         self.tabs = w.Tab(children=[self.timeline, self._breakdown_box, self._memory_box, self._counters_box])
@@ -183,7 +190,7 @@ class Dashboard:
     def breakdown(self) -> go.FigureWidget:
         """The breakdown tab's figure, created on first use."""
         if self._breakdown is None:
-            self._breakdown = go.FigureWidget()
+            self._breakdown = figure_widget()
             self._breakdown_box.children = (self.breakdown_note, self._breakdown)
         return self._breakdown
 
@@ -191,7 +198,7 @@ class Dashboard:
     def memory(self) -> go.FigureWidget:
         """The memory tab's figure, created on first use."""
         if self._memory_figure is None:
-            self._memory_figure = go.FigureWidget()
+            self._memory_figure = figure_widget()
             self._memory_box.children = (self._memory_figure,)
         return self._memory_figure
 
@@ -199,7 +206,7 @@ class Dashboard:
     def counters(self) -> go.FigureWidget:
         """The counters tab's figure (queue depth, ...), created on first use."""
         if self._counters_figure is None:
-            self._counters_figure = go.FigureWidget()
+            self._counters_figure = figure_widget()
             self._counters_box.children = (self._counters_figure,)
         return self._counters_figure
 
@@ -474,6 +481,10 @@ class Dashboard:
             parts.append("stopped")
         if self.error:
             parts.append(self.error)
+        try:  # a failed or stalled rank, from run.json (RunTail.alerts): the banner comes first
+            parts[:0] = self.source.alerts() if hasattr(self.source, "alerts") else []
+        except Exception:
+            pass
         if not self._last_seen:
             parts.append(WAITING)
             return " · ".join(parts)
@@ -501,9 +512,10 @@ class Dashboard:
 
     def _show_status(self) -> None:
         text = self.status_text()
-        colour = "#b00020" if self.error else ("#a05a00" if "has sent nothing" in text else "inherit")
+        stalled = "has sent nothing" in text or text.startswith("STALL")
+        colour = "#b00020" if self.error or text.startswith("FAILED") else ("#a05a00" if stalled else "inherit")
         self.status.value = (
-            f'<div style="white-space:nowrap;overflow:hidden;text-overflow:ellipsis;color:{colour}" '
+            f'<div style="white-space:normal;overflow-wrap:anywhere;line-height:1.4;color:{colour}" '
             f'title="{html.escape(text)}">{html.escape(text)}</div>'
         )
 

@@ -74,6 +74,7 @@ def train_on_rank(run_path: str, settings_dict: dict[str, Any]) -> dict[str, Any
     from mpi4py import MPI
 
     from workbench.recorder import Recorder
+    from workbench.workloads.training import broadcast_weights, step_functions
 
     settings = TrainSettings(**settings_dict)
     comm = MPI.COMM_WORLD
@@ -98,19 +99,9 @@ def train_on_rank(run_path: str, settings_dict: dict[str, Any]) -> dict[str, Any
     optimizer = tf.keras.optimizers.SGD(settings.learning_rate)
     loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     variables = model.trainable_variables
-    # identical start on every rank: rank 0's initial weights
-    for variable in variables:
-        variable.assign(comm.bcast(variable.numpy(), root=0))
+    broadcast_weights(comm, variables)  # identical start on every rank: rank 0's initial weights
 
-    @tf.function
-    def gradients(x: Any, y: Any) -> Any:
-        with tf.GradientTape() as tape:
-            loss = loss_fn(y, model(x, training=True))
-        return loss, tape.gradient(loss, variables)
-
-    @tf.function
-    def apply(grads: Any) -> None:
-        optimizer.apply_gradients(zip(grads, variables))
+    gradients, apply = step_functions(model, optimizer, loss_fn)
 
     @tf.function
     def batch_metrics(x: Any, y: Any) -> Any:

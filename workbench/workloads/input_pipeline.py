@@ -188,6 +188,7 @@ def train_on_rank(run_path: str, settings_dict: dict[str, Any]) -> dict[str, Any
 
     from workbench.datasets.mnist import load_mnist_idx
     from workbench.recorder import Recorder
+    from workbench.workloads.training import broadcast_weights, step_functions, trace_before_timing
 
     settings = PipelineSettings.from_dict(settings_dict)
     # engines are long-lived: drop the previous point's models and graphs before timing this one
@@ -214,18 +215,9 @@ def train_on_rank(run_path: str, settings_dict: dict[str, Any]) -> dict[str, Any
     optimizer = tf.keras.optimizers.SGD(settings.learning_rate)
     loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     variables = model.trainable_variables
-    for variable in variables:
-        variable.assign(comm.bcast(variable.numpy(), root=0))
+    broadcast_weights(comm, variables)  # identical start on every rank: rank 0's initial weights
 
-    @tf.function
-    def gradients(x: Any, y: Any) -> Any:
-        with tf.GradientTape() as tape:
-            loss = loss_fn(y, model(x, training=True))
-        return loss, tape.gradient(loss, variables)
-
-    @tf.function
-    def apply(grads: Any) -> None:
-        optimizer.apply_gradients(zip(grads, variables))
+    gradients, apply = step_functions(model, optimizer, loss_fn)
 
     @tf.function
     def correct_count(x: Any, y: Any) -> Any:
@@ -280,7 +272,7 @@ def train_on_rank(run_path: str, settings_dict: dict[str, Any]) -> dict[str, Any
 
     # trace the step functions on a blank batch before the clock starts (zero gradients change no weight)
     blank = (np.zeros((settings.batch, 28, 28, 1), np.float32), np.zeros(settings.batch, np.int64))
-    apply([tf.zeros_like(g) for g in gradients(*blank)[1]])
+    trace_before_timing(gradients, apply, *blank)
     comm.Barrier()
     started = time.perf_counter()
     step, fresh, accuracy_at_fresh, accuracy_at_fresh_s = 0, 0, float("nan"), float("nan")

@@ -122,6 +122,7 @@ def train_on_rank(run_path: str, settings_dict: dict[str, Any]) -> dict[str, Any
     from mpi4py import MPI
 
     from workbench.recorder import Recorder
+    from workbench.workloads.training import broadcast_weights, step_functions, trace_before_timing
 
     settings = PopSettings(**settings_dict)
     # engines are long-lived: drop the previous point's models and graphs before timing this one
@@ -141,8 +142,7 @@ def train_on_rank(run_path: str, settings_dict: dict[str, Any]) -> dict[str, Any
     optimizer = tf.keras.optimizers.SGD(settings.learning_rate, momentum=0.9)
     loss_fn = tf.keras.losses.BinaryCrossentropy()
     variables = model.trainable_variables
-    for variable in model.variables:
-        variable.assign(comm.bcast(variable.numpy(), root=0))
+    broadcast_weights(comm, model.variables)  # identical start on every rank: rank 0's initial weights
     gradient_bytes = int(sum(np.prod(v.shape) for v in variables) * 4)
     batch = settings.rank_batch(size)
     side = settings.image_size
@@ -170,15 +170,7 @@ def train_on_rank(run_path: str, settings_dict: dict[str, Any]) -> dict[str, Any
         )
     iterator = iter(dataset)
 
-    @tf.function
-    def gradients(x: Any, y: Any) -> Any:
-        with tf.GradientTape() as tape:
-            loss = loss_fn(y, model(x, training=True))
-        return loss, tape.gradient(loss, variables)
-
-    @tf.function
-    def apply(grads: Any) -> None:
-        optimizer.apply_gradients(zip(grads, variables))
+    gradients, apply = step_functions(model, optimizer, loss_fn)
 
     @tf.function
     def test_sums(x: Any, y: Any) -> Any:
@@ -197,7 +189,7 @@ def train_on_rank(run_path: str, settings_dict: dict[str, Any]) -> dict[str, Any
     steps = settings.steps_per_epoch(size)
     history: list[dict[str, float]] = []
     # trace the step functions before the clock starts on one batch (zero gradients change no weight)
-    apply([tf.zeros_like(g) for g in gradients(*next(iterator))[1]])
+    trace_before_timing(gradients, apply, *next(iterator))
     comm.Barrier()
     started = time.perf_counter()
     step = 0

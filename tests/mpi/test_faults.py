@@ -1,0 +1,206 @@
+"""Faults injected into 2 real ranks: a rank killed, a rank that hangs, a rank that raises.
+
+Each test starts its own cluster (a killed rank ends the MPI job), waits on the event it needs with
+a generous ceiling, and checks that no process it started is left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+import pandas as pd
+import psutil
+import pytest
+
+from workbench.cluster import Cluster, processes_of_cluster
+from workbench.experiment import Case, Experiment, Point
+from workbench.faults import RankFailedError
+from workbench.store import Run, read_run_meta
+
+pytestmark = pytest.mark.mpi
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # engines cannot import test modules
+CEILING_S = 120.0
+
+
+def allreduce_steps(run_path: str, *, steps: int, sleep_rank: int = -1, sleep_s: float = 0.0) -> dict[str, Any]:
+    """Recorded steps of one small MPI allreduce each; ``sleep_rank`` sleeps ``sleep_s`` before step 5."""
+    from mpi4py import MPI
+
+    from workbench.recorder import Recorder
+
+    comm = MPI.COMM_WORLD
+    rank = comm.Get_rank()
+    with Recorder(run_path, flush_interval_s=0.1) as recorder:
+        for step in range(steps):
+            recorder.step = step
+            if step == 5 and rank == sleep_rank:
+                time.sleep(sleep_s)
+            with recorder.phase("communication", "allreduce"):
+                comm.allreduce(step)
+            time.sleep(0.02)
+    return {"rank": rank, "steps": steps}
+
+
+@dataclass(frozen=True)
+class FaultSettings:
+    steps: int = 100_000
+    sleep_rank: int = -1
+    sleep_s: float = 0.0
+
+
+class FaultCase(Case):
+    name = "faults"
+    title = "Faults"
+    about = "allreduce steps, one rank may sleep"
+    presets: Mapping[str, FaultSettings] = {"ci": FaultSettings()}
+    default_preset = "ci"
+    workload = staticmethod(allreduce_steps)
+
+    def points(self, settings: FaultSettings, max_ranks: int) -> list[Point]:
+        return [Point.of(max_ranks, {"steps": settings.steps})]
+
+    def workload_kwargs(self, settings: FaultSettings, point: Point) -> dict[str, Any]:
+        return {"steps": settings.steps, "sleep_rank": settings.sleep_rank, "sleep_s": settings.sleep_s}
+
+    def row(self, run: Run, point: Point, settings: FaultSettings) -> dict[str, Any]:
+        return {"events": len(run.events)}
+
+    def summary(self, rows: pd.DataFrame, tables: Any, settings: FaultSettings) -> dict[str, Any]:
+        return {}
+
+    def text(self, summary: Mapping[str, Any]) -> str:
+        return ""
+
+
+def _wait_for(predicate: Any, what: str, ceiling_s: float = CEILING_S) -> float:
+    """Poll ``predicate`` until true; the seconds it took. Fails after ``ceiling_s``."""
+    started = time.monotonic()
+    while not predicate():
+        assert time.monotonic() - started < ceiling_s, f"{what} not seen within {ceiling_s:.0f} s"
+        time.sleep(0.05)
+    return time.monotonic() - started
+
+
+def _events_per_rank(run_path: Path) -> dict[int, int]:
+    events = Run.load(run_path).events
+    return {int(rank): int(count) for rank, count in events.groupby("rank").size().items()}
+
+
+def _assert_nothing_left(cluster: Cluster, started_pids: set[int], cluster_id: str) -> None:
+    time.sleep(0.5)
+    left = [
+        pid
+        for pid in started_pids | processes_of_cluster(cluster_id)
+        if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    ]
+    assert left == [], f"processes left: {left}"
+
+
+@pytest.fixture
+def own_cluster():
+    """A 2-rank cluster of this test alone (a fault may end it); stopped and checked empty after."""
+    cluster = Cluster(n=2, start_timeout_s=180)
+    cluster.start_sync()
+    cluster_id = cluster.cluster_id
+    pids = set(cluster.pids)
+    try:
+        yield cluster
+    finally:
+        for pid in cluster.rank_pids.values():  # a stopped rank cannot end until it is continued
+            if psutil.pid_exists(pid):
+                os.kill(pid, signal.SIGCONT)
+        cluster.stop_sync()
+        _assert_nothing_left(cluster, pids, cluster_id)
+
+
+def test_killed_rank_is_named_within_seconds_and_its_events_are_kept(own_cluster, tmp_path):
+    experiment = Experiment(FaultCase(), ranks=2, out=tmp_path)
+    live = experiment.start(own_cluster, experiment.plan()[0])
+    _wait_for(
+        lambda: (
+            min(_events_per_rank(live.run_path).values() or [0]) >= 20 and len(_events_per_rank(live.run_path)) == 2
+        ),
+        "20 flushed events per rank",
+    )
+    before = _events_per_rank(live.run_path)
+    killed_at = time.monotonic()
+    os.kill(own_cluster.rank_pids[1], signal.SIGKILL)
+    with pytest.raises(RankFailedError, match=r"rank 1 was killed by signal 9 \(SIGKILL\)") as raised:
+        live.wait()
+    detected_s = time.monotonic() - killed_at
+    assert detected_s < 10, detected_s
+    meta = read_run_meta(live.run_path)
+    assert meta["status"] == "failed"
+    failure = meta["failure"]
+    assert failure["rank"] == 1 and failure["source"] == "launcher" and "SIGKILL" in failure["cause"]
+    assert failure["last_event_ns"] is not None and failure["last_event_ns"] <= time.time_ns()
+    assert raised.value.failure.rank == 1
+    manifest = json.loads((tmp_path / "sweep.json").read_text())
+    assert manifest["points"][experiment.plan()[0].key]["failure"]["rank"] == 1
+    after = _events_per_rank(live.run_path)
+    assert all(after[rank] >= before[rank] for rank in before)  # every flushed event stays readable
+    print(f"\nkill -9 rank 1: RankFailedError after {detected_s:.2f} s ({failure})")
+
+
+def test_hung_rank_is_a_stall_with_stacks_then_a_timeout(own_cluster, tmp_path):
+    experiment = Experiment(FaultCase(), ranks=2, out=tmp_path, steps=40, sleep_rank=1, sleep_s=3600.0)
+    live = experiment.start(own_cluster, experiment.plan()[0], timeout_s=45, stall_after_s=3)
+    outcome: dict[str, BaseException] = {}
+
+    def wait() -> None:
+        try:
+            live.wait()
+        except BaseException as error:
+            outcome["error"] = error
+
+    waiter = threading.Thread(target=wait)
+    started = time.monotonic()
+    waiter.start()
+    stall_s = _wait_for(lambda: bool(read_run_meta(live.run_path).get("stall")), "a stall in run.json", 60)
+    stall = read_run_meta(live.run_path)["stall"]
+    assert [entry["rank"] for entry in stall["ranks"]] == [1], stall
+    assert stall["ranks"][0]["waiting"] == [0]
+    stacks = own_cluster.stacks()
+    assert ("allreduce_steps" in stacks[1] and "time.sleep" not in stacks[1]) or "allreduce_steps" in stacks[1]
+    assert "allreduce_steps" in stacks[0]
+    assert own_cluster.rank_processes()[0][0] != "stopped"  # the ranks went on: stacks do not stop them
+    waiter.join(CEILING_S)
+    assert not waiter.is_alive()
+    timeout_s = time.monotonic() - started
+    error = outcome["error"]
+    assert isinstance(error, RankFailedError) and "rank 1 did not finish within the run's timeout" in str(error)
+    meta = read_run_meta(live.run_path)
+    assert meta["status"] == "failed" and meta["failure"]["rank"] == 1 and meta["failure"]["source"] == "timeout"
+    saved = (live.run_path / "stacks.txt").read_text()
+    assert "=== rank 0 ===" in saved and "=== rank 1 ===" in saved and "allreduce_steps" in saved
+    assert own_cluster.client is None  # the ranks were stopped
+    print(f"\nrank 1 asleep: stall in run.json after {stall_s:.1f} s (stall_after_s=3); timeout at {timeout_s:.1f} s")
+
+
+def test_stopped_rank_is_a_stall_and_goes_on_when_continued(own_cluster, tmp_path):
+    experiment = Experiment(FaultCase(), ranks=2, out=tmp_path, steps=150)
+    live = experiment.start(own_cluster, experiment.plan()[0], stall_after_s=3)
+    outcome: dict[str, Any] = {}
+    waiter = threading.Thread(target=lambda: outcome.setdefault("results", live.wait()))
+    waiter.start()
+    _wait_for(lambda: len(_events_per_rank(live.run_path)) == 2, "events from both ranks")
+    os.kill(own_cluster.rank_pids[1], signal.SIGSTOP)
+    stall_s = _wait_for(lambda: bool(read_run_meta(live.run_path).get("stall")), "a stall in run.json", 60)
+    stall = read_run_meta(live.run_path)["stall"]["ranks"]
+    assert [entry["rank"] for entry in stall] == [1] and stall[0]["state"] == "process stopped"
+    assert "is stopped" in own_cluster.stacks()[1]
+    os.kill(own_cluster.rank_pids[1], signal.SIGCONT)
+    waiter.join(CEILING_S)
+    assert [r["rank"] for r in outcome["results"]] == [0, 1]
+    assert read_run_meta(live.run_path)["status"] == "finished"
+    print(f"\nSIGSTOP rank 1: stall in run.json after {stall_s:.1f} s (stall_after_s=3); continued, finished")

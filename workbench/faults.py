@@ -1,0 +1,288 @@
+"""Which rank failed first, and how: pure diagnosis from what the launcher, the engines and the store say.
+
+Why pure functions: a rank death reaches the kernel as ipyparallel's ``CompositeError`` listing
+*every* engine ("Engine 0 died … Engine 1 died"), because MPI aborts the whole job when one rank
+dies. The rank that died first, and the signal or exit code, are only in the launcher's output
+(Open MPI's ``prterun noticed that process rank 1 … exited on signal 9``, MPICH's ``BAD
+TERMINATION``), in the engines' nanny log lines (each engine's nanny notes when its engine's
+process ended, with a timestamp) and in the processes' states. These functions turn that text and
+those states into one ``Failure`` (``{rank, cause, detected_after_s, last_event_ns}``), testable
+without a cluster; ``workbench.cluster.Cluster`` gathers the inputs, the runner records the result.
+
+Stalls work the same way: a rank whose process is stopped, or that records nothing and uses no
+CPU while another rank spins in an MPI wait, is the stuck one (``find_stalls``); Horovod's own
+stall warnings in the engines' output name ranks too (``horovod_stall_warnings``).
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+#: A rank busy-waiting in an MPI collective uses a core; a stuck rank (sleeping, blocked on I/O) does not.
+BUSY_CPU_PERCENT = 20.0
+IDLE_CPU_PERCENT = 5.0
+
+_OMPI_SIGNAL = re.compile(
+    r"process rank (\d+) with PID (\d+) on node (\S+) exited on signal (\d+)(?: \(([^)]*)\))?", re.IGNORECASE
+)
+_OMPI_EXIT = re.compile(r"Process name:\s*\[[^\]]*?,(\d+)\]\s*Exit code:\s*(-?\d+)", re.IGNORECASE)
+_OMPI_EXIT_OLD = re.compile(r"process rank (\d+) with PID (\d+) on node (\S+) exited with status (-?\d+)", re.I)
+_MPICH_BAD = re.compile(r"PID (\d+) RUNNING AT (\S+)\s*=*\s*EXIT CODE:\s*(-?\d+)", re.IGNORECASE)
+_NANNY = re.compile(
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?) \[KernelNanny\.(\d+)\] (?:Pipe closed, parent|Parent) (\d+)",
+    re.MULTILINE,
+)
+_ENGINE_DIED = re.compile(r"Engine (\d+) died")
+_HOROVOD_STALL = re.compile(r"(One or more tensors were submitted.*?)(?:\n\n|\Z)", re.DOTALL)
+_HOROVOD_MISSING = re.compile(r"\[(?:missing ranks|ready ranks): ([\d, ]+)\]", re.IGNORECASE)
+
+
+def signal_name(number: int) -> str:
+    """``9`` -> ``SIGKILL``; an unknown number stays a number."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a run failed: the first rank that failed, how, when it was seen, its last recorded event."""
+
+    rank: int | None
+    cause: str
+    detected_after_s: float | None = None
+    last_event_ns: int | None = None
+    #: where the diagnosis comes from: "launcher", "nanny", "process", "exception", "timeout", "stall"
+    source: str = ""
+    #: what else was seen: the other ranks' fate, the launcher's line
+    details: tuple[str, ...] = field(default_factory=tuple)
+
+    def as_dict(self) -> dict[str, Any]:
+        """What goes into ``run.json`` as ``failure``."""
+        return {**asdict(self), "details": list(self.details)}
+
+    def message(self) -> str:
+        """One line for the kernel and the dashboard: the rank first, then how."""
+        who = f"rank {self.rank} " if self.rank is not None else ""
+        after = f" (seen {self.detected_after_s:.1f} s after it happened)" if self.detected_after_s is not None else ""
+        return f"{who}{self.cause}{after}"
+
+
+class RankFailedError(RuntimeError):
+    """A run failed because of one rank: the message names it; ``failure`` holds the diagnosis."""
+
+    def __init__(self, failure: Failure, run_path: str | Path | None = None) -> None:
+        self.failure = failure
+        self.run_path = str(run_path) if run_path is not None else None
+        where = f"; what was recorded is kept in {run_path} (status: failed)" if run_path is not None else ""
+        super().__init__(f"{failure.message()}{where}")
+
+
+# -- reading the launcher's and the engines' output --------------------------------------------------------
+def launcher_deaths(output: str, rank_pids: Mapping[int, int] | None = None) -> list[tuple[int, str]]:
+    """Ranks the MPI launcher says ended abnormally, in the order it says so: ``[(rank, cause)]``.
+
+    Open MPI names the first rank that died (by signal or non-zero exit); MPICH's Hydra names a
+    PID, mapped to a rank through ``rank_pids``.
+    """
+    text = re.sub(r"\s*\n\s*", " ", output or "")
+    found: list[tuple[int, int, str]] = []
+    for match in _OMPI_SIGNAL.finditer(text):
+        number = int(match.group(4))
+        found.append((match.start(), int(match.group(1)), f"was killed by signal {number} ({signal_name(number)})"))
+    for match in _OMPI_EXIT.finditer(text):
+        found.append((match.start(), int(match.group(1)), f"exited with code {int(match.group(2))}"))
+    for match in _OMPI_EXIT_OLD.finditer(text):
+        found.append((match.start(), int(match.group(1)), f"exited with code {int(match.group(4))}"))
+    by_pid = {pid: rank for rank, pid in (rank_pids or {}).items()}
+    for match in _MPICH_BAD.finditer(text):
+        rank = by_pid.get(int(match.group(1)))
+        if rank is not None:
+            code = int(match.group(3))
+            how = f"was killed by signal {code} ({signal_name(code)})" if 0 < code < 64 else f"exited with code {code}"
+            found.append((match.start(), rank, how))
+    seen: set[int] = set()
+    ordered = []
+    for _position, rank, cause in sorted(found):
+        if rank not in seen:
+            seen.add(rank)
+            ordered.append((rank, cause))
+    return ordered
+
+
+def nanny_exits(output: str) -> list[tuple[int, float]]:
+    """``[(engine id, unix time)]`` at which each engine's nanny saw its process end, earliest first."""
+    first: dict[int, float] = {}
+    for match in _NANNY.finditer(output or ""):
+        stamp = datetime.strptime(
+            match.group(1), "%Y-%m-%d %H:%M:%S.%f" if "." in match.group(1) else "%Y-%m-%d %H:%M:%S"
+        )
+        first.setdefault(int(match.group(2)), stamp.timestamp())
+    return sorted(first.items(), key=lambda item: item[1])
+
+
+def engine_errors(error: BaseException | None) -> list[tuple[int | None, str, str]]:
+    """``[(engine id, exception name, message)]`` of ipyparallel's ``CompositeError`` / ``RemoteError``."""
+    if error is None:
+        return []
+    elist = getattr(error, "elist", None)
+    if elist is not None:
+        rows = []
+        for ename, evalue, _traceback, info in elist:
+            engine = (info or {}).get("engine_id")
+            if engine is None or engine == -1:
+                died = _ENGINE_DIED.search(str(evalue))
+                engine = int(died.group(1)) if died else None
+            rows.append((engine, str(ename), str(evalue)))
+        return rows
+    ename = getattr(error, "ename", None)
+    if ename is not None:
+        info = getattr(error, "engine_info", None) or {}
+        engine = info.get("engine_id")
+        if engine is None:
+            died = _ENGINE_DIED.search(str(getattr(error, "evalue", "")))
+            engine = int(died.group(1)) if died else None
+        return [(engine, str(ename), str(getattr(error, "evalue", "")))]
+    return []
+
+
+def horovod_stall_warnings(output: str) -> list[str]:
+    """Horovod's stall-check warnings in the engines' output, one string each (tensors and ranks it names)."""
+    return [" ".join(match.group(1).split()) for match in _HOROVOD_STALL.finditer(output or "")]
+
+
+# -- the diagnosis -----------------------------------------------------------------------------------------------
+def diagnose(
+    *,
+    launcher_output: str = "",
+    exit_data: Mapping[str, Any] | None = None,
+    error: BaseException | None = None,
+    rank_states: Mapping[int, str] | None = None,
+    rank_pids: Mapping[int, int] | None = None,
+    last_event_ns: Mapping[int, int] | None = None,
+    now: float | None = None,
+) -> Failure | None:
+    """The first rank that failed and how, from everything that was seen; None when nothing points at a rank.
+
+    Evidence, strongest first: the launcher naming a rank and its signal or exit code; the engine
+    whose nanny saw its process end first; a rank whose process is gone, a zombie or stopped while
+    others are not; a rank whose Python code raised (``RemoteError``). ``detected_after_s`` is the
+    time from the first sign of the death (the nanny's timestamp) to ``now``.
+    """
+    now = time.time() if now is None else now
+    states = dict(rank_states or {})
+    last_events = dict(last_event_ns or {})
+    details: list[str] = []
+    deaths = launcher_deaths(launcher_output, rank_pids)
+    exits = nanny_exits(launcher_output)
+    raised = [(engine, name, value) for engine, name, value in engine_errors(error) if name != "EngineError"]
+    died = [engine for engine, name, _value in engine_errors(error) if name == "EngineError"]
+    ended_at = dict(exits)
+    rank: int | None = None
+    cause = ""
+    source = ""
+    if deaths:
+        rank, cause = deaths[0]
+        source = "launcher"
+        details += [f"launcher: rank {r} {c}" for r, c in deaths]
+    elif exits:
+        rank = exits[0][0]
+        cause = f"ended ({states.get(rank) or 'exit status not reported'})"
+        source = "nanny"
+    else:
+        gone = [r for r, state in sorted(states.items()) if state in ("gone", "zombie", "dead", "stopped")]
+        alive = [r for r, state in states.items() if state not in ("gone", "zombie", "dead", "stopped")]
+        if gone and (alive or not raised):
+            rank = gone[0]
+            state = states[rank]
+            cause = "is stopped (SIGSTOP or a debugger)" if state == "stopped" else f"ended (process {state})"
+            source = "process"
+        elif raised:
+            rank, name, value = raised[0]
+            first_line = value.strip().splitlines()[0] if value.strip() else ""
+            cause = f"raised {name}: {first_line}"[:300]
+            source = "exception"
+    if rank is None and not died:
+        return None
+    if exit_data:
+        details.append(f"launcher exit data: {dict(exit_data)}")
+    if died:
+        details.append(f"ipyparallel: engines {', '.join(str(e) for e in sorted(set(died), key=str))} lost")
+    if exits:
+        details.append("engine processes ended in order: " + ", ".join(f"rank {r}" for r, _t in exits))
+    if rank is None:
+        cause, source = "a rank died (the launcher did not say which rank was first)", "exception"
+    detected = round(now - ended_at[rank], 2) if rank in ended_at else None
+    return Failure(
+        rank=rank,
+        cause=cause,
+        detected_after_s=detected,
+        last_event_ns=last_events.get(rank) if rank is not None else None,
+        source=source,
+        details=tuple(details),
+    )
+
+
+@dataclass(frozen=True)
+class Stall:
+    """A rank that records nothing while others wait: how long, and the evidence."""
+
+    rank: int
+    silent_s: float
+    state: str
+    waiting: tuple[int, ...] = ()
+
+    def message(self) -> str:
+        waiting = (
+            f" while rank{'s' if len(self.waiting) != 1 else ''} {', '.join(map(str, self.waiting))} wait"
+            if self.waiting
+            else ""
+        )
+        return f"rank {self.rank} has recorded nothing for {self.silent_s:.0f} s ({self.state}){waiting}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "waiting": list(self.waiting), "message": self.message()}
+
+
+def find_stalls(
+    silent_s: Mapping[int, float],
+    processes: Mapping[int, tuple[str, float]],
+    stall_after_s: float,
+) -> list[Stall]:
+    """Ranks stuck for at least ``stall_after_s``: stopped, or idle while another rank spins in an MPI wait.
+
+    ``silent_s``: seconds since each rank's last recorded event (or since the run started);
+    ``processes``: each rank's process state and CPU percent. A rank silent that long whose process
+    is stopped is stuck; one that uses no CPU is stuck when another rank is busy (a rank waiting in
+    a collective polls, and uses a core). A silent rank that computes hard is not named.
+    """
+    busy = [r for r, (state, cpu) in processes.items() if state != "stopped" and cpu >= BUSY_CPU_PERCENT]
+    stalls = []
+    for rank, silent in sorted(silent_s.items()):
+        if silent < stall_after_s or rank not in processes:
+            continue
+        state, cpu = processes[rank]
+        others = tuple(r for r in sorted(busy) if r != rank)
+        if state == "stopped":
+            stalls.append(Stall(rank, silent, "process stopped", others))
+        elif cpu <= IDLE_CPU_PERCENT and others:
+            stalls.append(Stall(rank, silent, f"idle, {cpu:.0f} % CPU", others))
+    return stalls
+
+
+def last_events(run_path: str | Path) -> dict[int, int]:
+    """Each rank's last recorded event end (ns, aligned clock) in a run directory; ranks with none left out."""
+    from workbench.store import Run
+
+    events = Run.load(run_path).events
+    if not len(events):
+        return {}
+    return {int(rank): int(end) for rank, end in events.groupby("rank")["end_ns"].max().items()}

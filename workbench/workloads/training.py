@@ -1,0 +1,43 @@
+"""What every data-parallel workload here shares: rank 0's weights everywhere, and a step in two halves.
+
+The step is split so each half can be timed as its own phase: ``gradients`` (forward and backward,
+compute) and ``apply`` (the update, compute), with the gradient allreduce between them timed as
+communication — what ``hvd.DistributedOptimizer`` does inside one call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+
+def broadcast_weights(comm: Any, variables: Any) -> None:
+    """Identical start on every rank: rank 0's initial values of ``variables``, over MPI."""
+    for variable in variables:
+        variable.assign(comm.bcast(variable.numpy(), root=0))
+
+
+def step_functions(model: Any, optimizer: Any, loss_fn: Any) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """``gradients(x, y) -> (loss, grads)`` and ``apply(grads)``, each a ``tf.function``."""
+    import tensorflow as tf
+
+    variables = model.trainable_variables
+
+    @tf.function
+    def gradients(x: Any, y: Any) -> Any:
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+        return loss, tape.gradient(loss, variables)
+
+    @tf.function
+    def apply(grads: Any) -> None:
+        optimizer.apply_gradients(zip(grads, variables))
+
+    return gradients, apply
+
+
+def trace_before_timing(gradients: Callable[..., Any], apply: Callable[..., Any], x: Any, y: Any) -> None:
+    """Trace both functions on one batch before the clock starts; zero gradients change no weight."""
+    import tensorflow as tf
+
+    apply([tf.zeros_like(g) for g in gradients(x, y)[1]])
