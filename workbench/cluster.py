@@ -429,6 +429,12 @@ class Cluster(AsyncFirst):
                 states[rank] = "gone"
         return states
 
+    @property
+    def controller_pid(self) -> int | None:
+        """The controller's process id (on this machine), once started."""
+        process = getattr(self._ipp.controller, "process", None) if self._ipp is not None else None
+        return getattr(process, "pid", None)
+
     def controller_alive(self) -> bool:
         """False once the controller's process has ended (the ranks can no longer report results)."""
         process = getattr(self._ipp.controller, "process", None) if self._ipp is not None else None

@@ -120,6 +120,8 @@ class Recorder:
         self._write_lock = threading.Lock()
         self._stop = threading.Event()
         self._closed = False
+        #: the last error of a background flush (disk full, ...); ``close()`` raises it if its own flush fails too
+        self.write_error: Exception | None = None
         self._write_rank_meta()
         self._thread = threading.Thread(target=self._background, name=f"workbench-recorder-{self.rank}", daemon=True)
         self._thread.start()
@@ -262,7 +264,11 @@ class Recorder:
         rows = [buffer.popleft() for _ in range(count)]
         data: dict[str, list[Any]] = {name: list(values) for name, values in zip(columns, zip(*rows))}
         data = {"run_id": [self.run_id] * count, "rank": [self.rank] * count, "host": [self.host] * count, **data}
-        writer.write(data)
+        try:
+            writer.write(data)
+        except Exception:
+            buffer.extendleft(reversed(rows))  # kept for the next flush (e.g. the disk was full)
+            raise
 
     def _background(self) -> None:
         while not self._stop.wait(self._tick()):
@@ -272,7 +278,8 @@ class Recorder:
                     self._last_memory_sample = now
                     self.sample_memory("interval")
                 self.flush()
-            except Exception:
+            except Exception as error:  # e.g. disk full: rows stay buffered, close() raises it
+                self.write_error = error
                 continue
 
     def _tick(self) -> float:

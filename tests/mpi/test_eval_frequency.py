@@ -39,11 +39,15 @@ def test_headless_run_writes_json_parquet_and_report(tmp_path):
     summary = json.loads(completed.stdout)
     assert summary["ranks"] == 2 and summary["backend"] == "mpi4py" and summary["preset"] == "ci"
     assert summary["sweep"] == {"points": 8, "ran": 8, "reused": 0, "missing": []}
-    assert summary["speedup_eval_fix"] > 1.0  # evaluating every 6 instead of every epoch saves time
+    # evaluating every 6 epochs instead of every epoch: ~2x here on ci (2.6x on reduced); a regression to
+    # "no saving" falls below 1.3, and the what-if estimate made from the slow run alone stays near the truth
+    assert summary["speedup_eval_fix"] > 1.3, summary
+    for backend, ratio in summary["whatif_estimate_over_measured"].items():
+        assert 0.5 < ratio < 2.0, (backend, ratio)
     assert set(summary["speedup_eval_fix_by_backend"]) == {"mpi4py", "horovod"}
     table = pd.read_parquet(tmp_path / "runs.parquet")
     assert len(table) == 2 * 2 * 2  # ranks 1..2 x backends x intervals {1, 6}
-    assert set(table["ranks"]) == {1, 2} and (table["test_accuracy"] > 0.1).all()
+    assert set(table["ranks"]) == {1, 2} and (table["test_accuracy"] > 0.7).all()  # ~0.9; chance is 0.1
     findings = pd.read_parquet(tmp_path / "findings.parquet")
     slow = findings[(findings["ranks"] == 2) & (findings["eval_interval"] == 1)]
     assert "serial_evaluation" in set(slow["kind"])

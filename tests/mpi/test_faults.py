@@ -204,3 +204,100 @@ def test_stopped_rank_is_a_stall_and_goes_on_when_continued(own_cluster, tmp_pat
     assert [r["rank"] for r in outcome["results"]] == [0, 1]
     assert read_run_meta(live.run_path)["status"] == "finished"
     print(f"\nSIGSTOP rank 1: stall in run.json after {stall_s:.1f} s (stall_after_s=3); continued, finished")
+
+
+def raise_on_rank(run_path: str, *, rank_to_fail: int) -> dict[str, Any]:
+    """A few recorded steps, then ``rank_to_fail`` raises (the other returns)."""
+    from mpi4py import MPI
+
+    from workbench.recorder import Recorder
+
+    rank = MPI.COMM_WORLD.Get_rank()
+    with Recorder(run_path, flush_interval_s=0.05) as recorder:
+        for step in range(5):
+            with recorder.phase("compute", "step", step=step):
+                time.sleep(0.01)
+    if rank == rank_to_fail:
+        raise ValueError(f"bad batch on rank {rank}")
+    return {"rank": rank}
+
+
+def record_into(run_path: str, *, rows: int) -> dict[str, Any]:
+    """Record ``rows`` spans as fast as possible (fills a small disk)."""
+    from mpi4py import MPI
+
+    from workbench.recorder import Recorder
+
+    rank = MPI.COMM_WORLD.Get_rank()
+    with Recorder(run_path, flush_interval_s=0.05) as recorder:
+        for step in range(rows):
+            recorder.record("compute", time.time_ns(), time.time_ns(), "step", step=step, detail="x" * 200)
+            if step % 1000 == 0:
+                time.sleep(0.01)
+    return {"rank": rank}
+
+
+class RaiseCase(FaultCase):
+    name = "raise"
+    workload = staticmethod(raise_on_rank)
+
+    def workload_kwargs(self, settings: FaultSettings, point: Point) -> dict[str, Any]:
+        return {"rank_to_fail": 1}
+
+
+class FillCase(FaultCase):
+    name = "fill"
+    workload = staticmethod(record_into)
+
+    def workload_kwargs(self, settings: FaultSettings, point: Point) -> dict[str, Any]:
+        return {"rows": 200_000}
+
+
+def test_rank_that_raises_is_named_with_its_exception(own_cluster, tmp_path):
+    experiment = Experiment(RaiseCase(), ranks=2, out=tmp_path)
+    live = experiment.start(own_cluster, experiment.plan()[0])
+    started = time.monotonic()
+    with pytest.raises(RankFailedError, match=r"^rank 1 raised ValueError: bad batch on rank 1"):
+        live.wait()
+    meta = read_run_meta(live.run_path)
+    assert meta["failure"]["rank"] == 1 and meta["failure"]["source"] == "exception"
+    assert _events_per_rank(live.run_path) == {0: 5, 1: 5}
+    print(f"\nrank 1 raises: RankFailedError {time.monotonic() - started:.2f} s after the start (5 steps of 10 ms)")
+
+
+def test_controller_killed_is_one_error(own_cluster, tmp_path):
+    experiment = Experiment(FaultCase(), ranks=2, out=tmp_path)
+    live = experiment.start(own_cluster, experiment.plan()[0])
+    _wait_for(lambda: len(_events_per_rank(live.run_path)) == 2, "events from both ranks")
+    controller = own_cluster.controller_pid
+    assert controller is not None
+    killed_at = time.monotonic()
+    os.kill(controller, signal.SIGKILL)
+    with pytest.raises(RankFailedError, match=r"^the controller \(ipcontroller\) ended"):
+        live.wait()
+    detected_s = time.monotonic() - killed_at
+    assert detected_s < 10
+    assert read_run_meta(live.run_path)["failure"]["source"] == "controller"
+    assert len(Run.load(live.run_path).events) > 0
+    print(f"\ncontroller killed: RankFailedError after {detected_s:.2f} s")
+
+
+def test_disk_full_while_recording(own_cluster, tmp_path):
+    """The run store on a 2 MB tmpfs made here: the rank whose write fails is named, what fit stays readable."""
+    disk = tmp_path / "small"
+    disk.mkdir()
+    mounted = os.system(f"mount -t tmpfs -o size=2m tmpfs {disk} 2>/dev/null") == 0
+    if not mounted:
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    try:
+        experiment = Experiment(FillCase(), ranks=2, out=disk)
+        live = experiment.start(own_cluster, experiment.plan()[0], stall_after_s=None)
+        started = time.monotonic()
+        with pytest.raises(RankFailedError, match=r"^rank \d raised OSError: .*No space left on device"):
+            live.wait()
+        elapsed = time.monotonic() - started
+        kept = Run.load(live.run_path)
+        assert len(kept.events) > 0
+        print(f"\ndisk full: RankFailedError {elapsed:.2f} s after the start; {len(kept.events)} events readable")
+    finally:
+        os.system(f"umount {disk}")

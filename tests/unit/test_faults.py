@@ -133,3 +133,45 @@ def test_horovod_stall_warnings_are_captured():
     )
     warnings = horovod_stall_warnings(text)
     assert len(warnings) == 1 and "Missing ranks: 0: [grad_0]" in warnings[0]
+
+
+def _three_parts(tmp_path):
+    from workbench.store import StreamWriter, create_run
+
+    run_path = create_run(tmp_path, "parts", ranks=1)
+    writer = StreamWriter(run_path, "events", 0)
+    written = []
+    for batch in range(3):
+        columns = {
+            "run_id": ["r"] * 2,
+            "rank": [0, 0],
+            "host": ["h", "h"],
+            "phase": ["compute"] * 2,
+            "name": ["step"] * 2,
+            "detail": ["", ""],
+            "step": [batch, batch],
+            "epoch": [0, 0],
+            "start_ns": [10 * batch, 10 * batch + 1],
+            "end_ns": [10 * batch + 1, 10 * batch + 2],
+            "bytes": [-1, -1],
+        }
+        written.append(writer.write(columns))
+    return run_path, written
+
+
+def test_corrupt_and_half_written_parts_lose_only_themselves(tmp_path):
+    from workbench.store import Run, RunTail
+
+    run_path, parts = _three_parts(tmp_path)
+    parts[1].write_bytes(b"PAR1 not really parquet")  # corrupt part in place
+    (parts[0].parent / ".00000004-00000004.parquet.tmp").write_bytes(parts[0].read_bytes()[:40])  # half-written
+    events = Run.load(run_path).events
+    assert sorted(events["step"].unique()) == [0, 2]  # the two good batches, nothing from the broken files
+    assert len(RunTail(run_path).poll()[0]) == 4
+    assert last_events_of(run_path) == {0: 22}
+
+
+def last_events_of(run_path):
+    from workbench.faults import last_events
+
+    return last_events(run_path)

@@ -173,15 +173,14 @@ def lane_table(
     run_codes, run_labels = _factorize(frame["run_id"])
     rank_values = frame["rank"].to_numpy()
     extra_ranks = np.asarray(sorted(set(int(r) for r in ranks)) if ranks is not None else [], dtype=np.int64)
-    rank_codes, rank_labels = _factorize_int(np.concatenate([rank_values.astype(np.int64), extra_ranks]))
-    rank_codes = rank_codes[:n]
+    rank_codes, rank_labels = _factorize_int(rank_values, extra_ranks)
     n_ranks = len(rank_labels)
     lane = run_codes * n_ranks + rank_codes
     phase_codes, phase_labels = _phase_codes(frame)
     n_phases = len(phase_labels)
 
     # Timeline pieces (epoch/step) as one integer code.
-    piece = np.zeros(n, dtype=np.int64)
+    piece: np.ndarray | int = 0  # one piece (no epoch/step): a scalar, not a column of zeros
     piece_values: list[np.ndarray] = []
     n_pieces = 1
     for column in timeline_columns:
@@ -190,7 +189,7 @@ def lane_table(
         n_pieces *= len(labels)
         piece_values.append(np.asarray(labels))
     if timeline_columns:
-        piece, piece_labels = _factorize_int(piece)
+        piece, piece_labels = _factorize_int(np.asarray(piece))
         n_pieces = len(piece_labels)
     else:
         piece_labels = np.zeros(1, dtype=np.int64)
@@ -200,7 +199,7 @@ def lane_table(
     exclusive = _exclusive_ns(lane, start, end)
 
     # Extent of every (run, piece) over all ranks: the wall time each lane is measured against.
-    run_piece = run_codes * n_pieces + piece
+    run_piece = run_codes * n_pieces + piece if timeline_columns else run_codes
     rp_codes, rp_labels = _factorize_int(run_piece)
     extent_start = _group_reduce(np.minimum, rp_codes, len(rp_labels), start, np.iinfo(np.int64).max)
     extent_end = _group_reduce(np.maximum, rp_codes, len(rp_labels), end, np.iinfo(np.int64).min)
@@ -213,7 +212,7 @@ def lane_table(
     )
 
     # Busy time per (lane, piece, phase).
-    cell = (lane * n_pieces + piece) * n_phases + phase_codes
+    cell = (lane * n_pieces + piece if timeline_columns else lane) * n_phases + phase_codes
     cell_codes, cell_labels = _factorize_int(cell)
     busy_ns = np.bincount(cell_codes, weights=exclusive, minlength=len(cell_labels))
     busy = pd.DataFrame(
@@ -341,37 +340,41 @@ def _factorize(column: pd.Series | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _recode_first_seen(codes: np.ndarray, categories: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Categorical codes renumbered as ``pd.factorize`` numbers them: used values, first seen first."""
-    codes = codes.astype(np.int64)
     if len(codes) == 0:
-        return codes, categories[:0]
+        return codes.astype(np.int64), categories[:0]
     if (codes < 0).any():  # missing values: let pandas decide, as it does for object columns
         new, labels = pd.factorize(pd.Categorical.from_codes(codes, categories).to_numpy(dtype=object))
         return new.astype(np.int64), np.asarray(labels, dtype=object)
-    used = np.flatnonzero(np.bincount(codes, minlength=len(categories)))
-    if len(used) > 64:
-        new, first = pd.factorize(codes)
-        return new.astype(np.int64), categories[first]
-    first_row = np.asarray([int(np.argmax(codes == code)) for code in used])
-    used = used[np.argsort(first_row, kind="stable")]
+    seen = pd.unique(codes)  # in order of appearance; a hash over a few small integers
+    if (seen == np.arange(len(seen))).all():
+        return codes.astype(np.int64), categories[: len(seen)]
     lookup = np.full(len(categories), -1, dtype=np.int64)
-    lookup[used] = np.arange(len(used), dtype=np.int64)
-    return lookup[codes], categories[used]
+    lookup[seen] = np.arange(len(seen), dtype=np.int64)
+    return lookup[codes], categories[seen]
 
 
-def _factorize_int(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Dense codes for int64 keys, labels sorted ascending (a lookup table when the range is small)."""
-    values = values.astype(np.int64, copy=False)
-    if len(values) == 0:
-        return values, values
-    bottom, top = int(values.min()), int(values.max())
-    if top - bottom < 4 * len(values) + 1024:
+def _factorize_int(values: np.ndarray, extra: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Dense codes for int64 keys, labels sorted ascending (a lookup table when the range is small).
+
+    ``extra`` values join the labels without codes of their own (ranks listed but without rows).
+    """
+    extra = np.zeros(0, dtype=np.int64) if extra is None else np.asarray(extra, dtype=np.int64)
+    ends = [int(v) for a in (values, extra) if len(a) for v in (a.min(), a.max())]
+    if not ends:
+        return values.astype(np.int64), values.astype(np.int64)
+    bottom, top = min(ends), max(ends)
+    if bottom == top:  # one value (one run, one piece): nothing to look up
+        return np.zeros(len(values), dtype=np.int64), np.asarray([bottom], dtype=np.int64)
+    if top - bottom < 4 * (len(values) + len(extra)) + 1024:
+        shifted = values - bottom
         present = np.zeros(top - bottom + 1, dtype=bool)
-        present[values - bottom] = True
+        present[shifted] = True
+        present[extra - bottom] = True
         labels = np.flatnonzero(present) + bottom
         lookup = np.cumsum(present) - 1
-        return lookup[values - bottom], labels
-    labels, codes = np.unique(values, return_inverse=True)
-    return codes.astype(np.int64), labels.astype(np.int64)
+        return lookup[shifted], labels
+    labels, codes = np.unique(np.concatenate([values.astype(np.int64), extra]), return_inverse=True)
+    return codes[: len(values)].astype(np.int64), labels.astype(np.int64)
 
 
 def _group_reduce(
