@@ -181,3 +181,23 @@ def test_step_times_leave_out_warmup_and_evaluation():
     assert table.loc[0, "steps"] == 3
     assert table.loc[0, "mean_ms"] == pytest.approx((30 + 30 + 50) / 3)
     assert table.loc[0, "median_ms"] == pytest.approx(30)
+
+
+def test_interval_figure_draws_lines_per_thread_count_and_reference_levels():
+    from workbench.figures import interval_figure
+
+    runs = pd.DataFrame(
+        {
+            "source": ["contested"] * 4 + ["memory", "tf.data"],
+            "threads": [1, 1, 4, 4, 0, 4],
+            "interval": [1, 16, 1, 16, 1, 1],
+            "step_ms": [190.0, 12.0, 55.0, 11.5, 13.0, 101.0],
+        }
+    )
+    fig = interval_figure(runs)
+    traces = {trace.name: (list(trace.x), list(trace.y)) for trace in fig.data}
+    assert traces["queue, 1 enqueue thread"] == ([1, 16], [190.0, 12.0])
+    assert traces["queue, 4 enqueue threads"] == ([1, 16], [55.0, 11.5])
+    assert traces["data in memory: 13 ms"] == ([1, 16], [13.0, 13.0])  # in ms, across the plotted k
+    assert traces["tf.data, 4 parallel reads: 101 ms"] == ([1, 16], [101.0, 101.0])
+    assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
