@@ -235,7 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     allreduce.add_argument("--json", action="store_true")
     allreduce.set_defaults(handler=_cmd_bench_allreduce)
     overhead = bench_sub.add_parser("overhead", help="training throughput with and without recording")
-    overhead.add_argument("--repetitions", type=int, default=20, help="paired blocks")
+    overhead.add_argument("--repetitions", type=int, default=120, help="paired blocks (120 resolve 1 %%)")
     overhead.add_argument("--steps", type=int, default=100, help="steps per block")
     overhead.add_argument("--json", action="store_true")
     overhead.set_defaults(handler=_cmd_bench_overhead)

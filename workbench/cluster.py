@@ -40,6 +40,8 @@ from workbench.config import ClusterConfig, ConfigError, physical_cores
 log = logging.getLogger(__name__)
 #: The signal that makes an engine write every thread's Python stack (``faulthandler``), without stopping it.
 STACK_SIGNAL = signal.SIGUSR2
+#: How long a diagnosis waits for mpiexec to name the rank that died and its signal.
+LAUNCHER_WAIT_S = 8.0
 #: Process states that mean a rank can no longer take part.
 ENDED_STATES = ("gone", "zombie", "dead")
 
@@ -474,19 +476,30 @@ class Cluster(AsyncFirst):
     ) -> faults.Failure | None:
         """Which rank failed first and how (``faults.diagnose``), from the launcher, the processes and the store.
 
-        When a rank's process has ended, waits up to 5 s for mpiexec to exit: its message names the
-        first rank and the signal or exit code.
+        When a rank's process has ended, waits up to ``LAUNCHER_WAIT_S`` for mpiexec to say which rank
+        died first and how (its message names the rank and the signal or exit code).
         """
         states = self.rank_states()
         ended = any(state in ENDED_STATES for state in states.values())
-        exit_data = self.launcher_exit(wait_s=5.0 if ended or (error is not None and "died" in str(error)) else 0.0)
+        seen_at = time.time()
+        deadline = time.monotonic() + (LAUNCHER_WAIT_S if ended or (error is not None and "died" in str(error)) else 0)
+        while True:  # mpiexec names the first rank and its signal once it has noticed; it may take seconds
+            exit_data = self.launcher_exit()
+            if faults.launcher_deaths(self.launcher_output(), self.rank_pids):
+                break
+            if exit_data is not None:
+                time.sleep(0.5)  # its last words reach the output file after it exits
+                break
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.2)
         last = {}
         if run_path is not None:
             try:
                 last = faults.last_events(run_path)
             except Exception:
                 last = {}
-        return faults.diagnose(
+        failure = faults.diagnose(
             launcher_output=self.launcher_output(),
             exit_data=exit_data,
             error=error,
@@ -494,6 +507,10 @@ class Cluster(AsyncFirst):
             rank_pids=self.rank_pids,
             last_event_ns=last,
         )
+        if failure is not None and failure.detected_after_s is None and ended:
+            # no nanny timestamp: count from when this process saw the rank's process gone
+            failure = replace(failure, detected_after_s=round(time.time() - seen_at, 2))
+        return failure
 
     def stacks(self, timeout_s: float = 5.0) -> dict[int, str]:
         """Every rank's current Python stack (all threads), without stopping the ranks.
@@ -645,6 +662,7 @@ class RunWatch:
         self._last_event_ns: dict[int, int] = {}
         self._next_stall_check = time.monotonic() + stall_every_s
         self._error: faults.RankFailedError | None = None
+        self._flagged: dict[int, float] = {}  # rank -> when it was first seen stalled
 
     def diagnose(self, error: BaseException | None = None) -> faults.Failure | None:
         """The failure behind ``error`` (or behind a rank that ended), once; later calls return the same."""
@@ -698,6 +716,9 @@ class RunWatch:
         stalls: list[faults.Stall] = []
         if any(value >= self.stall_after_s for value in silent.values()):
             stalls = faults.find_stalls(silent, self.cluster.rank_processes(), self.stall_after_s)
+            # a rank once seen waiting for a stalled one is waiting, not stuck (a CPU reading can mislead)
+            waiting = {rank for stall in self.stalls for rank in stall.waiting}
+            stalls = [stall for stall in stalls if stall.rank not in waiting or stall.state == "process stopped"]
             # a stalled rank stays stalled until it records again (one CPU reading may miss the waiting rank)
             named = {stall.rank for stall in stalls}
             stalls += [
@@ -705,7 +726,9 @@ class RunWatch:
                 for stall in self.stalls
                 if stall.rank not in named and silent.get(stall.rank, 0.0) >= self.stall_after_s
             ]
-            stalls.sort(key=lambda stall: stall.rank)
+            stalls.sort(key=lambda stall: (self._flagged.get(stall.rank, time.time()), stall.rank))
+        for stall in stalls:
+            self._flagged.setdefault(stall.rank, time.time())
         warnings = faults.horovod_stall_warnings(self.cluster.launcher_output()) if stalls else []
         if [s.rank for s in stalls] == [s.rank for s in self.stalls] and not stalls:
             return

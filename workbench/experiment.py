@@ -434,9 +434,13 @@ class Experiment:
         else:
             candidates = {}
             for meta_file in sorted((self.out / "runs").glob("*/run.json")):
-                experiment = self._read_meta(meta_file.parent).get("experiment", {})
-                if experiment.get("case") == self.case.name and experiment.get("preset") == self.preset:
-                    candidates[experiment.get("point", "")] = meta_file.parent
+                meta = self._read_meta(meta_file.parent)
+                experiment = meta.get("experiment", {})
+                key = experiment.get("point", "")
+                # run ids of one second sort at random: a failed run must not hide a finished one
+                ours = experiment.get("case") == self.case.name and experiment.get("preset") == self.preset
+                if ours and (key not in candidates or meta.get("status") == "finished"):
+                    candidates[key] = meta_file.parent
         found = {}
         for key, path in candidates.items():
             meta = self._read_meta(path)

@@ -212,6 +212,11 @@ def diagnose(
             source = "exception"
     if rank is None and not died:
         return None
+    code = (exit_data or {}).get("exit_code")
+    if source in ("nanny", "process") and isinstance(code, int) and code not in (0, 1) and "stopped" not in cause:
+        # mpiexec exits with the first failed rank's status: 128 + N for a signal N
+        how = f"was killed by signal {code - 128} ({signal_name(code - 128)})" if 128 < code < 193 else "exited"
+        cause = f"{how} (mpiexec's exit code {code})"
     if exit_data:
         details.append(f"launcher exit data: {dict(exit_data)}")
     if died:

@@ -59,7 +59,7 @@ def compare_command(
     )
     header_a, header_b = analysis.run_header(first.meta), analysis.run_header(second.meta)
     if html is not None:
-        path = write_comparison_report(html, comparison, header_a, header_b)
+        path = write_comparison_report(html, comparison, header_a, header_b, run_paths=(first.path, second.path))
         if not as_json:
             print(f"report: {path}")
     if as_json:
@@ -420,11 +420,19 @@ def write_analysis_report(path: str | Path, result: RunAnalysis, run: Run) -> Pa
 
 
 def write_comparison_report(
-    path: str | Path, comparison: pd.DataFrame, header_a: Mapping[str, Any], header_b: Mapping[str, Any]
+    path: str | Path,
+    comparison: pd.DataFrame,
+    header_a: Mapping[str, Any],
+    header_b: Mapping[str, Any],
+    *,
+    run_paths: Sequence[str | Path] = (),
 ) -> Path:
-    """The comparison as one self-contained HTML file: both headers, the diverging bars, the tables."""
+    """The comparison as one self-contained HTML file: both headers, the diverging bars, the tables.
+
+    ``run_paths`` (A, B) head the report with the runs' metadata (host, cores, versions, ranks).
+    """
     from workbench import figures
-    from workbench.report import write_report
+    from workbench.report import run_metadata, write_report
 
     runs = "\n".join(
         f"- {line.strip()}" for line in [*format_header(header_a, label="A"), *format_header(header_b, label="B")]
@@ -435,6 +443,7 @@ def write_comparison_report(
     totals = comparison[comparison["scope"] != SCOPE_RANK].drop(columns="scope")
     return write_report(
         path,
+        metadata=run_metadata(run_paths) if run_paths else None,
         title=f"workbench compare: {header_a.get('run_id')} vs {header_b.get('run_id')}",
         sections=[
             ("Runs", runs),

@@ -7,9 +7,9 @@ runs it with the menu *Run > Run All Cells* and then reads what the browser drew
 * the live timeline shows bars of both ranks (``g.trace.bars path`` in the DOM, y tick labels);
 * screenshots are kept at ``artifacts/browser/dashboard.png`` (and ``dashboard-80k.png``);
 * no Traceback anywhere in the outputs, the dashboard's own error line is empty, the cluster stops.
-* **first figure**: the dashboard's first plotly figure is on screen within ``FIRST_FIGURE_S`` of its
-  status line (the cell has started and the widgets render): plotly's widget bundle is sent once
-  per kernel (``workbench.widgets.figure``), not once per figure.
+* **first figure**: the dashboard's first plotly figure is on screen within ``FIRST_FIGURE_S`` of
+  its cell's start: plotly's widget bundle is sent once per kernel (``workbench.widgets.figure``),
+  not once per figure.
 
 It also measures, in that browser (written to ``artifacts/browser/measurements.json``):
 
@@ -47,7 +47,7 @@ from workbench.cluster import reap_processes
 pytestmark = pytest.mark.browser
 
 CHROMIUM = Path("/usr/bin/chromium")
-#: Seconds from the dashboard's status line on screen to its first figure (issue 19 asks for <= 3 s).
+#: Seconds from the dashboard cell's start to its first figure on screen (issue 19 asks for <= 3 s).
 FIRST_FIGURE_S = 3.0
 HERE = Path(__file__).resolve().parent
 NOTEBOOK = HERE / "dashboard_job.ipynb"
@@ -75,14 +75,15 @@ LAB_SETTINGS = {
 
 # Counts the live timeline's bars every 10 ms; remembers when the first bar appeared (firstBars) and
 # when the k-th bar of the watched colour first appeared (first[k-1]), in ms since the epoch.
-JS_WATCH = """([cell, fill]) => {
-  const wb = window.__wb = {first: [], firstBars: null, cellStart: null, widget: null, figure: null, timer: 0};
+JS_WATCH = r"""([cell, fill]) => {
+  const wb = window.__wb = {first: [], firstBars: null, cellStart: null, figure: null, timer: 0};
   wb.timer = setInterval(() => {
     const c = document.querySelectorAll('.jp-Notebook .jp-Cell')[cell];
     const now0 = Date.now();
-    const prompt = c && c.querySelector('.jp-InputPrompt');
-    if (wb.cellStart === null && prompt && prompt.textContent.includes('*')) wb.cellStart = now0;
-    if (wb.widget === null && c && c.querySelector('.widget-html-content')) wb.widget = now0;
+    // the cell starts when the one before it has finished (Run All marks every queued cell [*] at once)
+    const before = document.querySelectorAll('.jp-Notebook .jp-Cell')[cell - 1];
+    const prompt = before && before.querySelector('.jp-InputPrompt');
+    if (wb.cellStart === null && prompt && /\[\d+\]/.test(prompt.textContent)) wb.cellStart = now0;
     if (wb.figure === null && c && c.querySelector('.js-plotly-plot .main-svg')) wb.figure = now0;
     const plot = c && c.querySelector('.js-plotly-plot');
     if (!plot) return;
@@ -249,6 +250,17 @@ def keep_failure(context: Any) -> None:
             print(f"could not keep the failing page {index}: {error!r}")
 
 
+def accept_kernel_dialog(page: Any, wait_s: float = 2.0) -> None:
+    """Accept JupyterLab's "Select Kernel" dialog (the default Python 3 kernel) if it shows up."""
+    accept = page.locator(".jp-Dialog .jp-mod-accept")
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        if accept.count() and accept.first.is_visible():
+            accept.first.click()
+            return
+        time.sleep(0.1)
+
+
 def test_dashboard_in_jupyterlab(tmp_path: Path) -> None:
     """Run the job notebook in headless Chromium; check the drawn timeline; measure latency and redraw."""
     if not CHROMIUM.exists():
@@ -285,6 +297,7 @@ def test_dashboard_in_jupyterlab(tmp_path: Path) -> None:
                 page.wait_for_selector(".jp-Notebook .jp-Cell >> nth=5", timeout=90_000)
                 page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=90_000)
                 page.evaluate(JS_WATCH, [LIVE_CELL, rgb(PHASE_COLOURS["checkpoint"])])
+                accept_kernel_dialog(page)  # JupyterLab sometimes asks which kernel; Run All then does nothing
 
                 page.locator(".lm-MenuBar-item", has_text="Run").first.click()
                 page.locator(".lm-Menu-item[data-command='runmenu:run-all']").click()
@@ -331,9 +344,9 @@ def test_dashboard_in_jupyterlab(tmp_path: Path) -> None:
                 (run_dir,) = (root / "runs").iterdir()
                 latencies, first_end_ms = marker_latencies_ms(run_dir, watched["first"])
                 assert all(latency > 0 for latency in latencies), latencies
-                assert None not in (watched["widget"], watched["figure"]), watched
-                first_figure_s = (watched["figure"] - watched["widget"]) / 1e3
-                assert first_figure_s <= FIRST_FIGURE_S, f"first figure {first_figure_s:.1f} s after the status line"
+                assert None not in (watched["cellStart"], watched["figure"]), watched
+                first_figure_s = (watched["figure"] - watched["cellStart"]) / 1e3
+                assert first_figure_s <= FIRST_FIGURE_S, f"first figure {first_figure_s:.1f} s after its cell started"
 
                 # redraw of 8 x 10 000 spans: hook afterplot on the second dashboard, then say go
                 wait_for(
@@ -423,10 +436,9 @@ def test_dashboard_in_jupyterlab(tmp_path: Path) -> None:
             "first_figure": {
                 "definition": (
                     "browser Date.now() (polled every 10 ms) when the live cell's dashboard first shows a plotly "
-                    "figure, after the cell's prompt turned [*] (cell start) and after its status line appeared"
+                    "figure, minus when the cell started (the cell before it got its execution count)"
                 ),
-                "after_cell_start_s": round((watched["figure"] - watched["cellStart"]) / 1e3, 2),
-                "after_status_line_s": round((watched["figure"] - watched["widget"]) / 1e3, 2),
+                "after_cell_start_s": round(first_figure_s, 2),
             },
             "first_event_to_first_bars_s": round((watched["firstBars"] - first_end_ms) / 1e3, 2),
             "run_all_to_first_bars_s": round(first_bars - run_all, 1),

@@ -32,21 +32,34 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])  # engines cannot im
 CEILING_S = 120.0
 
 
-def allreduce_steps(run_path: str, *, steps: int, sleep_rank: int = -1, sleep_s: float = 0.0) -> dict[str, Any]:
-    """Recorded steps of one small MPI allreduce each; ``sleep_rank`` sleeps ``sleep_s`` before step 5."""
+def allreduce_steps(
+    run_path: str, *, steps: int, sleep_rank: int = -1, sleep_s: float = 0.0, backend: str = "mpi"
+) -> dict[str, Any]:
+    """Recorded steps of one small allreduce each (MPI or Horovod); ``sleep_rank`` sleeps ``sleep_s`` before step 5."""
     from mpi4py import MPI
 
     from workbench.recorder import Recorder
 
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
+    if backend == "horovod":
+        import horovod.tensorflow as hvd
+        import tensorflow as tf
+
+        hvd.init()
+
+        def reduce(value: int) -> Any:
+            return hvd.allreduce(tf.constant(float(value)), op=hvd.Sum, name="step")
+
+    else:
+        reduce = comm.allreduce
     with Recorder(run_path, flush_interval_s=0.1) as recorder:
         for step in range(steps):
             recorder.step = step
             if step == 5 and rank == sleep_rank:
                 time.sleep(sleep_s)
             with recorder.phase("communication", "allreduce"):
-                comm.allreduce(step)
+                reduce(step)
             time.sleep(0.02)
     return {"rank": rank, "steps": steps}
 
@@ -56,6 +69,7 @@ class FaultSettings:
     steps: int = 100_000
     sleep_rank: int = -1
     sleep_s: float = 0.0
+    backend: str = "mpi"
 
 
 class FaultCase(Case):
@@ -70,7 +84,12 @@ class FaultCase(Case):
         return [Point.of(max_ranks, {"steps": settings.steps})]
 
     def workload_kwargs(self, settings: FaultSettings, point: Point) -> dict[str, Any]:
-        return {"steps": settings.steps, "sleep_rank": settings.sleep_rank, "sleep_s": settings.sleep_s}
+        return {
+            "steps": settings.steps,
+            "sleep_rank": settings.sleep_rank,
+            "sleep_s": settings.sleep_s,
+            "backend": settings.backend,
+        }
 
     def row(self, run: Run, point: Point, settings: FaultSettings) -> dict[str, Any]:
         return {"events": len(run.events)}
@@ -123,8 +142,9 @@ def own_cluster():
         _assert_nothing_left(cluster, pids, cluster_id)
 
 
-def test_killed_rank_is_named_within_seconds_and_its_events_are_kept(own_cluster, tmp_path):
-    experiment = Experiment(FaultCase(), ranks=2, out=tmp_path)
+@pytest.mark.parametrize("backend", ["mpi", "horovod"])
+def test_killed_rank_is_named_within_seconds_and_its_events_are_kept(own_cluster, tmp_path, backend):
+    experiment = Experiment(FaultCase(), ranks=2, out=tmp_path, backend=backend)
     live = experiment.start(own_cluster, experiment.plan()[0])
     _wait_for(
         lambda: (
@@ -142,18 +162,24 @@ def test_killed_rank_is_named_within_seconds_and_its_events_are_kept(own_cluster
     meta = read_run_meta(live.run_path)
     assert meta["status"] == "failed"
     failure = meta["failure"]
-    assert failure["rank"] == 1 and failure["source"] == "launcher" and "SIGKILL" in failure["cause"]
+    # mpiexec's line when it reached its output in time, else its exit code 137 = 128 + SIGKILL
+    assert (
+        failure["rank"] == 1 and failure["source"] in ("launcher", "nanny", "process") and "SIGKILL" in failure["cause"]
+    )
     assert failure["last_event_ns"] is not None and failure["last_event_ns"] <= time.time_ns()
+    assert failure["detected_after_s"] is not None and 0 <= failure["detected_after_s"] < 10
     assert raised.value.failure.rank == 1
     manifest = json.loads((tmp_path / "sweep.json").read_text())
     assert manifest["points"][experiment.plan()[0].key]["failure"]["rank"] == 1
     after = _events_per_rank(live.run_path)
     assert all(after[rank] >= before[rank] for rank in before)  # every flushed event stays readable
-    print(f"\nkill -9 rank 1: RankFailedError after {detected_s:.2f} s ({failure})")
+    print(f"\n{backend}: kill -9 rank 1: RankFailedError after {detected_s:.2f} s ({failure})")
 
 
-def test_hung_rank_is_a_stall_with_stacks_then_a_timeout(own_cluster, tmp_path):
-    experiment = Experiment(FaultCase(), ranks=2, out=tmp_path, steps=40, sleep_rank=1, sleep_s=3600.0)
+@pytest.mark.parametrize("backend", ["mpi", "horovod"])
+def test_hung_rank_is_a_stall_with_stacks_then_a_timeout(own_cluster, tmp_path, backend):
+    settings = {"steps": 40, "sleep_rank": 1, "sleep_s": 3600.0, "backend": backend}
+    experiment = Experiment(FaultCase(), ranks=2, out=tmp_path, **settings)
     live = experiment.start(own_cluster, experiment.plan()[0], timeout_s=45, stall_after_s=3)
     outcome: dict[str, BaseException] = {}
 
@@ -184,7 +210,10 @@ def test_hung_rank_is_a_stall_with_stacks_then_a_timeout(own_cluster, tmp_path):
     saved = (live.run_path / "stacks.txt").read_text()
     assert "=== rank 0 ===" in saved and "=== rank 1 ===" in saved and "allreduce_steps" in saved
     assert own_cluster.client is None  # the ranks were stopped
-    print(f"\nrank 1 asleep: stall in run.json after {stall_s:.1f} s (stall_after_s=3); timeout at {timeout_s:.1f} s")
+    print(
+        f"\n{backend}: rank 1 asleep: stall in run.json after {stall_s:.1f} s (stall_after_s=3); "
+        f"timeout at {timeout_s:.1f} s"
+    )
 
 
 def test_stopped_rank_is_a_stall_and_goes_on_when_continued(own_cluster, tmp_path):

@@ -101,6 +101,10 @@ def test_without_the_launcher_the_process_states_decide():
     assert stopped is not None and stopped.rank == 1 and "stopped" in stopped.cause
     gone = diagnose(rank_states={0: "gone", 1: "sleeping"})
     assert gone is not None and (gone.rank, gone.source) == (0, "process")
+    killed = diagnose(rank_states={0: "sleeping", 1: "gone"}, exit_data={"exit_code": 137})
+    assert (
+        killed is not None and killed.message() == "rank 1 was killed by signal 9 (SIGKILL) (mpiexec's exit code 137)"
+    )
     assert diagnose(rank_states={0: "running", 1: "sleeping"}) is None
 
 
@@ -175,3 +179,20 @@ def last_events_of(run_path):
     from workbench.faults import last_events
 
     return last_events(run_path)
+
+
+def test_dashboard_banner_shows_a_stall_then_the_failure(tmp_path):
+    from workbench.store import RunTail, create_run, update_run_meta
+    from workbench.widgets import Dashboard
+
+    run_path = create_run(tmp_path, "banner", ranks=2)
+    stall = find_stalls({1: 12.0}, {0: ("running", 99.0), 1: ("sleeping", 0.0)}, 10)[0]
+    update_run_meta(run_path, stall={"ranks": [stall.as_dict()], "horovod": []})
+    dashboard = Dashboard(RunTail(run_path))
+    assert dashboard.status_text().startswith("STALL: rank 1 has recorded nothing for 12 s (idle, 0 % CPU)")
+    assert "cluster.stacks()" in dashboard.status_text()
+    failure = Failure(rank=1, cause="was killed by signal 9 (SIGKILL)", source="launcher")
+    update_run_meta(run_path, status="failed", failure=failure.as_dict())
+    assert dashboard.status_text().startswith("FAILED: rank 1 was killed by signal 9 (SIGKILL)")
+    dashboard.update()
+    assert "#b00020" in dashboard.status.value

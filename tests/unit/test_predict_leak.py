@@ -97,6 +97,10 @@ def test_summarise_a_synthetic_run(tmp_path):
         assert (tmp_path / "out" / name).is_file()
     html = (tmp_path / "out" / "report.html").read_text()
     assert "Memory: predict" in html and "no leak" in html
+    # headed by its metadata; plotly.js once (compressed), the figures as data blocks
+    assert html.index('class="metadata"') < html.index("<h2>Verdicts</h2>")
+    assert "<th>case</th><td>predict-leak</td>" in html and "<th>host</th>" in html
+    assert html.count('id="plotlyjs-gz"') == 1 and html.count('class="figure-data"') == len(slopes)
     text = result.text()
     assert "`predict` still grows here" in text and "detector calls it a leak" in text
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["verdict"] == verdicts

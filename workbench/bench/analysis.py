@@ -143,6 +143,12 @@ import json, os, resource, sys, time
 os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[-1]})  # one core
 from workbench.analysis import findings, phase_breakdown, pop_metrics
 from workbench.store import Run
+def peak_rss():
+    # VmHWM starts afresh with exec; ru_maxrss would keep the parent's peak from before it
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 cpu = time.process_time()
 started = time.perf_counter()
 run = Run.load(sys.argv[1], categorical=sys.argv[2] == "categorical")
@@ -157,7 +163,7 @@ cpu = time.process_time() - cpu
 print(json.dumps({
     "events": len(run.events), "seconds": done - started, "cpu_seconds": cpu, "load_seconds": loaded - started,
     "breakdown_seconds": broken - loaded, "pop_seconds": popped - broken, "findings_seconds": done - popped,
-    "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+    "peak_rss": peak_rss(),
     "parallel_efficiency": float(pop["parallel_efficiency"].iloc[0]), "findings": list(found["kind"]),
 }))
 """

@@ -154,7 +154,7 @@ def recorder_costs(recorder: Any, steps_per_s: float, spans_per_step: tuple[int,
     return rows
 
 
-def run(repetitions: int = 20, steps: int = 100, batch: int = 64, warmup: int = 20) -> dict[str, Any]:
+def run(repetitions: int = 120, steps: int = 100, batch: int = 64, warmup: int = 20) -> dict[str, Any]:
     """Interleaved blocks (plain, recorded, recorded, plain, ...): the median of paired ratios.
 
     Short blocks alternated in ABBA order put plain and recorded steps side by side in time, so

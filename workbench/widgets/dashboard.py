@@ -35,9 +35,10 @@ from workbench.figures import (
     timeline_figure,
 )
 from workbench.figures.timeline import DEFAULT_MAX_SPANS
-from workbench.widgets.figure import figure_widget
+from workbench.widgets.figure import figure_widget, preload
 
 log = logging.getLogger(__name__)
+preload()  # in a kernel: plotly's widget bundle starts on its way to the browser now, not at the first figure
 
 WAITING = "waiting for the first events from the ranks…"
 #: Choices of the time-window slider: label -> seconds (0 = the whole run).

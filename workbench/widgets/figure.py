@@ -6,8 +6,10 @@ runs it again. A dashboard holds up to four figures and a notebook several dashb
 figure waited behind megabytes of repeated JavaScript. ``figure_widget()`` sends the bundle once:
 the first widget of the kernel carries it and leaves its module on ``globalThis``; every later
 widget carries a few lines that wait for that module and reuse it. The carrier is kept alive here,
-so a page reload restores it too. When the bundle's shape is not the expected one (another plotly
-version), ``figure_widget()`` falls back to a plain ``go.FigureWidget``.
+so a page reload restores it too; in a kernel it is made when ``workbench.widgets`` is imported
+(``preload``), so the browser loads the bundle while the notebook is still starting its ranks.
+When the bundle's shape is not the expected one (another plotly version), ``figure_widget()``
+falls back to a plain ``go.FigureWidget``.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ const shared = globalThis[key] ?? (await new Promise((resolve, reject) => {{
     if (globalThis[key]) {{ clearInterval(timer); resolve(globalThis[key]); }}
     else if (Date.now() - started > {WAIT_MS}) {{
       clearInterval(timer);
-      reject(new Error("plotly's widget bundle never arrived: re-run the cell that made the first figure"));
+      reject(new Error("plotly's widget bundle never arrived: re-run the cell that imports workbench.widgets"));
     }}
   }}, 20);
 }}));
@@ -69,6 +71,30 @@ def _classes() -> tuple[type, type] | None:
     return carrier, shared
 
 
+def in_kernel() -> bool:
+    """True inside a Jupyter kernel (where widgets reach a browser); False in scripts, tests and engines."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    kernel = getattr(shell, "kernel", None) if shell is not None else None
+    return kernel is not None and not type(kernel).__module__.startswith("ipyparallel")
+
+
+def preload() -> None:
+    """Send plotly's widget bundle to the browser now, before any figure is shown (in a kernel only).
+
+    A widget's model reaches the browser when it is made, displayed or not, so making the carrier
+    at import lets the browser load the bundle while the notebook starts its ranks; the first
+    dashboard's figure then only waits for its own data.
+    """
+    global _carrier
+    classes = _classes()
+    if classes is not None and in_kernel() and (_carrier is None or getattr(_carrier, "comm", None) is None):
+        _carrier = classes[0]()
+
+
 def figure_widget(*args: Any, **kwargs: Any) -> go.FigureWidget:
     """A ``go.FigureWidget`` that reuses the bundle the kernel's first one sent (see the module docstring)."""
     global _carrier
@@ -82,4 +108,4 @@ def figure_widget(*args: Any, **kwargs: Any) -> go.FigureWidget:
     return shared(*args, **kwargs)
 
 
-__all__ = ["GLOBAL_NAME", "carrier_source", "figure_widget"]
+__all__ = ["GLOBAL_NAME", "carrier_source", "figure_widget", "in_kernel", "preload"]

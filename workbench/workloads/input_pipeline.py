@@ -235,6 +235,10 @@ def train_on_rank(run_path: str, settings_dict: dict[str, Any]) -> dict[str, Any
     feed: QueueFeed | None = None
     tf_iterator = None
     in_memory: tuple[np.ndarray, np.ndarray] | None = None
+    # trace the step functions on a blank batch first (zero gradients change no weight), then start the
+    # readers: the queue starts empty when the clock starts, as after the first epochs of a long run
+    blank = (np.zeros((settings.batch, 28, 28, 1), np.float32), np.zeros(settings.batch, np.int64))
+    trace_before_timing(gradients, apply, *blank)
     if settings.source == "memory":
         with recorder.phase("input", "load_into_memory"):
             starts = range(0, batches.count - settings.batch + 1, settings.batch)
@@ -270,9 +274,6 @@ def train_on_rank(run_path: str, settings_dict: dict[str, Any]) -> dict[str, Any
     def allreduce(grads: Any) -> Any:
         return hvd.grouped_allreduce(list(grads), op=hvd.Average) if size > 1 else grads
 
-    # trace the step functions on a blank batch before the clock starts (zero gradients change no weight)
-    blank = (np.zeros((settings.batch, 28, 28, 1), np.float32), np.zeros(settings.batch, np.int64))
-    trace_before_timing(gradients, apply, *blank)
     comm.Barrier()
     started = time.perf_counter()
     step, fresh, accuracy_at_fresh, accuracy_at_fresh_s = 0, 0, float("nan"), float("nan")
