@@ -26,7 +26,6 @@ Training runs for ``seconds`` of wall time (ranks agree when to stop), so every 
 
 from __future__ import annotations
 
-import gc
 import queue
 import threading
 import time
@@ -188,19 +187,10 @@ def train_on_rank(run_path: str, settings_dict: dict[str, Any]) -> dict[str, Any
 
     from workbench.datasets.mnist import load_mnist_idx
     from workbench.recorder import Recorder
-    from workbench.workloads.training import broadcast_weights, step_functions, trace_before_timing
+    from workbench.workloads.training import broadcast_weights, fresh_rank, step_functions, trace_before_timing
 
     settings = PipelineSettings.from_dict(settings_dict)
-    # engines are long-lived: drop the previous point's models and graphs before timing this one
-    tf.keras.backend.clear_session()
-    gc.collect()
-    comm = MPI.COMM_WORLD
-    rank, size = comm.Get_rank(), comm.Get_size()
-    if size > 1:
-        import horovod.tensorflow as hvd
-
-        hvd.init()
-    tf.random.set_seed(settings.seed)
+    comm, rank, size, hvd = fresh_rank(settings.seed)
     folder = data_folder(settings)
     test = load_mnist_idx(folder)  # evaluation data are read directly: they are not what is measured
     x_test = test.x_test[rank::size].reshape(-1, 28, 28, 1).astype(np.float32)

@@ -16,7 +16,6 @@ input is timed apart from compute; the gradient averaging is what ``hvd.Distribu
 
 from __future__ import annotations
 
-import gc
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -122,19 +121,10 @@ def train_on_rank(run_path: str, settings_dict: dict[str, Any]) -> dict[str, Any
     from mpi4py import MPI
 
     from workbench.recorder import Recorder
-    from workbench.workloads.training import broadcast_weights, step_functions, trace_before_timing
+    from workbench.workloads.training import broadcast_weights, fresh_rank, step_functions, trace_before_timing
 
     settings = PopSettings(**settings_dict)
-    # engines are long-lived: drop the previous point's models and graphs before timing this one
-    tf.keras.backend.clear_session()
-    gc.collect()
-    comm = MPI.COMM_WORLD
-    rank, size = comm.Get_rank(), comm.Get_size()
-    if size > 1:
-        import horovod.tensorflow as hvd
-
-        hvd.init()
-    tf.random.set_seed(settings.seed)
+    comm, rank, size, hvd = fresh_rank(settings.seed)
     images, labels = load_patches(settings)
     test_images = np.tile(images, (-(-settings.test_samples // len(images)), 1, 1, 1))[: settings.test_samples]
     test_labels = np.tile(labels, (-(-settings.test_samples // len(labels)), 1))[: settings.test_samples]

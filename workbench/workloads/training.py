@@ -41,3 +41,26 @@ def trace_before_timing(gradients: Callable[..., Any], apply: Callable[..., Any]
     import tensorflow as tf
 
     apply([tf.zeros_like(g) for g in gradients(x, y)[1]])
+
+
+def fresh_rank(seed: int) -> tuple[Any, int, int, Any]:
+    """Start a point on a long-lived engine: drop the previous point's models, join MPI, Horovod when > 1 rank.
+
+    Returns ``(comm, rank, size, hvd)`` with ``hvd`` None on a single rank.
+    """
+    import gc
+
+    import tensorflow as tf
+    from mpi4py import MPI
+
+    tf.keras.backend.clear_session()
+    gc.collect()
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    hvd = None
+    if size > 1:
+        import horovod.tensorflow as hvd
+
+        hvd.init()
+    tf.random.set_seed(seed)
+    return comm, rank, size, hvd
