@@ -25,6 +25,7 @@ from workbench.analysis.findings import (
 )
 from workbench.analysis.input import input_bound_level, input_findings, input_share, queue_exhaustion, step_times
 from workbench.analysis.memory import memory_growth, memory_skew, memory_summary
+from workbench.analysis.method import BenchmarkMethod, measured_step_seconds, scaling_efficiency
 from workbench.analysis.pop import pop_metrics, pop_scaling, useful_phase_set
 from workbench.analysis.run_analysis import (
     RunAnalysis,
@@ -57,6 +58,7 @@ from workbench.events import GOOD_EFFICIENCY, phase_order, rank_list
 
 __all__ = [
     "GOOD_EFFICIENCY",
+    "BenchmarkMethod",
     "IoOverhead",
     "RunAnalysis",
     "WhatIf",
@@ -78,6 +80,7 @@ __all__ = [
     "json_records",
     "lane_table",
     "lateness_summary",
+    "measured_step_seconds",
     "memory_growth",
     "memory_skew",
     "memory_summary",
@@ -93,6 +96,7 @@ __all__ = [
     "rank_list",
     "rank_wall_time",
     "run_header",
+    "scaling_efficiency",
     "scaling_table",
     "step_spans",
     "step_throughput",
