@@ -53,6 +53,7 @@ CASE_MODULES: dict[str, str] = {
     "predict-leak": "workbench.cases.predict_leak",
     "input-pipeline": "workbench.cases.input_pipeline",
     "pop-scaling": "workbench.cases.pop_scaling",
+    "ps-vs-allreduce": "workbench.cases.ps_vs_allreduce",
 }
 
 
@@ -194,6 +195,11 @@ class Case:
     def healthy(self, summary: Mapping[str, Any]) -> bool:
         """False when the result cannot be trusted (``workbench run`` then exits 1)."""
         return True
+
+    def stall_after_s(self, point: Point) -> float | None:
+        """Silence (s) after which a rank of this point is reported stalled; None where the engines are
+        idle by design (the point's work runs in processes the engines start, as a PS job does)."""
+        return 30.0
 
     # -- progress inside a point (optional)
     def progress_units(self, settings: Any, point: Point) -> tuple[int, str] | None:
@@ -474,14 +480,22 @@ class Experiment:
 
     # -- running
     def start(
-        self, cluster: Any, point: Point | str, *, timeout_s: float | None = None, stall_after_s: float | None = 30.0
+        self,
+        cluster: Any,
+        point: Point | str,
+        *,
+        timeout_s: float | None = None,
+        stall_after_s: float | str | None = "case",
     ) -> PointRun:
         """Start one point on ``cluster`` without blocking; returns its run directory and handle.
 
         ``stall_after_s``: a rank silent that long while others wait is reported (``run.json``
-        ``stall``); ``timeout_s``: the ranks are stopped after that long, stacks saved beside the run.
+        ``stall``; ``"case"``: what the case says for this point, None: never); ``timeout_s``: the
+        ranks are stopped after that long, stacks saved beside the run.
         """
         point = self.point(point) if isinstance(point, str) else point
+        if stall_after_s == "case":
+            stall_after_s = self.case.stall_after_s(point)
         if cluster.n != point.ranks:
             raise ExperimentError(f"point {point.key} needs {point.ranks} ranks but the cluster has {cluster.n}")
         for field_name, value in self.case.cluster_overrides(self.settings, point).items():

@@ -14,6 +14,7 @@ from workbench.figures.heatmap import heatmap_figure
 from workbench.figures.input import interval_figure
 from workbench.figures.memory import memory_figure
 from workbench.figures.pop_table import POP_COLOURS, pop_colour, pop_table_figure
+from workbench.figures.ps import efficiency_figure, ps_load_figure
 from workbench.figures.scaling import scaling_figure
 from workbench.figures.style import PHASE_ORDER, colours_for, phase_order
 from workbench.figures.timeline import decimate_spans, spans_frame, timeline_figure
@@ -26,12 +27,14 @@ __all__ = [
     "comparison_figure",
     "counter_figure",
     "decimate_spans",
+    "efficiency_figure",
     "heatmap_figure",
     "interval_figure",
     "memory_figure",
     "phase_order",
     "pop_colour",
     "pop_table_figure",
+    "ps_load_figure",
     "scaling_figure",
     "spans_frame",
     "timeline_figure",

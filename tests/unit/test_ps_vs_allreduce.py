@@ -1,0 +1,124 @@
+"""The PS-vs-allreduce case's pure parts on hand-computed examples; the PS job's failure on real processes."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pandas as pd
+import pytest
+
+from workbench.analysis import ps_load
+from workbench.cases.ps_vs_allreduce import (
+    CASE,
+    best_configurations,
+    confirmed_on_real,
+    io_overhead_table,
+    phase_per_step,
+)
+from workbench.workloads.ps_vs_allreduce import InceptionSettings
+
+
+def test_round_robin_ignores_size_and_greedy_balances():
+    sizes = [100, 1, 100, 1]  # weights, bias, weights, bias: the seed's backup slide
+    assert ps_load.round_robin(sizes, 2) == [0, 1, 0, 1]
+    assert ps_load.greedy(sizes, 2) == [0, 1, 1, 0]
+    table = ps_load.placements(sizes, 2)
+    rr = table[table["placement"] == "round-robin"].set_index("ps")
+    assert rr.loc[0, "bytes"] == 200 and rr.loc[1, "bytes"] == 2
+    assert rr.loc[0, "bytes_per_step"] == 400  # pulled and pushed once per worker step
+    imbalance = ps_load.imbalance(table).set_index("placement")["imbalance"]
+    assert imbalance["round-robin"] == pytest.approx(200 / 101)
+    assert imbalance["greedy"] == pytest.approx(1.0)
+
+
+def test_sharded_cuts_large_variables_over_the_tasks():
+    shards = ps_load.sharded([1 << 20, 10], 2, min_shard_bytes=256 << 10)
+    assert shards[0] == [(0, 1 << 19), (1, 1 << 19)]
+    assert shards[1] == [(0, 10)]
+    with pytest.raises(ValueError, match="at least one parameter server"):
+        ps_load.round_robin([1], 0)
+
+
+def test_phase_per_step_leaves_out_warmup():
+    rows = []
+    for rank in (0, 1):
+        for step in range(3):
+            base = step * 100_000_000
+            rows += [
+                {"rank": rank, "step": step, "phase": "input", "start_ns": base, "end_ns": base + 1_000_000},
+                {"rank": rank, "step": step, "phase": "compute", "start_ns": base, "end_ns": base + 60_000_000},
+                {"rank": rank, "step": step, "phase": "communication", "start_ns": base, "end_ns": base + 20_000_000},
+            ]
+    rows[1]["end_ns"] = 10_000_000_000  # a 10 s first step (tracing) must not count
+    steps = phase_per_step(pd.DataFrame(rows), warmup_steps=1)
+    assert steps["compute_ms"] == pytest.approx(60.0)
+    assert steps["comm_ms"] == pytest.approx(20.0)
+    assert steps["input_ms"] == pytest.approx(1.0)
+    assert steps["comm_share"] == pytest.approx(20 / 81)
+
+
+def efficiency_rows() -> pd.DataFrame:
+    rows = [
+        ("allreduce", "synthetic", 1, 0, "", 30.0),
+        ("allreduce", "synthetic", 2, 0, "", 50.0),
+        ("allreduce", "real", 2, 0, "", 40.0),
+        ("ps", "synthetic", 2, 1, "round-robin", 20.0),
+        ("ps", "synthetic", 2, 2, "round-robin", 25.0),
+        ("ps", "real", 2, 2, "round-robin", 24.0),
+        ("ps", "real", 2, 1, "round-robin", 19.0),
+    ]
+    frame = pd.DataFrame(rows, columns=["scheme", "data", "workers", "ps", "placement", "images_per_s"])
+    return frame.assign(ci_low=frame["images_per_s"] - 1, ci_high=frame["images_per_s"] + 1)
+
+
+def test_search_on_synthetic_then_confirm_on_real():
+    best = best_configurations(efficiency_rows())
+    ps_best = best[best["scheme"] == "ps"].iloc[0]
+    assert (ps_best["workers"], ps_best["ps"]) == (2, 2)  # 25 > 20 images/s
+    real = confirmed_on_real(efficiency_rows(), best)
+    assert set(zip(real["scheme"], real["ps"], real["images_per_s"])) == {("allreduce", 0, 40.0), ("ps", 2, 24.0)}
+
+
+def test_io_overhead_is_one_minus_real_over_synthetic():
+    table = io_overhead_table(efficiency_rows()).set_index(["scheme", "ps"])
+    assert table.loc[("allreduce", 0), "overhead"] == pytest.approx(1 - 40 / 50)
+    assert table.loc[("ps", 2), "overhead"] == pytest.approx(1 - 24 / 25)
+    assert table.loc[("ps", 1), "overhead"] == pytest.approx(1 - 19 / 20)
+    assert len(io_overhead_table(efficiency_rows()[efficiency_rows()["data"] == "synthetic"])) == 0
+
+
+def test_plan_searches_ps_counts_and_real_data():
+    settings = CASE.settings("reduced")
+    keys = [p.key for p in CASE.points(settings, 2)]
+    assert "n1/scheme=allreduce/data=synthetic" in keys
+    assert "n2/scheme=ps/data=real/ps=2/placement=round-robin" in keys
+    assert "n2/scheme=ps/data=synthetic/ps=2/placement=sharded" in keys
+    ci = [p.key for p in CASE.points(CASE.settings("ci"), 2)]
+    assert not any("n1" in key and "real" in key for key in ci)
+    assert CASE.stall_after_s(CASE.points(settings, 2)[1]) is None  # a PS point's engines wait by design
+
+
+def test_bad_settings_are_one_clear_error():
+    with pytest.raises(ValueError, match="at least 75 pixels"):
+        InceptionSettings(image_size=32)
+    with pytest.raises(ValueError, match="scheme 'mirrored' is unknown"):
+        InceptionSettings(scheme="mirrored")
+
+
+def test_a_failing_chief_is_named_with_its_log(tmp_path):
+    """Real servers and a real chief: the chief cannot find images and the error quotes its log."""
+    from workbench.store import create_run, read_run_meta
+    from workbench.workloads.ps_job import run_job
+
+    empty = tmp_path / "images"
+    empty.mkdir()
+    run_path = create_run(tmp_path / "runs", "ps", ranks=1)
+    settings = InceptionSettings(
+        scheme="ps", data="real", images=str(empty), warmup_steps=0, measured_steps=1, repetitions=1
+    )
+    with pytest.raises(RuntimeError, match=r"the chief failed .*\n(.|\n)*no JPEG or PNG files"):
+        run_job(str(run_path), settings, workers=1)
+    assert read_run_meta(run_path)["run_id"]
+    assert {p.name for p in (run_path / "ps_job").glob("*.log")} == {"ps0.log", "worker0.log", "chief.log"}
+    left = subprocess.run(["pgrep", "-f", str(run_path)], capture_output=True, text=True).stdout.split()
+    assert left == [], "the servers must be stopped when the chief fails"

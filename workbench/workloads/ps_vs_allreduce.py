@@ -1,0 +1,223 @@
+"""Workload of the "parameter servers vs allreduce" case: InceptionV3 trained two ways (seed 004).
+
+- ``allreduce``: every MPI rank is a worker; gradients averaged by Horovod's grouped allreduce
+  (what ``hvd.DistributedOptimizer`` does), the step written out so that each part is timed.
+- ``ps``: TensorFlow 2's ``ParameterServerStrategy`` on local processes. Rank 0's engine starts
+  ``ps`` parameter-server tasks and one server per worker (``tf.distribute.Server``, gRPC on
+  127.0.0.1), then a chief process that builds the model under ``strategy.scope()`` (variables on
+  the PS tasks, round-robin or sharded by ``MinSizePartitioner``) and schedules steps on the workers
+  with a ``ClusterCoordinator`` (between-graph replication, asynchronous updates). Everything runs
+  in processes of its own (``workbench.workloads.ps_job``) so the engines stay clean for the
+  next point, and is stopped by PID when the chief ends.
+
+Both are measured the same way (``workbench.analysis.method``): per repetition, ``warmup_steps``
+steps per worker not timed, then ``measured_steps`` per worker timed from the first to the last;
+images/s = measured images / that wall time. Data is **synthetic** (one tensor in memory) or
+**real** (image files of ``data/image_folder`` read and decoded by ``tf.io`` in ``tf.data``).
+
+Recorded per worker (for the ``ps`` scheme the chief writes each worker's lane from timestamps the
+workers take inside the step, ``tf.timestamp``): ``input`` (next batch), ``compute`` ``train_step``
+(forward and backward; under ``ps`` it includes reading the variables from the PS tasks),
+``communication`` (``allreduce``, or ``push_gradients``: gradients sent and applied on the PS),
+``compute`` ``apply_gradients`` (allreduce only: the update is local).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SCHEMES: tuple[str, ...] = ("allreduce", "ps")
+DATA_KINDS: tuple[str, ...] = ("synthetic", "real")
+PLACEMENTS: tuple[str, ...] = ("round-robin", "sharded")
+MIN_IMAGE_SIZE = 75  # InceptionV3's smallest input
+
+
+@dataclass(frozen=True)
+class InceptionSettings:
+    """One run of the workload; recorded in the run's metadata. ``batch`` is per worker."""
+
+    scheme: str = "allreduce"
+    data: str = "synthetic"
+    ps: int = 1
+    placement: str = "round-robin"
+    image_size: int = MIN_IMAGE_SIZE
+    classes: int = 10
+    batch: int = 8
+    warmup_steps: int = 10
+    measured_steps: int = 100
+    repetitions: int = 5
+    learning_rate: float = 0.01
+    images: str = ""  # folder of <class>/<image> files; "" = data/image_folder or the reduced copy
+    threads_per_worker: int = 0  # 0: the machine's cores shared out over the workers
+    timeout_s: float = 900.0  # the ps job is stopped after this long
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.scheme not in SCHEMES:
+            raise ValueError(f"scheme {self.scheme!r} is unknown: use one of {', '.join(SCHEMES)}")
+        if self.data not in DATA_KINDS:
+            raise ValueError(f"data {self.data!r} is unknown: use synthetic or real")
+        if self.placement not in PLACEMENTS:
+            raise ValueError(f"placement {self.placement!r} is unknown: use one of {', '.join(PLACEMENTS)}")
+        if self.image_size < MIN_IMAGE_SIZE:
+            raise ValueError(f"image_size={self.image_size}: InceptionV3 needs at least {MIN_IMAGE_SIZE} pixels")
+        if min(self.classes, self.batch, self.measured_steps, self.repetitions, self.ps) < 1 or self.warmup_steps < 0:
+            raise ValueError("classes, batch, measured_steps, repetitions and ps must be >= 1, warmup_steps >= 0")
+
+    @property
+    def steps_per_repetition(self) -> int:
+        return self.warmup_steps + self.measured_steps
+
+
+def build_model(settings: InceptionSettings) -> Any:
+    """Keras' InceptionV3, untrained (``weights=None``), at the preset's input size and classes."""
+    import tensorflow as tf
+
+    side = settings.image_size
+    return tf.keras.applications.InceptionV3(weights=None, input_shape=(side, side, 3), classes=settings.classes)
+
+
+def image_files(settings: InceptionSettings) -> tuple[list[str], list[int]]:
+    """Paths and class indices of the real images (class = sub-folder, in sorted order)."""
+    from workbench.datasets import dataset_path
+    from workbench.datasets.image_folder import IMAGE_SUFFIXES
+
+    folder = Path(settings.images) if settings.images else dataset_path("image_folder")
+    classes = sorted(d for d in folder.iterdir() if d.is_dir() and not d.name.startswith("."))
+    paths, labels = [], []
+    for index, class_dir in enumerate(classes):
+        for path in sorted(class_dir.rglob("*")):
+            if path.suffix.lower() in IMAGE_SUFFIXES and path.suffix.lower() in (".jpg", ".jpeg", ".png"):
+                paths.append(str(path))
+                labels.append(index % settings.classes)
+    if not paths:
+        raise FileNotFoundError(f"{folder}: no JPEG or PNG files under <class>/ folders; see data/README.md")
+    return paths, labels
+
+
+def make_dataset(settings: InceptionSettings, seed: int | None) -> Any:
+    """Batches of (images, labels): one tensor repeated (synthetic), or files decoded by ``tf.data`` (real)."""
+    import tensorflow as tf
+
+    side, batch = settings.image_size, settings.batch
+    if settings.data == "synthetic":
+        rng = np.random.default_rng(seed)
+        images = rng.random((batch, side, side, 3), dtype=np.float32)
+        labels = rng.integers(0, settings.classes, batch).astype(np.int64)
+        return tf.data.Dataset.from_tensors((images, labels)).repeat()
+    paths, labels = image_files(settings)
+
+    def load(path: Any, label: Any) -> tuple[Any, Any]:
+        image = tf.io.decode_image(tf.io.read_file(path), channels=3, expand_animations=False)
+        image = tf.image.resize(tf.cast(image, tf.float32) / 255.0, (side, side))
+        return tf.image.random_flip_left_right(image), label
+
+    return (
+        tf.data.Dataset.from_tensor_slices((paths, np.asarray(labels, dtype=np.int64)))
+        .shuffle(len(paths), seed=seed)
+        .repeat()
+        .map(load, num_parallel_calls=tf.data.AUTOTUNE)
+        .batch(batch, drop_remainder=True)
+        .prefetch(1)
+    )
+
+
+def threads_for_workers(settings: InceptionSettings, workers: int) -> int:
+    """Intra-op threads per worker: the setting, else the cores shared out (at least one)."""
+    from workbench.config import physical_cores
+
+    return settings.threads_per_worker or max(1, physical_cores() // workers)
+
+
+# -- allreduce: every rank a worker ------------------------------------------------------------------------
+def train_allreduce(run_path: str, settings: InceptionSettings) -> dict[str, Any]:
+    """Run on every rank: repetitions of warm-up + measured steps; returns the rank's facts."""
+    import tensorflow as tf
+
+    from workbench.recorder import Recorder
+    from workbench.workloads.training import broadcast_weights, fresh_rank, step_functions, trace_before_timing
+
+    comm, rank, size, hvd = fresh_rank(settings.seed)
+    model = build_model(settings)
+    optimizer = tf.keras.optimizers.SGD(settings.learning_rate, momentum=0.9)
+    loss_fn = tf.keras.losses.SparseCategoricalCrossentropy()
+    broadcast_weights(comm, model.variables)
+    gradient_bytes = int(sum(np.prod(v.shape) for v in model.trainable_variables) * 4)
+    iterator = iter(make_dataset(settings, settings.seed + rank))
+    gradients, apply = step_functions(model, optimizer, loss_fn)
+    recorder = Recorder(run_path, flush_interval_s=0.5)
+    recorder.align_clocks(comm)
+    trace_before_timing(gradients, apply, *next(iterator))
+    rates, step = [], 0
+    for repetition in range(settings.repetitions):
+        recorder.epoch = repetition
+        comm.Barrier()
+        for index in range(settings.steps_per_repetition):
+            if index == settings.warmup_steps:
+                comm.Barrier()
+                started = time.perf_counter()
+            recorder.step = step
+            with recorder.phase("input", "next_batch"):
+                x, y = next(iterator)
+            with recorder.phase("compute", "train_step"):
+                _loss, grads = gradients(x, y)
+            with recorder.phase("communication", "allreduce", nbytes=gradient_bytes):
+                grads = hvd.grouped_allreduce(list(grads), op=hvd.Average) if size > 1 else grads
+            with recorder.phase("compute", "apply_gradients"):
+                apply(grads)
+            step += 1
+        comm.Barrier()
+        seconds = time.perf_counter() - started
+        rates.append(settings.measured_steps * settings.batch * size / seconds)
+    recorder.close()
+    return {
+        "rank": rank,
+        "size": size,
+        "role": "worker",
+        "workers": size,
+        "images_per_s": rates,
+        "steps": step,
+        "gradient_bytes": gradient_bytes,
+        "parameters": int(model.count_params()),
+        "threads": int(tf.config.threading.get_intra_op_parallelism_threads()),
+        "settings": asdict(settings),
+    }
+
+
+# -- parameter servers: a TensorFlow job in processes of its own ---------------------------------------------
+def train_ps(run_path: str, settings: InceptionSettings) -> dict[str, Any]:
+    """Run on every rank: rank 0 runs the whole PS job (servers + chief) with one worker per rank."""
+    from mpi4py import MPI
+
+    from workbench.workloads.ps_job import run_job
+
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    if rank != 0:  # the rank stands for a worker process that rank 0 starts; it has nothing to run itself
+        return {"rank": rank, "size": size, "role": "placeholder", "workers": size}
+    return {"rank": 0, "size": size, "role": "launcher", **run_job(run_path, settings, workers=size)}
+
+
+def train_on_rank(run_path: str, settings_dict: dict[str, Any]) -> dict[str, Any]:
+    """Entry point of every rank: one point of the sweep, either scheme."""
+    settings = InceptionSettings(**settings_dict)
+    if settings.scheme == "ps":
+        return train_ps(run_path, settings)
+    return train_allreduce(run_path, settings)
+
+
+__all__ = [
+    "DATA_KINDS",
+    "PLACEMENTS",
+    "SCHEMES",
+    "InceptionSettings",
+    "build_model",
+    "image_files",
+    "make_dataset",
+    "train_on_rank",
+]
