@@ -26,9 +26,7 @@ def _cmd_bench_allreduce(args: argparse.Namespace) -> int:
     from workbench.bench import allreduce
     from workbench.config import ClusterConfig
 
-    config = ClusterConfig(
-        n=args.ranks, mpi=args.mpi, horovod_cycle_time_ms=args.cycle_time_ms, bind_to=args.bind_to
-    )
+    config = ClusterConfig(n=args.ranks, mpi=args.mpi, horovod_cycle_time_ms=args.cycle_time_ms, bind_to=args.bind_to)
     rows = allreduce.run(args.ranks, config=config, min_seconds=args.min_seconds)
     if args.json:
         _print_json(rows)
@@ -106,6 +104,13 @@ def case_parser(case: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--oversubscribe", action="store_true", help="allow more ranks than this machine's cores (ranks share cores)"
     )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="stop a point still running after S seconds: marked failed, the ranks' stacks saved beside its run",
+    )
     for option in case.options:
         parser.add_argument(
             option.flag,
@@ -148,7 +153,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
             print(f"  {'reusing' if status == 'reused' else 'running'}: {point.key}", file=sys.stderr)
 
     result = experiment.run(
-        resume=options.resume, progress=not options.json, on_point=None if options.json else tell
+        resume=options.resume,
+        progress=not options.json,
+        on_point=None if options.json else tell,
+        timeout_s=options.timeout,
     )
     if options.json:
         _print_json(result.summary)
@@ -310,8 +318,12 @@ def build_parser() -> argparse.ArgumentParser:
     project = sub.add_parser("project", help="project recorded runs to more ranks: step time, efficiency, limits")
     project.add_argument("run_dirs", nargs="+", help="run directories; the fewest ranks builds the model")
     project.add_argument("--ranks", default="8,16,32,64", help="rank counts to project, e.g. 8,16,32,64")
-    project.add_argument("--network", default=None, help="10gbe (default), 100g-infiniband, nvlink, aries, aws-high,"
-                         " aws-10g-8gpu, or here (fitted to this machine)")
+    project.add_argument(
+        "--network",
+        default=None,
+        help="10gbe (default), 100g-infiniband, nvlink, aries, aws-high,"
+        " aws-10g-8gpu, or here (fitted to this machine)",
+    )
     project.add_argument(
         "--ranks-per-node", type=int, default=None, help="ranks sharing a node (overrides the network's)"
     )

@@ -580,13 +580,18 @@ class Experiment:
         progress: Any = None,
         on_point: Callable[[Point, str], None] | None = None,
         write: bool = True,
+        timeout_s: float | None = None,
     ) -> ExperimentResult:
         """Run every planned point not yet finished (all of them unless ``resume``); return the result.
 
         ``cluster``: a started ``Cluster`` reused for the points of its size (others get their own,
         started and stopped here). ``progress``: True for a progress bar, or a ``ProgressBar``.
-        ``on_point(point, "start" | "done" | "reused")`` is told about every point.
+        ``on_point(point, "start" | "done" | "reused")`` is told about every point. ``timeout_s``: a
+        point still running after that long has its ranks stopped, its stacks saved beside its run and
+        is marked failed (``RankFailedError``); the finished points stay, ``resume=True`` goes on.
         """
+        if timeout_s is not None and not timeout_s > 0:
+            raise ValueError(f"timeout_s={timeout_s!r}: give the seconds a point may run, > 0 (or None)")
         from workbench.cluster import Cluster
 
         self._open_manifest(resume)
@@ -601,11 +606,11 @@ class Experiment:
         try:
             for (ranks, overrides), group in self.cluster_groups(todo):
                 if cluster is not None and cluster.n == ranks and not overrides:
-                    self._run_group(cluster, group, bar, on_point)
+                    self._run_group(cluster, group, bar, on_point, timeout_s)
                     continue
                 config = dataclasses.replace(self.cluster_config, n=ranks, **dict(overrides))
                 with Cluster(config=config) as own:
-                    self._run_group(own, group, bar, on_point)
+                    self._run_group(own, group, bar, on_point, timeout_s)
         finally:
             if bar is not None:
                 bar.close()
@@ -619,11 +624,13 @@ class Experiment:
             groups.setdefault((point.ranks, overrides), []).append(point)
         return sorted(groups.items(), key=lambda item: (item[0][0], len(item[0][1])))
 
-    def _run_group(self, cluster: Any, points: Iterable[Point], bar: Any, on_point: Any) -> None:
+    def _run_group(
+        self, cluster: Any, points: Iterable[Point], bar: Any, on_point: Any, timeout_s: float | None = None
+    ) -> None:
         for point in points:
             if on_point:
                 on_point(point, "start")
-            point_run = self.start(cluster, point)
+            point_run = self.start(cluster, point, timeout_s=timeout_s)
             units = self.case.progress_units(self.settings, point)
             if bar is not None and units is not None:
                 point_run.wait(lambda events, memory: bar.update(self.case.units_done(events, memory)))

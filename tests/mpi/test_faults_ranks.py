@@ -337,3 +337,20 @@ def test_disk_full_while_recording(own_cluster, tmp_path):
         print(f"\ndisk full: RankFailedError {elapsed:.2f} s after the start; {len(kept.events)} events readable")
     finally:
         os.system(f"umount {disk}")
+
+
+def test_sweep_timeout_stops_the_point_and_keeps_it_as_failed(own_cluster, tmp_path):
+    """``Experiment.run(timeout_s=...)`` (``workbench run --timeout``) ends a hung point; the sweep can resume."""
+    experiment = Experiment(FaultCase(), ranks=2, out=tmp_path, steps=40, sleep_rank=1, sleep_s=3600.0)
+    started = time.monotonic()
+    with pytest.raises(RankFailedError, match="did not finish within the run's timeout"):
+        experiment.run(cluster=own_cluster, timeout_s=6)
+    elapsed = time.monotonic() - started
+    assert 6 <= elapsed < CEILING_S, elapsed
+    entry = json.loads((tmp_path / "sweep.json").read_text())["points"][experiment.plan()[0].key]
+    assert entry["status"] == "failed" and entry["failure"]["source"] == "timeout"
+    run_path = tmp_path / entry["run"]
+    assert read_run_meta(run_path)["status"] == "failed"
+    assert "=== rank 1 ===" in (run_path / "stacks.txt").read_text()
+    with pytest.raises(ValueError, match="timeout_s=0"):
+        experiment.run(timeout_s=0)
