@@ -173,6 +173,11 @@ class ClusterConfig:
         return max(1, physical_cores() // self.ranks)
 
     @property
+    def single_node(self) -> bool:
+        """True when every rank starts on this machine: no hostfile, no Slurm, no nodes asked for."""
+        return self.launcher == "mpi" and self.hostfile is None and (self.nodes or 1) == 1
+
+    @property
     def oversubscribed(self) -> bool:
         """More ranks than cores on this machine (no hostfile, no Slurm allocation spreading them out)."""
         return self.launcher == "mpi" and self.hostfile is None and self.ranks > physical_cores()
@@ -194,6 +199,10 @@ class ClusterConfig:
             environment["HOROVOD_CYCLE_TIME"] = str(self.horovod_cycle_time_ms)
         if self.horovod_fusion_threshold_bytes is not None:
             environment["HOROVOD_FUSION_THRESHOLD"] = str(self.horovod_fusion_threshold_bytes)
+        if self.mpi == "openmpi" and self.single_node and "OMPI_MCA_btl" not in os.environ:
+            # ranks on one machine talk through shared memory; without the TCP transport no rank listens
+            # on the machine's network interfaces (Open MPI's TCP BTL binds to all of them)
+            environment["OMPI_MCA_btl"] = "self,sm"
         if self.mpi == "openmpi" and hasattr(os, "geteuid") and os.geteuid() == 0:
             environment["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
             environment["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
