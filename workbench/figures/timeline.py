@@ -263,8 +263,13 @@ def timeline_figure(
     style: Literal["bar", "gl"] = "bar",
     title: str | None = None,
     height: int | None = None,
+    label_blocks: bool = True,
 ) -> go.Figure:
     """Per-rank timeline of ``events`` (the events.py schema), time in seconds since ``t0_ns``.
+
+    ``label_blocks``: a run of at least ``MIN_BLOCK_SPANS`` consecutive spans of one name on a rank
+    (40 ``predict`` calls, an evaluation's batches) is labelled with that name on the bar, when the
+    figure has at most ``MAX_BLOCK_LABELS`` such runs; hovering still names every span.
 
     ``ranks`` fixes the rows (a rank without events still gets its row); ``phases`` lists the
     phases to show; the others keep an empty, hidden trace so that the trace list (one per phase
@@ -315,4 +320,52 @@ def timeline_figure(
     fig.update_xaxes(title="seconds since run start", range=list(window) if window is not None else None)
     if len(spans) == 0:
         fig.add_annotation(text="no events", showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
+    elif label_blocks:
+        own = visible_spans[~visible_spans["phase"].isin(OVERLAP_PHASES)]
+        for block in name_blocks(own, window=window):
+            fig.add_annotation(
+                x=block["middle_s"],
+                y=block["rank"],
+                text=block["name"],
+                showarrow=False,
+                font={"size": 10, "color": "#222222"},
+                bgcolor="rgba(255,255,255,0.6)",
+            )
     return fig
+
+
+#: A run of at least this many consecutive same-name spans on a rank is labelled on the timeline.
+MIN_BLOCK_SPANS = 3
+#: More labelled runs than this and none is drawn (they would cover the bars).
+MAX_BLOCK_LABELS = 24
+
+
+def name_blocks(spans: pd.DataFrame, *, window: tuple[float, float] | None = None) -> list[dict]:
+    """Runs of ``MIN_BLOCK_SPANS`` or more consecutive spans with one name on one rank: rank, name, middle_s.
+
+    Empty when there are more than ``MAX_BLOCK_LABELS`` (alternating steps never form runs).
+    """
+    if spans.empty:
+        return []
+    ordered = spans.sort_values(["rank", "start_s"], kind="stable")
+    rank, name = ordered["rank"].to_numpy(), ordered["name"].to_numpy()
+    new = np.r_[True, (rank[1:] != rank[:-1]) | (name[1:] != name[:-1])]
+    block = np.cumsum(new)
+    grouped = ordered.assign(block=block).groupby("block", sort=True)
+    table = grouped.agg(
+        rank=("rank", "first"),
+        name=("name", "first"),
+        spans=("start_s", "size"),
+        start_s=("start_s", "min"),
+        end_s=("end_s", "max"),
+    )
+    table = table[table["spans"] >= MIN_BLOCK_SPANS]
+    if window is not None:
+        table = table[(table["end_s"] > window[0]) & (table["start_s"] < window[1])]
+    if len(table) > MAX_BLOCK_LABELS:
+        return []
+    table = table.assign(middle_s=(table["start_s"] + table["end_s"]) / 2)
+    return [
+        {"rank": int(r.rank), "name": str(r.name), "middle_s": float(r.middle_s), "spans": int(r.spans)}
+        for r in table.itertuples(index=False)
+    ]
