@@ -45,13 +45,43 @@ def test_phase_per_step_leaves_out_warmup():
         for step in range(3):
             base = step * 100_000_000
             rows += [
-                {"rank": rank, "step": step, "phase": "input", "start_ns": base, "end_ns": base + 1_000_000},
-                {"rank": rank, "step": step, "phase": "compute", "start_ns": base, "end_ns": base + 60_000_000},
-                {"rank": rank, "step": step, "phase": "communication", "start_ns": base, "end_ns": base + 20_000_000},
+                {
+                    "rank": rank,
+                    "step": step,
+                    "phase": "input",
+                    "name": "next_batch",
+                    "start_ns": base,
+                    "end_ns": base + 1_000_000,
+                },
+                {
+                    "rank": rank,
+                    "step": step,
+                    "phase": "compute",
+                    "name": "train_step",
+                    "start_ns": base,
+                    "end_ns": base + 50_000_000,
+                },
+                {
+                    "rank": rank,
+                    "step": step,
+                    "phase": "compute",
+                    "name": "apply_gradients",
+                    "start_ns": base,
+                    "end_ns": base + 10_000_000,
+                },
+                {
+                    "rank": rank,
+                    "step": step,
+                    "phase": "communication",
+                    "name": "allreduce",
+                    "start_ns": base,
+                    "end_ns": base + 20_000_000,
+                },
             ]
     rows[1]["end_ns"] = 10_000_000_000  # a 10 s first step (tracing) must not count
     steps = phase_per_step(pd.DataFrame(rows), warmup_steps=1)
     assert steps["compute_ms"] == pytest.approx(60.0)
+    assert steps["train_step_ms"] == pytest.approx(50.0)
     assert steps["comm_ms"] == pytest.approx(20.0)
     assert steps["input_ms"] == pytest.approx(1.0)
     assert steps["comm_share"] == pytest.approx(20 / 81)
@@ -122,3 +152,45 @@ def test_a_failing_chief_is_named_with_its_log(tmp_path):
     assert {p.name for p in (run_path / "ps_job").glob("*.log")} == {"ps0.log", "worker0.log", "chief.log"}
     left = subprocess.run(["pgrep", "-f", str(run_path)], capture_output=True, text=True).stdout.split()
     assert left == [], "the servers must be stopped when the chief fails"
+
+
+def test_the_pull_is_the_extra_forward_backward_under_ps():
+    from workbench.cases.ps_vs_allreduce import step_decomposition, step_parts_text
+
+    runs = pd.DataFrame(
+        [
+            {
+                "scheme": "allreduce",
+                "data": "synthetic",
+                "workers": 2,
+                "ps": 0,
+                "placement": "",
+                "train_step_ms": 200.0,
+                "comm_ms": 50.0,
+            },
+            {
+                "scheme": "ps",
+                "data": "synthetic",
+                "workers": 2,
+                "ps": 1,
+                "placement": "round-robin",
+                "train_step_ms": 320.0,
+                "comm_ms": 90.0,
+            },
+            {
+                "scheme": "ps",
+                "data": "synthetic",
+                "workers": 2,
+                "ps": 2,
+                "placement": "round-robin",
+                "train_step_ms": 260.0,
+                "comm_ms": 70.0,
+            },
+        ]
+    )
+    best = pd.DataFrame([{"scheme": "ps", "workers": 2, "ps": 2, "placement": "round-robin"}])
+    row = step_decomposition(runs, best).iloc[0]
+    assert (row["ps"], row["pull_ms"], row["push_ms"]) == (2, 60.0, 70.0)
+    assert "~60 ms reading the variables" in step_parts_text(row)
+    faster = step_parts_text({**row.to_dict(), "ps_compute_ms": 190.0, "pull_ms": 0.0})
+    assert "does not show in this measurement" in faster

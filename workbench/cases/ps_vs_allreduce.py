@@ -240,6 +240,7 @@ class PsVsAllreduce(Case):
                 "best_ps": int(ps_row["ps"]),
             }
         oversubscribed = rows[rows["threads_total"] > physical_cores()]
+        step_parts = step_decomposition(tables["runs"], search)
         imbalance = ps_load.imbalance(tables["placements"]) if len(tables["placements"]) else pd.DataFrame()
         return {
             "method": settings.method.as_dict(),
@@ -255,6 +256,7 @@ class PsVsAllreduce(Case):
             "io_overhead": json_rows(tables["io_overhead"], list(tables["io_overhead"].columns)),
             "comparison": comparison,
             "placement_imbalance": json_rows(imbalance, list(imbalance.columns)),
+            "step_parts": json_rows(step_parts, list(step_parts.columns)),
             "cores": physical_cores(),
             "oversubscribed_points": json_rows(oversubscribed, ["point", "processes", "threads_total"]),
             "projection": json_rows(tables["projection"], list(tables["projection"].columns)),
@@ -304,6 +306,7 @@ class PsVsAllreduce(Case):
                     f"- Scaling efficiency at {row['workers']} workers, {where}: "
                     f"**{row['efficiency']:.0%}** {interval}."
                 )
+        lines += [step_parts_text(row) for row in summary.get("step_parts") or []]
         for row in summary["confirmed_on_real"]:
             lines.append(f"- Confirmed on real data ({row['scheme']}, {row['workers']} worker(s)): {fmt_rate(row)}.")
         for row in summary["io_overhead"]:
@@ -397,16 +400,21 @@ class PsVsAllreduce(Case):
 
 # -- helpers (pure) ----------------------------------------------------------------------------------------------
 def phase_per_step(events: pd.DataFrame, warmup_steps: int) -> dict[str, float]:
-    """Mean ms per step per worker in input, compute and communication, after the warm-up steps."""
-    names = {"input_ms": ("input",), "compute_ms": ("compute",), "comm_ms": ("communication",)}
+    """Mean ms per step per worker in input, compute, ``train_step`` (forward and backward) and
+    communication, after the warm-up steps."""
+    keys = ["input_ms", "compute_ms", "train_step_ms", "comm_ms", "comm_share"]
     if events.empty:
-        return {key: float("nan") for key in [*names, "comm_share"]}
+        return dict.fromkeys(keys, float("nan"))
     steady = events[events["step"] >= warmup_steps]
     steps = steady.groupby("rank")["step"].nunique().sum()
-    out = {}
-    for key, phases in names.items():
-        spans = steady[steady["phase"].isin(phases)]
-        out[key] = float((spans["end_ns"] - spans["start_ns"]).sum() / 1e6 / steps) if steps else float("nan")
+    durations = (steady["end_ns"] - steady["start_ns"]) / 1e6
+    selections = {
+        "input_ms": steady["phase"] == "input",
+        "compute_ms": steady["phase"] == "compute",
+        "train_step_ms": (steady["phase"] == "compute") & (steady["name"] == "train_step"),
+        "comm_ms": steady["phase"] == "communication",
+    }
+    out = {key: float(durations[chosen].sum() / steps) if steps else float("nan") for key, chosen in selections.items()}
     total = out["input_ms"] + out["compute_ms"] + out["comm_ms"]
     out["comm_share"] = out["comm_ms"] / total if total > 0 else float("nan")
     return out
@@ -473,6 +481,60 @@ def project_seed_systems(table: pd.DataFrame, runs: Mapping[str, Run]) -> pd.Dat
             .assign(system=system, network=name)
         )
     return pd.concat(frames, ignore_index=True)[["system", "network", "workers", "efficiency", "limiter"]]
+
+
+def step_decomposition(runs: pd.DataFrame, best: pd.DataFrame) -> pd.DataFrame:
+    """Per workers: allreduce's step beside the best PS setup's, the PS pull estimated as the extra compute.
+
+    Under PS the forward pass reads every variable from the PS tasks, so its ``train_step`` span holds
+    the pull; the same step under allreduce (same workers, synthetic data) holds none.
+    """
+    columns = ["workers", "ps", "allreduce_compute_ms", "allreduce_comm_ms", "ps_compute_ms", "pull_ms", "push_ms"]
+    # compute_ms here is the train_step span (forward and backward) only: under PS the update runs on the PS
+    rows = []
+    synthetic = runs[runs["data"] == "synthetic"]
+    for workers, group in synthetic.groupby("workers"):
+        chosen = best[(best["scheme"] == "ps") & (best["workers"] == workers)] if len(best) else best
+        allreduce = group[group["scheme"] == "allreduce"]
+        if chosen.empty or allreduce.empty:
+            continue
+        ps = group[
+            (group["scheme"] == "ps")
+            & (group["ps"] == chosen["ps"].iloc[0])
+            & (group["placement"] == chosen["placement"].iloc[0])
+        ]
+        if ps.empty:
+            continue
+        a, p = allreduce.iloc[0], ps.iloc[0]
+        rows.append(
+            [
+                int(workers),
+                int(p["ps"]),
+                a["compute_ms"],
+                a["comm_ms"],
+                p["compute_ms"],
+                max(p["compute_ms"] - a["compute_ms"], 0.0),
+                p["comm_ms"],
+            ]
+        )
+    return pd.DataFrame(rows, columns=columns)
+
+
+def step_parts_text(row: Mapping[str, Any]) -> str:
+    """One line: a step under allreduce beside the same step under PS, the pull and the push."""
+    workers = row["workers"]
+    allreduce = f"{row['allreduce_compute_ms']:.3g} ms without PS"
+    if workers > 1:
+        allreduce += f" (then {row['allreduce_comm_ms']:.3g} ms of allreduce)"
+    under_ps = f"{row['ps_compute_ms']:.3g} ms under PS ({row['ps']} PS)"
+    if row["pull_ms"] > 0:
+        pull = f"so ~{row['pull_ms']:.3g} ms reading the variables from the PS"
+    else:
+        pull = "no slower: reading the variables from the PS does not show in this measurement"
+    return (
+        f"- Per step at {workers} worker(s), forward and backward: {allreduce}; {under_ps}, {pull}; "
+        f"then {row['push_ms']:.3g} ms pushing the gradients."
+    )
 
 
 def fmt_rate(row: Mapping[str, Any]) -> str:
