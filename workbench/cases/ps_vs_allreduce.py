@@ -510,10 +510,10 @@ def step_decomposition(runs: pd.DataFrame, best: pd.DataFrame) -> pd.DataFrame:
             [
                 int(workers),
                 int(p["ps"]),
-                a["compute_ms"],
+                a["train_step_ms"],
                 a["comm_ms"],
-                p["compute_ms"],
-                max(p["compute_ms"] - a["compute_ms"], 0.0),
+                p["train_step_ms"],
+                max(p["train_step_ms"] - a["train_step_ms"], 0.0),
                 p["comm_ms"],
             ]
         )
