@@ -84,7 +84,9 @@ def efficiency_figure(table: pd.DataFrame, *, title: str | None = None, height: 
     )
     fig.update_xaxes(title="workers", dtick=1)
     fig.update_yaxes(title="images/s", rangemode="tozero", row=1, col=1)
-    fig.update_yaxes(title="efficiency", tickformat=".0%", rangemode="tozero", row=1, col=2)
+    # intervals from few repetitions can reach far above 100 %: keep the axis where the values are
+    top = float(np.nanmax(table["efficiency"])) if len(table) and table["efficiency"].notna().any() else 1.0
+    fig.update_yaxes(title="efficiency", tickformat=".0%", range=[0, max(1.2, min(top * 1.3, 3.0))], row=1, col=2)
     fig.update_layout(
         title=title or "Throughput and scaling efficiency: parameter servers vs allreduce",
         height=height,
