@@ -372,6 +372,7 @@ class PsVsAllreduce(Case):
         efficiency = result.tables["efficiency"]
         if len(efficiency):
             sections.append(("Throughput and efficiency", figures.efficiency_figure(efficiency)))
+        sections.append(("How each point was measured", result.summary["method_text"]))
         sections.append(("Efficiency table", self.headline(result)))
         if len(result.tables["io_overhead"]):
             sections.append(("I/O overhead (1 − real / synthetic)", result.tables["io_overhead"]))
