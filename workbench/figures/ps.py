@@ -21,6 +21,16 @@ def _series_label(row: pd.Series | dict) -> str:
     return f"{label}, {row['data']} data"
 
 
+def interval_bars(value: pd.Series, low: pd.Series, high: pd.Series) -> dict:
+    """Plotly error bars from an interval's ends (a missing end draws no bar)."""
+    return {
+        "type": "data",
+        "symmetric": False,
+        "array": np.nan_to_num(high - value),
+        "arrayminus": np.nan_to_num(value - low),
+    }
+
+
 def efficiency_figure(table: pd.DataFrame, *, title: str | None = None, height: int = 400) -> go.Figure:
     """Images/s and scaling efficiency against workers, one line per scheme × PS count × data.
 
@@ -37,12 +47,7 @@ def efficiency_figure(table: pd.DataFrame, *, title: str | None = None, height: 
         fig.add_scatter(
             x=group["workers"],
             y=group["images_per_s"],
-            error_y={
-                "type": "data",
-                "symmetric": False,
-                "array": np.nan_to_num(group["ci_high"] - group["images_per_s"]),
-                "arrayminus": np.nan_to_num(group["images_per_s"] - group["ci_low"]),
-            },
+            error_y=interval_bars(group["images_per_s"], group["ci_low"], group["ci_high"]),
             mode="lines+markers",
             name=label,
             legendgroup=label,
@@ -51,18 +56,12 @@ def efficiency_figure(table: pd.DataFrame, *, title: str | None = None, height: 
             row=1,
             col=1,
         )
-        errors = {}
-        if "efficiency_low" in group:
-            errors = {
-                "type": "data",
-                "symmetric": False,
-                "array": np.nan_to_num(group["efficiency_high"] - group["efficiency"]),
-                "arrayminus": np.nan_to_num(group["efficiency"] - group["efficiency_low"]),
-            }
         fig.add_scatter(
             x=group["workers"],
             y=group["efficiency"],
-            error_y=errors or None,
+            error_y=interval_bars(group["efficiency"], group["efficiency_low"], group["efficiency_high"])
+            if "efficiency_low" in group
+            else None,
             mode="lines+markers",
             name=label,
             legendgroup=label,

@@ -121,7 +121,13 @@ def train_on_rank(run_path: str, settings_dict: dict[str, Any]) -> dict[str, Any
     from mpi4py import MPI
 
     from workbench.recorder import Recorder
-    from workbench.workloads.training import broadcast_weights, fresh_rank, step_functions, trace_before_timing
+    from workbench.workloads.training import (
+        broadcast_weights,
+        fresh_rank,
+        recorded_step,
+        step_functions,
+        trace_before_timing,
+    )
 
     settings = PopSettings(**settings_dict)
     comm, rank, size, hvd = fresh_rank(settings.seed)
@@ -187,14 +193,7 @@ def train_on_rank(run_path: str, settings_dict: dict[str, Any]) -> dict[str, Any
         recorder.epoch = epoch
         for _ in range(steps):
             recorder.step = step
-            with recorder.phase("input", "next_batch"):
-                x, y = next(iterator)
-            with recorder.phase("compute", "train_step"):
-                _loss, grads = gradients(x, y)
-            with recorder.phase("communication", "allreduce", nbytes=gradient_bytes):
-                grads = hvd.grouped_allreduce(list(grads), op=hvd.Average) if size > 1 else grads
-            with recorder.phase("compute", "apply_gradients"):
-                apply(grads)
+            recorded_step(recorder, iterator, gradients, apply, hvd, gradient_bytes)
             step += 1
         if settings.test_mode == "rank0":
             sums = np.zeros(3)

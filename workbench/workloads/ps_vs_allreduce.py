@@ -140,7 +140,13 @@ def train_allreduce(run_path: str, settings: InceptionSettings) -> dict[str, Any
     import tensorflow as tf
 
     from workbench.recorder import Recorder
-    from workbench.workloads.training import broadcast_weights, fresh_rank, step_functions, trace_before_timing
+    from workbench.workloads.training import (
+        broadcast_weights,
+        fresh_rank,
+        recorded_step,
+        step_functions,
+        trace_before_timing,
+    )
 
     comm, rank, size, hvd = fresh_rank(settings.seed)
     model = build_model(settings)
@@ -162,14 +168,7 @@ def train_allreduce(run_path: str, settings: InceptionSettings) -> dict[str, Any
                 comm.Barrier()
                 started = time.perf_counter()
             recorder.step = step
-            with recorder.phase("input", "next_batch"):
-                x, y = next(iterator)
-            with recorder.phase("compute", "train_step"):
-                _loss, grads = gradients(x, y)
-            with recorder.phase("communication", "allreduce", nbytes=gradient_bytes):
-                grads = hvd.grouped_allreduce(list(grads), op=hvd.Average) if size > 1 else grads
-            with recorder.phase("compute", "apply_gradients"):
-                apply(grads)
+            recorded_step(recorder, iterator, gradients, apply, hvd, gradient_bytes)
             step += 1
         comm.Barrier()
         seconds = time.perf_counter() - started

@@ -43,6 +43,27 @@ def trace_before_timing(gradients: Callable[..., Any], apply: Callable[..., Any]
     apply([tf.zeros_like(g) for g in gradients(x, y)[1]])
 
 
+def recorded_step(
+    recorder: Any,
+    iterator: Any,
+    gradients: Callable[..., Any],
+    apply: Callable[..., Any],
+    hvd: Any,
+    gradient_bytes: int,
+) -> None:
+    """One data-parallel step, each part its own span: the next batch (``input``), forward and backward
+    (``compute`` ``train_step``), Horovod's grouped allreduce of the gradients (``communication``; none
+    when ``hvd`` is None, one rank) and the update (``compute`` ``apply_gradients``)."""
+    with recorder.phase("input", "next_batch"):
+        x, y = next(iterator)
+    with recorder.phase("compute", "train_step"):
+        _loss, grads = gradients(x, y)
+    with recorder.phase("communication", "allreduce", nbytes=gradient_bytes):
+        grads = hvd.grouped_allreduce(list(grads), op=hvd.Average) if hvd is not None else grads
+    with recorder.phase("compute", "apply_gradients"):
+        apply(grads)
+
+
 def fresh_rank(seed: int) -> tuple[Any, int, int, Any]:
     """Start a point on a long-lived engine: drop the previous point's models, join MPI, Horovod when > 1 rank.
 
