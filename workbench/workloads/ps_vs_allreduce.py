@@ -127,6 +127,22 @@ def make_dataset(settings: InceptionSettings, seed: int | None) -> Any:
     )
 
 
+def intra_op_threads() -> int:
+    """TF's intra-op threads in this process: set explicitly, else from the engine's environment, else TF's
+    default (every core)."""
+    import os
+
+    import tensorflow as tf
+
+    from workbench.config import physical_cores
+
+    return (
+        tf.config.threading.get_intra_op_parallelism_threads()
+        or int(os.environ.get("TF_NUM_INTRAOP_THREADS", "0") or 0)
+        or physical_cores()
+    )
+
+
 def threads_for_workers(settings: InceptionSettings, workers: int) -> int:
     """Intra-op threads per worker: the setting, else the cores shared out (at least one)."""
     from workbench.config import physical_cores
@@ -183,7 +199,7 @@ def train_allreduce(run_path: str, settings: InceptionSettings) -> dict[str, Any
         "steps": step,
         "gradient_bytes": gradient_bytes,
         "parameters": int(model.count_params()),
-        "threads": int(tf.config.threading.get_intra_op_parallelism_threads()),
+        "threads": intra_op_threads(),
         "settings": asdict(settings),
     }
 
