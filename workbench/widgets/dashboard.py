@@ -17,7 +17,7 @@ import threading
 import time
 import warnings
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any, Protocol
 
@@ -97,7 +97,9 @@ class Dashboard:
 
     ``update()`` polls once and redraws synchronously; ``start()`` does so every ``refresh_s``
     without blocking the kernel; the Stop button (or ``stop()``) ends refreshing and calls
-    ``on_stop``. ``clock`` (monotonic seconds) is injectable for tests of the stale-rank message.
+    ``on_stop``. ``on_stacks`` (e.g. ``cluster.stacks``: rank -> Python stack text) enables the Stacks
+    button, which turns orange when a rank stalls and shows every rank's stack without stopping it.
+    ``clock`` (monotonic seconds) is injectable for tests of the stale-rank message.
     """
 
     def __init__(
@@ -107,6 +109,7 @@ class Dashboard:
         analyse: Analyse | None = None,
         analyse_memory: Analyse | None = None,
         on_stop: Callable[[], object] | None = None,
+        on_stacks: Callable[[], Mapping[int, str]] | None = None,
         refresh_s: float = 0.5,
         stale_s: float = 10.0,
         max_spans: int | None = DEFAULT_MAX_SPANS,
@@ -116,6 +119,7 @@ class Dashboard:
         self.source = source
         self.analyse_memory = analyse_memory
         self.on_stop = on_stop
+        self.on_stacks = on_stacks
         self.refresh_s = refresh_s
         self.stale_s = stale_s
         self.max_spans = max_spans
@@ -166,6 +170,15 @@ class Dashboard:
         self.phase_box = w.HBox([], layout=w.Layout(flex_flow="row wrap"))
         self.phase_checks: dict[str, w.Checkbox] = {}
         self.stop_button = w.Button(description="Stop", button_style="danger", icon="stop")
+        self.stacks_button = w.Button(
+            description="Stacks",
+            icon="list",
+            tooltip="every rank's Python stack now, without stopping it"
+            if self.on_stacks is not None
+            else "pass on_stacks=cluster.stacks to see the ranks' stacks",
+            disabled=self.on_stacks is None,
+        )
+        self.stacks_view = w.HTML()
         self.timeline = figure_widget()
         self.breakdown_note = w.HTML()
         # plotly's widget bundle (~5 MB) goes to the browser once per kernel (figure_widget); the other
@@ -178,13 +191,15 @@ class Dashboard:
         self._counters_box = w.VBox([w.HTML(html.escape("no counters recorded yet (Recorder.counter)"))])
         self.tabs = w.Tab(children=[self.timeline, self._breakdown_box, self._memory_box, self._counters_box])
         self.tabs.titles = ("timeline", "breakdown", "memory", "counters")
-        controls = w.HBox([self.rank_select, w.VBox([self.window_slider, self.phase_box]), self.stop_button])
-        self.widget = w.VBox([self.status, controls, self.tabs])
+        buttons = w.VBox([self.stop_button, self.stacks_button])
+        controls = w.HBox([self.rank_select, w.VBox([self.window_slider, self.phase_box]), buttons])
+        self.widget = w.VBox([self.status, controls, self.stacks_view, self.tabs])
 
         self.rank_select.observe(self._guarded(self._on_ranks), names="value")
         self.window_slider.observe(self._guarded(self._on_window), names="value")
         self.tabs.observe(self._guarded(self._on_tab), names="selected_index")
         self.stop_button.on_click(lambda _button: self.stop())
+        self.stacks_button.on_click(lambda _button: self.show_stacks())
         self.timeline.layout.on_change(self._guarded(self._on_zoom), "xaxis.range", "xaxis.autorange")
 
     @property
@@ -511,9 +526,29 @@ class Dashboard:
             f"rank {rank} has sent nothing for {age:.0f} s" for rank, age in sorted(ages.items()) if age > self.stale_s
         ]
 
+    def show_stacks(self) -> dict[int, str]:
+        """Ask ``on_stacks`` for every rank's stack now and show them under the controls; returns them."""
+        if self.on_stacks is None:
+            return {}
+        try:
+            stacks = dict(self.on_stacks())
+        except Exception as exc:
+            self._fail("stacks", exc)
+            self._show_status()
+            return {}
+        text = "\n".join(f"=== rank {rank} ===\n{stack.rstrip()}" for rank, stack in sorted(stacks.items()))
+        when = time.strftime("%H:%M:%S")
+        self.stacks_view.value = (
+            f"<details open><summary>every rank's Python stack at {when} ({len(stacks)} ranks)</summary>"
+            f'<pre style="max-height:24em;overflow:auto;white-space:pre">{html.escape(text)}</pre></details>'
+        )
+        return stacks
+
     def _show_status(self) -> None:
         text = self.status_text()
         stalled = "has sent nothing" in text or text.startswith("STALL")
+        if self.on_stacks is not None:
+            self.stacks_button.button_style = "warning" if stalled else ""
         colour = "#b00020" if self.error or text.startswith("FAILED") else ("#a05a00" if stalled else "inherit")
         self.status.value = (
             f'<div style="white-space:normal;overflow-wrap:anywhere;line-height:1.4;color:{colour}" '
