@@ -22,7 +22,7 @@ demo: $(VENV)/.ready
 	$(BIN)/workbench run eval-frequency --preset $(PRESET) --ranks 2
 
 test: $(VENV)/.ready browser slurm
-	$(BIN)/ruff check workbench tests
+	$(BIN)/ruff check workbench tests benchmarks
 	WORKBENCH_REQUIRE_SLURM=1 $(BIN)/python -m pytest -q tests
 
 venv: $(VENV)/.ready
@@ -73,7 +73,7 @@ slurm:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SLURM_PACKAGES) >/dev/null; }
 
 lint: $(VENV)/.ready
-	$(BIN)/ruff check workbench tests
+	$(BIN)/ruff check workbench tests benchmarks
 
 clean-venv:
 	rm -rf $(VENV)

@@ -1,0 +1,56 @@
+"""README tables are rendered from saved results: a figure and its source cannot disagree."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def renderer():
+    spec = importlib.util.spec_from_file_location("render_readme", ROOT / "benchmarks" / "render_readme.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_readme_table_matches_its_saved_result():
+    module = renderer()
+    text = (ROOT / "README.md").read_text()
+    blocks = module.BLOCK.findall(text)
+    assert blocks, "README has no rendered tables"
+    _new, changed = module.rendered(text)
+    assert changed == [], f"README tables out of date: run python benchmarks/render_readme.py --write ({changed})"
+    for name in module.RENDERERS:
+        saved = json.loads((ROOT / "benchmarks" / "results" / f"{name}.json").read_text())
+        assert saved["command"].startswith("workbench "), name
+        assert f"<!-- table: {name} -->" in text, f"{name} is saved but not shown in the README"
+
+
+def test_a_changed_number_is_caught(tmp_path, monkeypatch):
+    module = renderer()
+    text = (ROOT / "README.md").read_text()
+    name = next(iter(module.RENDERERS))
+    saved = module.load(name)
+    saved["result"]["efficiency"][0]["images_per_s"] += 1.0
+    monkeypatch.setattr(module, "load", lambda _name: saved)
+    _new, changed = module.rendered(text)
+    assert changed == [name]
+
+
+def test_number_formats():
+    module = renderer()
+    assert [module.number(v) for v in (33.929, 177.0, 0.00103, 1234.5, None)] == [
+        "33.9",
+        "177",
+        "0.00103",
+        "1 234",
+        "–",
+    ]
+    assert module.percent(0.499) == "50 %"
+    with pytest.raises(SystemExit, match="is missing"):
+        module.load("no-such-result")
