@@ -9,6 +9,7 @@ import sys
 import pandas as pd
 import pytest
 
+from workbench.experiment import CASE_MODULES
 from workbench.workloads.eval_frequency import TrainSettings
 
 pytestmark = pytest.mark.mpi
@@ -73,6 +74,12 @@ def test_unknown_case_and_preset():
     )
     assert completed.returncode == 2
     assert completed.stderr.strip().splitlines()[0] == (
-        "workbench: unknown case 'eval-frequncy': "
-        "choose one of eval-frequency, predict-leak, input-pipeline, pop-scaling"
+        "workbench: unknown case 'eval-frequncy': choose one of " + ", ".join(CASE_MODULES)
     )
+    assert list(CASE_MODULES)[:5] == [
+        "eval-frequency",
+        "predict-leak",
+        "input-pipeline",
+        "pop-scaling",
+        "ps-vs-allreduce",
+    ]

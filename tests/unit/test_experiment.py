@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from workbench.cases.eval_frequency import EvalFrequencySettings, parse_intervals
-from workbench.experiment import Experiment, Point, case_names, format_value, get_case
+from workbench.experiment import CASE_MODULES, Experiment, Point, case_names, format_value, get_case
 
 
 def test_point_keys_are_stable_and_readable():
@@ -76,7 +76,14 @@ def test_list_names_every_case_with_one_line():
         [sys.executable, "-m", "workbench.cli", "run", "--list"], capture_output=True, text=True, check=True
     )
     lines = completed.stdout.strip().splitlines()
-    assert [line.split()[0] for line in lines] == ["eval-frequency", "predict-leak", "input-pipeline", "pop-scaling"]
+    assert [line.split()[0] for line in lines] == list(CASE_MODULES)
+    assert list(CASE_MODULES)[:5] == [
+        "eval-frequency",
+        "predict-leak",
+        "input-pipeline",
+        "pop-scaling",
+        "ps-vs-allreduce",
+    ]
     assert all("presets: ci, reduced, full" in line for line in lines)
 
 

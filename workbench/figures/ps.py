@@ -7,7 +7,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from workbench.events import EXTRA_COLOURS
+from workbench.events import BYTES_PER_MB, EXTRA_COLOURS
 
 SCHEME_LABELS = {"allreduce": "Horovod allreduce", "ps": "parameter servers"}
 
@@ -104,7 +104,7 @@ def ps_load_figure(load: pd.DataFrame, *, title: str | None = None, height: int 
     for index, (ps, group) in enumerate(load.groupby("ps", sort=True)):
         fig.add_bar(
             x=group["placement"],
-            y=group["bytes_per_step"] / 1e6,
+            y=group["bytes_per_step"] / BYTES_PER_MB,
             name=f"PS task {int(ps)}",
             marker_color=EXTRA_COLOURS[index % len(EXTRA_COLOURS)],
             customdata=group["variables"],
