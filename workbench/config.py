@@ -47,6 +47,11 @@ def mpich_prefix() -> Path:
     return Path(sys.prefix) / "opt" / "mpich"
 
 
+def mpich_horovod_prefix() -> Path:
+    """Where the Makefile installs Horovod compiled against MPICH (``make horovod-mpich``)."""
+    return Path(sys.prefix) / "opt" / "horovod-mpich"
+
+
 def find_mpiexec(mpi: str) -> Path:
     """The mpiexec of the chosen implementation, preferring the project's venv over PATH."""
     if mpi not in MPI_IMPLEMENTATIONS:

@@ -54,6 +54,7 @@ CASE_MODULES: dict[str, str] = {
     "input-pipeline": "workbench.cases.input_pipeline",
     "pop-scaling": "workbench.cases.pop_scaling",
     "ps-vs-allreduce": "workbench.cases.ps_vs_allreduce",
+    "cpu-tuning": "workbench.cases.cpu_tuning",
 }
 
 
@@ -499,10 +500,13 @@ class Experiment:
         if cluster.n != point.ranks:
             raise ExperimentError(f"point {point.key} needs {point.ranks} ranks but the cluster has {cluster.n}")
         for field_name, value in self.case.cluster_overrides(self.settings, point).items():
-            if getattr(cluster.config, field_name, None) != value:
+            have = getattr(cluster.config, field_name, None)
+            if field_name == "env" and isinstance(have, Mapping):
+                have = {k: have[k] for k in value if k in have}  # the cluster may set more variables
+            if have != value:
                 raise ExperimentError(
                     f"point {point.key} needs a cluster started with {field_name}={value!r}: start one with "
-                    f"Cluster(n={point.ranks}, {field_name}={value!r}), or let Experiment.run() start it"
+                    f"Cluster(n={point.ranks}, **experiment.cluster_settings(point)), or let Experiment.run() start it"
                 )
         manifest = self.read_manifest()
         if manifest is None or any(manifest.get(k) != v for k, v in self.identity().items()):
@@ -608,7 +612,7 @@ class Experiment:
                 if cluster is not None and cluster.n == ranks and not overrides:
                     self._run_group(cluster, group, bar, on_point, timeout_s)
                     continue
-                config = dataclasses.replace(self.cluster_config, n=ranks, **dict(overrides))
+                config = dataclasses.replace(self.cluster_config, n=ranks, **self._config_fields(overrides))
                 with Cluster(config=config) as own:
                     self._run_group(own, group, bar, on_point, timeout_s)
         finally:
@@ -620,9 +624,24 @@ class Experiment:
         """Points that can share a cluster: same rank count and same cluster settings, in plan order."""
         groups: dict[tuple[int, tuple[tuple[str, Any], ...]], list[Point]] = {}
         for point in points:
-            overrides = tuple(sorted(self.case.cluster_overrides(self.settings, point).items()))
+            overrides = tuple(
+                (name, tuple(sorted(value.items())) if isinstance(value, Mapping) else value)
+                for name, value in sorted(self.case.cluster_overrides(self.settings, point).items())
+            )
             groups.setdefault((point.ranks, overrides), []).append(point)
         return sorted(groups.items(), key=lambda item: (item[0][0], len(item[0][1])))
+
+    def cluster_settings(self, point: Point | str) -> dict[str, Any]:
+        """The ``Cluster`` settings a point needs (``Cluster(n=point.ranks, **these)``): its case's overrides."""
+        point = self.point(point) if isinstance(point, str) else point
+        return self._config_fields(tuple(self.case.cluster_overrides(self.settings, point).items()))
+
+    def _config_fields(self, overrides: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
+        """A group's cluster settings as ``ClusterConfig`` fields; a point's ``env`` adds to the caller's."""
+        fields = dict(overrides)
+        if "env" in fields:
+            fields["env"] = {**self.cluster_config.env, **dict(fields["env"])}
+        return fields
 
     def _run_group(
         self, cluster: Any, points: Iterable[Point], bar: Any, on_point: Any, timeout_s: float | None = None

@@ -1,0 +1,105 @@
+"""The CPU-tuning case's pure parts on hand-computed examples: the plan, the sweeps' verdicts."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from workbench.cases.cpu_tuning import CASE, evaluation_fix, mpi_ab, rate, runtime_effects
+from workbench.experiment import Experiment
+from workbench.workloads.sgan import SganSettings
+
+
+def row(**values) -> dict:
+    base = {
+        "ranks": 2,
+        "intra": 1,
+        "inter": 1,
+        "set": "default",
+        "eval": "fixed",
+        "mpi": "openmpi",
+        "images_per_s": 100.0,
+        "ci_low": 95.0,
+        "ci_high": 105.0,
+        "horovod_size": 2,
+        "valid": True,
+        "eval_interval": 15,
+        "eval_share": 0.1,
+        "wall_s": 10.0,
+        "train_images_per_s": 110.0,
+    }
+    return {**base, **values}
+
+
+def test_per_epoch_evaluation_grows_with_the_ranks_and_the_fix_does_not():
+    before, after = SganSettings(eval_schedule="per_epoch", eval_every=15), SganSettings(eval_every=15)
+    assert [before.eval_interval(n) for n in (1, 2, 8, 32)] == [15, 7, 1, 1]
+    assert [after.eval_interval(n) for n in (1, 2, 8)] == [15, 15, 15]
+    with pytest.raises(ValueError, match="eval_schedule 'always' is unknown"):
+        SganSettings(eval_schedule="always")
+
+
+def test_the_plan_has_each_configuration_once_and_its_own_cluster_settings():
+    settings = CASE.settings("reduced")
+    points = CASE.points(settings, 2)
+    keys = [p.key for p in points]
+    assert len(keys) == len(set(keys))
+    assert "n1/intra=4/inter=2/set=default/eval=fixed/mpi=openmpi" in keys  # the heatmap's corner
+    assert "n2/intra=1/inter=1/set=bind-none/eval=fixed/mpi=openmpi" in keys
+    assert "n2/intra=1/inter=1/set=default/eval=per_epoch/mpi=openmpi" in keys
+    by_key = {p.key: p for p in points}
+    none = CASE.cluster_overrides(settings, by_key["n2/intra=1/inter=1/set=bind-none/eval=fixed/mpi=openmpi"])
+    assert none == {"threads_per_rank": 1, "inter_op_threads": 1, "bind_to": "none"}
+    gloo = CASE.cluster_overrides(settings, by_key["n2/intra=1/inter=1/set=default/eval=fixed/mpi=gloo"])
+    assert gloo["env"] == {"HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo"}
+    # points whose settings differ get clusters of their own; an env dict is part of the group's identity
+    groups = Experiment(CASE, preset="reduced", ranks=2).cluster_groups(points)
+    assert sum(len(group) for _, group in groups) == len(points)
+    assert any(
+        dict(overrides).get("env") == (("HOROVOD_CONTROLLER", "gloo"), ("HOROVOD_CPU_OPERATIONS", "gloo"))
+        for (_ranks, overrides), _group in groups
+    )
+
+
+def test_a_setting_within_the_interval_has_no_effect_and_one_outside_has():
+    table = pd.DataFrame(
+        [
+            row(),
+            row(set="kmp-blocktime-200", images_per_s=101.0, ci_low=96.0, ci_high=106.0),
+            row(set="bind-none", images_per_s=80.0, ci_low=78.0, ci_high=82.0),
+        ]
+    )
+    effects = runtime_effects(table).set_index("set")
+    assert bool(effects.loc["kmp-blocktime-200", "no_effect"]) is True
+    assert bool(effects.loc["bind-none", "no_effect"]) is False
+    assert effects.loc["bind-none", "change"] == pytest.approx(-0.2)
+
+
+def test_mpi_ab_marks_a_controller_that_left_each_rank_alone():
+    table = pd.DataFrame(
+        [
+            row(),
+            row(mpi="mpich", images_per_s=140.0, ci_low=130.0, ci_high=150.0),
+            row(mpi="gloo", images_per_s=190.0, horovod_size=1, valid=False),
+        ]
+    )
+    ab = mpi_ab(table).set_index(["mpi", "controller"])
+    assert ab.loc[("mpich", "mpi"), "images_per_s"] == 140.0
+    assert bool(ab.loc[("openmpi", "gloo"), "valid"]) is False and ab.loc[("openmpi", "gloo"), "horovod_size"] == 1
+
+
+def test_evaluation_fix_compares_wall_time_and_training_rate():
+    table = pd.DataFrame(
+        [
+            row(eval="per_epoch", eval_interval=7, eval_share=0.3, wall_s=13.0, train_images_per_s=100.0),
+            row(eval="fixed", eval_interval=15, eval_share=0.1, wall_s=10.0, train_images_per_s=105.0),
+        ]
+    )
+    fix = evaluation_fix(table).iloc[0]
+    assert (fix["interval_per_epoch"], fix["interval_fixed"]) == (7, 15)
+    assert fix["speedup_eval_fix"] == pytest.approx(1.3)
+    assert fix["train_change"] == pytest.approx(0.05)
+
+
+def test_rates_read_without_exponents():
+    assert [rate(v) for v in (19.666, 246.2, 2460.9)] == ["19.7", "246", "2 461"]
