@@ -115,8 +115,73 @@ def render_ps_vs_allreduce(saved: Mapping[str, Any]) -> str:
     return table(header, ["l", "l", "r", "r", "l", "r", "r", "r", "r"], rows) + "\n\n" + source_line(saved)
 
 
+def render_cpu_tuning(saved: Mapping[str, Any]) -> str:
+    """The CPU-tuning sweeps: threads on one rank, runtime sets, MPI A/B, the evaluation schedule."""
+    result = saved["result"]
+    threads = result["threads"]
+    intra = sorted({r["intra"] for r in threads})
+    grid = {(r["inter"], r["intra"]): r["images_per_s"] for r in threads}
+    parts = [
+        "images/s on 1 rank, intra-op (columns) × inter-op (rows) threads:",
+        "",
+        table(
+            ["inter \\ intra", *map(str, intra)],
+            ["l", *["r"] * len(intra)],
+            [
+                [str(inter), *(number(grid.get((inter, i))) for i in intra)]
+                for inter in sorted({r["inter"] for r in threads})
+            ],
+        ),
+        "",
+        table(
+            ["runtime set (2 ranks)", "images/s [95 % interval]", "change vs default", "effect"],
+            ["l", "l", "r", "l"],
+            [
+                [
+                    f"`{r['set']}`",
+                    f"{number(r['images_per_s'])} [{number(r['ci_low'])}, {number(r['ci_high'])}]",
+                    f"{r['change']:+.0%}".replace("%", " %"),
+                    "none within the interval" if r["no_effect"] else "yes",
+                ]
+                for r in result["runtime_sets"]
+            ],
+        ),
+        "",
+        table(
+            ["Horovod over", "controller", "images/s [95 % interval]", "ranks in Horovod's world"],
+            ["l", "l", "l", "r"],
+            [
+                [
+                    r["mpi"],
+                    r["controller"],
+                    f"{number(r['images_per_s'])} [{number(r['ci_low'])}, {number(r['ci_high'])}]",
+                    str(r["horovod_size"]) + ("" if r["valid"] else " (each rank alone: invalid)"),
+                ]
+                for r in result["mpi_ab"]
+            ],
+        ),
+        "",
+        table(
+            ["ranks", "evaluate every (per epoch / fixed)", "evaluation share", "wall s", "fix speedup"],
+            ["r", "l", "l", "l", "r"],
+            [
+                [
+                    str(r["ranks"]),
+                    f"{r['interval_per_epoch']} / {r['interval_fixed']} iterations",
+                    f"{percent(r['eval_share_per_epoch'])} / {percent(r['eval_share_fixed'])}",
+                    f"{number(r['wall_s_per_epoch'])} / {number(r['wall_s_fixed'])}",
+                    f"{r['speedup_eval_fix']:.2f}×",
+                ]
+                for r in result["evaluation"]
+            ],
+        ),
+    ]
+    return "\n".join(parts) + "\n\n" + source_line(saved)
+
+
 RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "ps-vs-allreduce-reduced": render_ps_vs_allreduce,
+    "cpu-tuning-reduced": render_cpu_tuning,
 }
 
 

@@ -242,8 +242,12 @@ def json_ready(value: Any) -> Any:
     return value
 
 
-def json_records(frame: pd.DataFrame) -> list[dict[str, Any]]:
-    """A table as JSON-ready row dicts (see ``json_ready``)."""
+def json_records(frame: pd.DataFrame | None, columns: list[str] | None = None) -> list[dict[str, Any]]:
+    """A table as JSON-ready row dicts (see ``json_ready``), only ``columns`` (those it has) when given."""
+    if frame is None or frame.empty:
+        return []
+    if columns is not None:
+        frame = frame[[c for c in columns if c in frame]]
     return [json_ready(row) for row in frame.to_dict("records")]
 
 

@@ -77,6 +77,7 @@ class CpuTuningSettings:
         "kmp-blocktime-200",
         "kmp-affinity-compact",
         "tf-default-threads",
+        "omp-threads-x4",
     )
     mpi: tuple[str, ...] = ("openmpi", "mpich", "gloo")
 
@@ -266,11 +267,11 @@ class CpuTuning(Case):
                 if best is not None and not baseline.empty
                 else None
             ),
-            "tf_default_threads": json_records(untuned, ["ranks", "images_per_s", "ci_low", "ci_high"]),
-            "threads": json_records(tables["threads"], list(tables["threads"].columns)),
-            "runtime_sets": json_records(tables["runtime_sets"], list(tables["runtime_sets"].columns)),
-            "mpi_ab": json_records(tables["mpi_ab"], list(tables["mpi_ab"].columns)),
-            "evaluation": json_records(evaluation, list(evaluation.columns)),
+            "tf_default_threads": analysis.json_records(untuned, ["ranks", "images_per_s", "ci_low", "ci_high"]),
+            "threads": analysis.json_records(tables["threads"], list(tables["threads"].columns)),
+            "runtime_sets": analysis.json_records(tables["runtime_sets"], list(tables["runtime_sets"].columns)),
+            "mpi_ab": analysis.json_records(tables["mpi_ab"], list(tables["mpi_ab"].columns)),
+            "evaluation": analysis.json_records(evaluation, list(evaluation.columns)),
             "speedup_eval_fix": float(largest["speedup_eval_fix"].iloc[0]) if len(largest) else None,
             "seed": SEED,
             "mpich_missing": None if mpich_built() else "Horovod for MPICH is not built: run make horovod-mpich",
@@ -478,12 +479,6 @@ def evaluation_fix(table: pd.DataFrame) -> pd.DataFrame:
 def rate(value: float) -> str:
     """Images/s with 3 significant figures and no exponent: 19.7, 246, 2 460."""
     return f"{value:,.0f}".replace(",", " ") if abs(value) >= 1000 else f"{value:.3g}"
-
-
-def json_records(frame: pd.DataFrame, columns: list[str]) -> list[dict[str, Any]]:
-    if frame is None or frame.empty:
-        return []
-    return analysis.json_records(frame[[c for c in columns if c in frame]])
 
 
 CASE = CpuTuning()

@@ -245,19 +245,19 @@ class PsVsAllreduce(Case):
         return {
             "method": settings.method.as_dict(),
             "method_text": settings.method.describe(),
-            "efficiency": json_rows(efficiency, columns),
-            "best_on_synthetic": json_rows(
+            "efficiency": analysis.json_records(efficiency, columns),
+            "best_on_synthetic": analysis.json_records(
                 search, ["scheme", "workers", "ps", "placement", "images_per_s", "ci_low", "ci_high"]
             ),
-            "confirmed_on_real": json_rows(
+            "confirmed_on_real": analysis.json_records(
                 confirmed_on_real(efficiency, search),
                 ["scheme", "workers", "ps", "placement", "images_per_s", "ci_low", "ci_high"],
             ),
-            "io_overhead": json_rows(tables["io_overhead"], list(tables["io_overhead"].columns)),
+            "io_overhead": analysis.json_records(tables["io_overhead"], list(tables["io_overhead"].columns)),
             "comparison": comparison,
-            "placement_imbalance": json_rows(imbalance, list(imbalance.columns)),
-            "step_parts": json_rows(step_parts, list(step_parts.columns)),
-            "points": json_rows(
+            "placement_imbalance": analysis.json_records(imbalance, list(imbalance.columns)),
+            "step_parts": analysis.json_records(step_parts, list(step_parts.columns)),
+            "points": analysis.json_records(
                 tables["runs"],
                 [
                     "point",
@@ -275,8 +275,8 @@ class PsVsAllreduce(Case):
                 ],
             ),
             "cores": physical_cores(),
-            "oversubscribed_points": json_rows(oversubscribed, ["point", "processes", "threads_total"]),
-            "projection": json_rows(tables["projection"], list(tables["projection"].columns)),
+            "oversubscribed_points": analysis.json_records(oversubscribed, ["point", "processes", "threads_total"]),
+            "projection": analysis.json_records(tables["projection"], list(tables["projection"].columns)),
             "seed_efficiency": list(SEED_EFFICIENCY),
             "model": {
                 "image_size": settings.image_size,
@@ -559,14 +559,6 @@ def fmt_rate(row: Mapping[str, Any]) -> str:
     low, high = row.get("ci_low"), row.get("ci_high")
     interval = f" [{low:.3g}, {high:.3g}]" if low is not None and high is not None and np.isfinite(low) else ""
     return f"{row['images_per_s']:.3g} images/s{interval}"
-
-
-def json_rows(frame: pd.DataFrame, columns: list[str]) -> list[dict[str, Any]]:
-    """Rows as JSON-ready dicts (NaN -> None, numpy scalars -> Python)."""
-    if frame is None or frame.empty:
-        return []
-    kept = frame[[c for c in columns if c in frame]]
-    return analysis.json_records(kept)
 
 
 CASE = PsVsAllreduce()
