@@ -37,7 +37,8 @@ def test_a_changed_number_is_caught(tmp_path, monkeypatch):
     name = next(iter(module.RENDERERS))
     saved = module.load(name)
     saved["result"]["efficiency"][0]["images_per_s"] += 1.0
-    monkeypatch.setattr(module, "load", lambda _name: saved)
+    real_load = module.load
+    monkeypatch.setattr(module, "load", lambda asked: saved if asked == name else real_load(asked))
     _new, changed = module.rendered(text)
     assert changed == [name]
 
