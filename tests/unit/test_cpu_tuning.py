@@ -103,3 +103,30 @@ def test_evaluation_fix_compares_wall_time_and_training_rate():
 
 def test_rates_read_without_exponents():
     assert [rate(v) for v in (19.666, 246.2, 2460.9)] == ["19.7", "246", "2 461"]
+
+
+def test_cumulative_steps_and_the_two_speedups():
+    from workbench.cases.cpu_tuning import schedule_scaling, speedup_steps
+    from workbench.config import physical_cores
+    from workbench.figures import rate_vs_time_figure, speedup_bars_figure
+
+    cores = physical_cores()
+    table = pd.DataFrame(
+        [
+            row(ranks=1, intra=4, inter=2, images_per_s=80.0),
+            row(ranks=1, intra=cores, inter=1, images_per_s=100.0, train_images_per_s=110.0),
+            row(ranks=1, intra=cores, inter=1, eval="per_epoch", images_per_s=100.0, train_images_per_s=110.0),
+            row(ranks=2, intra=max(1, cores // 2), mpi="mpich", images_per_s=160.0),
+            row(ranks=2, intra=max(1, cores // 2), images_per_s=150.0, train_images_per_s=200.0),
+            row(ranks=2, intra=max(1, cores // 2), eval="per_epoch", images_per_s=120.0, train_images_per_s=198.0),
+            row(ranks=2, intra=1, mpi="gloo", images_per_s=500.0, horovod_size=1, valid=False),
+        ]
+    )
+    steps = speedup_steps(table)
+    assert list(steps["images_per_s"]) == [80.0, 100.0, 160.0]  # the invalid Gloo row is never "best"
+    assert steps["label"].iloc[2].endswith("mpich")
+    scaling = schedule_scaling(table).set_index(["eval", "ranks"])
+    assert scaling.loc[("per_epoch", 2), "train_speedup"] == pytest.approx(1.8)
+    assert scaling.loc[("per_epoch", 2), "time_speedup"] == pytest.approx(1.2)  # images/s scale, time does not
+    assert [bar.text for bar in speedup_bars_figure(steps).data] == [("1.00x", "1.25x", "2.00x")]
+    assert len(rate_vs_time_figure(schedule_scaling(table)).data) == 4

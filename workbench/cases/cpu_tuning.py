@@ -217,6 +217,8 @@ class CpuTuning(Case):
             "runtime_sets": runtime_effects(table),
             "mpi_ab": mpi_ab(table),
             "evaluation": evaluation_fix(table),
+            "schedule_scaling": schedule_scaling(table),
+            "speedup_steps": speedup_steps(table),
         }
 
     def summary(self, rows: pd.DataFrame, tables: Mapping[str, pd.DataFrame], settings: CpuTuningSettings) -> dict:
@@ -364,6 +366,10 @@ class CpuTuning(Case):
                     ),
                 )
             )
+        if len(tables["speedup_steps"]):
+            sections.append(("Cumulative speedup", figures.speedup_bars_figure(tables["speedup_steps"])))
+        if len(tables["schedule_scaling"]):
+            sections.append(("Images/s vs time", figures.rate_vs_time_figure(tables["schedule_scaling"])))
         sections.append(("Runtime settings", tables["runtime_sets"]))
         sections.append(("MPI A/B for Horovod", tables["mpi_ab"]))
         sections.append(("Evaluation schedule", tables["evaluation"]))
@@ -431,6 +437,47 @@ def mpi_ab(table: pd.DataFrame) -> pd.DataFrame:
         rows.append(
             [mpi, controller, row.ranks, row.images_per_s, row.ci_low, row.ci_high, row.horovod_size, bool(row.valid)]
         )
+    return pd.DataFrame(rows, columns=columns)
+
+
+def speedup_steps(table: pd.DataFrame) -> pd.DataFrame:
+    """The seed's Figure 11: the most threaded 1-rank point, the best 1-rank point, the best valid point overall."""
+    columns = ["label", "images_per_s"]
+    valid = table[table["valid"] & (table["eval"] == "fixed")]
+    one = valid[(valid["ranks"] == 1) & (valid["set"] == "default") & (valid["mpi"] == "openmpi")]
+    if one.empty:
+        return pd.DataFrame(columns=columns)
+    baseline = one.sort_values(["intra", "inter"]).iloc[-1]
+    tuned = one.loc[one["images_per_s"].idxmax()]
+    best = valid.loc[valid["images_per_s"].idxmax()]
+    rows = [
+        [f"baseline: 1 rank, {baseline['intra']}x{baseline['inter']} threads", baseline["images_per_s"]],
+        [f"tuned: 1 rank, {tuned['intra']}x{tuned['inter']} threads", tuned["images_per_s"]],
+        [f"scaled: {best['ranks']} ranks x {best['intra']}, {best['set']}, {best['mpi']}", best["images_per_s"]],
+    ]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def schedule_scaling(table: pd.DataFrame) -> pd.DataFrame:
+    """Per evaluation schedule: speedup over 1 rank in images/s while training and in images per second of wall time."""
+    columns = ["ranks", "eval", "train_speedup", "time_speedup"]
+    chosen = table[(table["set"] == "default") & (table["mpi"] == "openmpi") & (table["inter"] == 1)]
+    chosen = chosen[chosen["intra"] == (physical_cores() // chosen["ranks"]).clip(lower=1)]
+    rows = []
+    for schedule, group in chosen.groupby("eval", sort=True):
+        one = group[group["ranks"] == 1]
+        if one.empty:
+            continue
+        one = one.iloc[0]
+        for row in group.sort_values("ranks").itertuples():
+            rows.append(
+                [
+                    int(row.ranks),
+                    schedule,
+                    row.train_images_per_s / one["train_images_per_s"],
+                    row.images_per_s / one["images_per_s"],
+                ]
+            )
     return pd.DataFrame(rows, columns=columns)
 
 

@@ -18,6 +18,7 @@ from workbench.figures.ps import efficiency_figure, ps_load_figure
 from workbench.figures.scaling import scaling_figure
 from workbench.figures.style import PHASE_ORDER, colours_for, phase_order
 from workbench.figures.timeline import decimate_spans, spans_frame, timeline_figure
+from workbench.figures.tuning import rate_vs_time_figure, speedup_bars_figure
 
 __all__ = [
     "PHASE_ORDER",
@@ -35,7 +36,9 @@ __all__ = [
     "pop_colour",
     "pop_table_figure",
     "ps_load_figure",
+    "rate_vs_time_figure",
     "scaling_figure",
     "spans_frame",
+    "speedup_bars_figure",
     "timeline_figure",
 ]
