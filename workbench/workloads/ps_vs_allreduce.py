@@ -35,6 +35,8 @@ SCHEMES: tuple[str, ...] = ("allreduce", "ps")
 DATA_KINDS: tuple[str, ...] = ("synthetic", "real")
 PLACEMENTS: tuple[str, ...] = ("round-robin", "sharded")
 MIN_IMAGE_SIZE = 75  # InceptionV3's smallest input
+#: Image files the real-data pipeline reads (what ``tf.io.decode_image`` decodes of the image folder's formats).
+DECODED_SUFFIXES: tuple[str, ...] = (".jpg", ".jpeg", ".png")
 
 
 @dataclass(frozen=True)
@@ -85,14 +87,13 @@ def build_model(settings: InceptionSettings) -> Any:
 def image_files(settings: InceptionSettings) -> tuple[list[str], list[int]]:
     """Paths and class indices of the real images (class = sub-folder, in sorted order)."""
     from workbench.datasets import dataset_path
-    from workbench.datasets.image_folder import IMAGE_SUFFIXES
 
     folder = Path(settings.images) if settings.images else dataset_path("image_folder")
     classes = sorted(d for d in folder.iterdir() if d.is_dir() and not d.name.startswith("."))
     paths, labels = [], []
     for index, class_dir in enumerate(classes):
         for path in sorted(class_dir.rglob("*")):
-            if path.suffix.lower() in IMAGE_SUFFIXES and path.suffix.lower() in (".jpg", ".jpeg", ".png"):
+            if path.suffix.lower() in DECODED_SUFFIXES:
                 paths.append(str(path))
                 labels.append(index % settings.classes)
     if not paths:
@@ -127,22 +128,6 @@ def make_dataset(settings: InceptionSettings, seed: int | None) -> Any:
     )
 
 
-def intra_op_threads() -> int:
-    """TF's intra-op threads in this process: set explicitly, else from the engine's environment, else TF's
-    default (every core)."""
-    import os
-
-    import tensorflow as tf
-
-    from workbench.config import physical_cores
-
-    return (
-        tf.config.threading.get_intra_op_parallelism_threads()
-        or int(os.environ.get("TF_NUM_INTRAOP_THREADS", "0") or 0)
-        or physical_cores()
-    )
-
-
 def threads_for_workers(settings: InceptionSettings, workers: int) -> int:
     """Intra-op threads per worker: the setting, else the cores shared out (at least one)."""
     from workbench.config import physical_cores
@@ -159,6 +144,7 @@ def train_allreduce(run_path: str, settings: InceptionSettings) -> dict[str, Any
     from workbench.workloads.training import (
         broadcast_weights,
         fresh_rank,
+        intra_op_threads,
         recorded_step,
         step_functions,
         trace_before_timing,

@@ -100,8 +100,7 @@ def train_on_rank(run_path: str, settings_dict: dict[str, Any]) -> dict[str, Any
 
     from workbench import datasets
     from workbench.recorder import Recorder
-    from workbench.workloads.ps_vs_allreduce import intra_op_threads
-    from workbench.workloads.training import broadcast_weights, fresh_rank
+    from workbench.workloads.training import average_gradients, broadcast_weights, fresh_rank, intra_op_threads
 
     settings = SganSettings(**settings_dict)
     comm, rank, size, hvd = fresh_rank(settings.seed)
@@ -163,9 +162,6 @@ def train_on_rank(run_path: str, settings_dict: dict[str, Any]) -> dict[str, Any
         noise = rng.standard_normal((settings.batch, settings.latent)).astype(np.float32)
         return labelled_x[sup], labelled_y[sup], x_train[real], noise
 
-    def average(grads: Any) -> Any:
-        return hvd.grouped_allreduce(list(grads), op=hvd.Average) if hvd is not None else grads
-
     recorder = Recorder(run_path, flush_interval_s=0.5)
     recorder.align_clocks(comm)
     x_sup, y_sup, x_real, noise = batch()  # trace before the clock starts; zero gradients change nothing
@@ -174,13 +170,12 @@ def train_on_rank(run_path: str, settings_dict: dict[str, Any]) -> dict[str, Any
     apply([tf.zeros_like(g) for g in d_grads], [tf.zeros_like(g) for g in g_grads])
     evaluate()
     interval = settings.eval_interval(size)
-    accuracy, evaluations, eval_seconds = float("nan"), 0, 0.0
+    accuracy, evaluations, eval_seconds = float("nan"), 0, 0.0  # eval_seconds: in the measured iterations
     comm.Barrier()
     started = measured_from = time.perf_counter()
     for iteration in range(settings.iterations):
         if iteration == settings.warmup_iterations:
             measured_from = time.perf_counter()
-            eval_at_measure = eval_seconds
         recorder.step = iteration
         x_sup, y_sup, x_real, noise = batch()
         with recorder.phase("compute", "train_step"):
@@ -188,7 +183,7 @@ def train_on_rank(run_path: str, settings_dict: dict[str, Any]) -> dict[str, Any
         with recorder.phase("compute", "generator_step"):
             _g_loss, g_grads = generator_gradients(noise)
         with recorder.phase("communication", "allreduce", nbytes=gradient_bytes):
-            d_grads, g_grads = average(d_grads), average(g_grads)
+            d_grads, g_grads = average_gradients(hvd, d_grads), average_gradients(hvd, g_grads)
         with recorder.phase("compute", "apply_gradients"):
             apply(d_grads, g_grads)
         if (iteration + 1) % interval == 0 and rank == 0:
@@ -196,14 +191,14 @@ def train_on_rank(run_path: str, settings_dict: dict[str, Any]) -> dict[str, Any
             with recorder.phase("evaluation", "evaluate"):
                 accuracy = evaluate()
             evaluations += 1
-            eval_seconds += time.perf_counter() - began
+            if iteration >= settings.warmup_iterations:
+                eval_seconds += time.perf_counter() - began
     with recorder.phase("communication", "final_barrier"):
         comm.Barrier()
     finished = time.perf_counter()
     recorder.close()
     measured = settings.iterations - settings.warmup_iterations
     wall = finished - measured_from
-    eval_measured = eval_seconds - (eval_at_measure if settings.warmup_iterations else 0.0)
     return {
         "rank": rank,
         "size": size,
@@ -215,7 +210,7 @@ def train_on_rank(run_path: str, settings_dict: dict[str, Any]) -> dict[str, Any
         "images_per_s": measured * settings.batch * size / wall,
         "evaluations": evaluations,
         "eval_interval": interval,
-        "eval_s": eval_measured,
+        "eval_s": eval_seconds,
         "accuracy": accuracy,
         "gradient_bytes": gradient_bytes,
         "horovod_size": hvd.size() if hvd is not None else 1,

@@ -43,6 +43,27 @@ def trace_before_timing(gradients: Callable[..., Any], apply: Callable[..., Any]
     apply([tf.zeros_like(g) for g in gradients(x, y)[1]])
 
 
+def average_gradients(hvd: Any, grads: Any) -> Any:
+    """Horovod's grouped allreduce (average) of ``grads``; the gradients as they are on one rank (``hvd`` None)."""
+    return hvd.grouped_allreduce(list(grads), op=hvd.Average) if hvd is not None else grads
+
+
+def intra_op_threads() -> int:
+    """TF's intra-op threads in this process: set explicitly, else from the engine's environment, else TF's
+    default (every core)."""
+    import os
+
+    import tensorflow as tf
+
+    from workbench.config import physical_cores
+
+    return (
+        tf.config.threading.get_intra_op_parallelism_threads()
+        or int(os.environ.get("TF_NUM_INTRAOP_THREADS", "0") or 0)
+        or physical_cores()
+    )
+
+
 def recorded_step(
     recorder: Any,
     iterator: Any,
@@ -59,7 +80,7 @@ def recorded_step(
     with recorder.phase("compute", "train_step"):
         _loss, grads = gradients(x, y)
     with recorder.phase("communication", "allreduce", nbytes=gradient_bytes):
-        grads = hvd.grouped_allreduce(list(grads), op=hvd.Average) if hvd is not None else grads
+        grads = average_gradients(hvd, grads)
     with recorder.phase("compute", "apply_gradients"):
         apply(grads)
 
