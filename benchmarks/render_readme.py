@@ -28,19 +28,12 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from workbench.inspection import format_amount as number
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 README = ROOT / "README.md"
 BLOCK = re.compile(r"(<!-- table: (?P<name>[a-z0-9-]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
-
-
-def number(value: float | None, digits: int = 3) -> str:
-    """A value with ``digits`` significant figures, thousands kept whole (``33.9``, ``177``, ``1 230``)."""
-    if value is None:
-        return "–"
-    if abs(value) >= 10**digits:
-        return f"{value:,.0f}".replace(",", " ")
-    return f"{value:.{digits}g}"
 
 
 def percent(value: float | None) -> str:

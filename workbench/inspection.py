@@ -127,6 +127,21 @@ def format_number(value: float | None) -> str:
     return _significant(float(value)) if _finite(value) else MISSING  # type: ignore[arg-type]
 
 
+def format_amount(value: float | None) -> str:
+    """Three significant figures below 1000, whole units grouped by spaces above (``19.7``, ``246``,
+    ``2 461``): images/s and other counts read in prose; NaN or None -> ``–``."""
+    if not _finite(value):
+        return MISSING
+    value = float(value)  # type: ignore[arg-type]
+    return f"{value:,.0f}".replace(",", " ") if abs(value) >= 1000 else f"{value:.3g}"
+
+
+def format_interval(value: float | None, low: float | None, high: float | None, unit: str) -> str:
+    """``1 188 images/s [1 084, 1 314]``: a value with its unit and, when both ends are known, its interval."""
+    interval = f" [{format_amount(low)}, {format_amount(high)}]" if _finite(low) and _finite(high) else ""
+    return f"{format_amount(value)} {unit}{interval}"
+
+
 def format_percent(value: float | None) -> str:
     """A fraction as a percentage with 2–3 significant figures (``0.2537`` -> ``25.4%``); NaN -> ``–``."""
     return f"{_significant(float(value) * 100)}%" if _finite(value) else MISSING  # type: ignore[arg-type]

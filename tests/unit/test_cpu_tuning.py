@@ -5,8 +5,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from workbench.cases.cpu_tuning import CASE, evaluation_fix, mpi_ab, rate, runtime_effects
+from workbench.cases.cpu_tuning import CASE, evaluation_fix, mpi_ab, runtime_effects
 from workbench.experiment import Experiment
+from workbench.inspection import format_amount as rate
 from workbench.workloads.sgan import SganSettings
 
 

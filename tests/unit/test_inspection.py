@@ -178,3 +178,17 @@ def test_compare_two_runs_with_different_ranks(tmp_path, capsys):
 def test_a_directory_that_is_not_a_run_is_one_clear_error(tmp_path, capsys):
     assert main(["analyse", str(tmp_path)]) == 2
     assert "is not a workbench run" in capsys.readouterr().err
+
+
+def test_amounts_and_intervals_read_without_exponents():
+    from workbench.inspection import format_amount, format_interval
+
+    assert [format_amount(v) for v in (0.00103, 33.93, 1234.5, float("nan"), None)] == [
+        "0.00103",
+        "33.9",
+        "1 234",
+        "–",
+        "–",
+    ]
+    assert format_interval(1187.5, 1084.2, 1313.9, "images/s") == "1 188 images/s [1 084, 1 314]"
+    assert format_interval(26.0, float("nan"), 51.5, "images/s") == "26 images/s"

@@ -29,6 +29,7 @@ from workbench.analysis.method import BenchmarkMethod
 from workbench.config import mpich_horovod_prefix, physical_cores
 from workbench.events import NS_PER_S
 from workbench.experiment import Case, CaseOption, ExperimentResult, Point, parse_counts
+from workbench.inspection import format_amount, format_interval
 from workbench.store import Run
 from workbench.workloads.sgan import SganSettings, train_on_rank
 
@@ -270,10 +271,10 @@ class CpuTuning(Case):
                 else None
             ),
             "tf_default_threads": analysis.json_records(untuned, ["ranks", "images_per_s", "ci_low", "ci_high"]),
-            "threads": analysis.json_records(tables["threads"], list(tables["threads"].columns)),
-            "runtime_sets": analysis.json_records(tables["runtime_sets"], list(tables["runtime_sets"].columns)),
-            "mpi_ab": analysis.json_records(tables["mpi_ab"], list(tables["mpi_ab"].columns)),
-            "evaluation": analysis.json_records(evaluation, list(evaluation.columns)),
+            "threads": analysis.json_records(tables["threads"]),
+            "runtime_sets": analysis.json_records(tables["runtime_sets"]),
+            "mpi_ab": analysis.json_records(tables["mpi_ab"]),
+            "evaluation": analysis.json_records(evaluation),
             "speedup_eval_fix": float(largest["speedup_eval_fix"].iloc[0]) if len(largest) else None,
             "seed": SEED,
             "mpich_missing": None if mpich_built() else "Horovod for MPICH is not built: run make horovod-mpich",
@@ -285,17 +286,17 @@ class CpuTuning(Case):
         if base and tuned:
             lines.append(
                 f"- One rank: {tuned['intra']} intra-op x {tuned['inter']} inter-op threads give "
-                f"**{rate(tuned['images_per_s'])} images/s**, {summary['speedup_tuned_vs_default']:.2f}x the "
+                f"**{format_amount(tuned['images_per_s'])} images/s**, {summary['speedup_tuned_vs_default']:.2f}x the "
                 f"{base['intra']} x {base['inter']} threads of the sweep's most threaded point, the untuned "
-                f"oversubscription of the seed ({rate(base['images_per_s'])}); this machine has "
+                f"oversubscription of the seed ({format_amount(base['images_per_s'])}); this machine has "
                 f"{summary['cores']} cores."
             )
         best = summary.get("best")
         if best:
             lines.append(
                 f"- Best overall: {best['ranks']} rank(s) x {best['intra']} thread(s), set `{best['set']}`, "
-                f"{best['mpi']}: **{rate(best['images_per_s'])} images/s** ({summary['speedup_total']:.2f}x the "
-                "one-rank baseline; the seed: 16x on 8 nodes)."
+                f"{best['mpi']}: **{format_amount(best['images_per_s'])} images/s** "
+                f"({summary['speedup_total']:.2f}x the one-rank baseline; the seed: 16x on 8 nodes)."
             )
         for row in summary["runtime_sets"]:
             verdict = (
@@ -303,12 +304,12 @@ class CpuTuning(Case):
                 if row["no_effect"]
                 else f"{row['change']:+.0%} images/s against `default`"
             )
-            lines.append(f"- Runtime set `{row['set']}`: {rate(row['images_per_s'])} images/s, {verdict}.")
+            lines.append(f"- Runtime set `{row['set']}`: {format_amount(row['images_per_s'])} images/s, {verdict}.")
         for row in summary["mpi_ab"]:
             if row["valid"]:
                 lines.append(
-                    f"- Horovod over {row['mpi']} ({row['controller']} controller): {rate(row['images_per_s'])} "
-                    f"images/s [{rate(row['ci_low'])}, {rate(row['ci_high'])}]."
+                    f"- Horovod over {row['mpi']} ({row['controller']} controller): "
+                    f"{format_interval(row['images_per_s'], row['ci_low'], row['ci_high'], 'images/s')}."
                 )
             else:
                 lines.append(
@@ -521,11 +522,6 @@ def evaluation_fix(table: pd.DataFrame) -> pd.DataFrame:
             ]
         )
     return pd.DataFrame(rows, columns=columns)
-
-
-def rate(value: float) -> str:
-    """Images/s with 3 significant figures and no exponent: 19.7, 246, 2 460."""
-    return f"{value:,.0f}".replace(",", " ") if abs(value) >= 1000 else f"{value:.3g}"
 
 
 CASE = CpuTuning()

@@ -26,7 +26,9 @@ from workbench import analysis
 from workbench.analysis import ps_load
 from workbench.analysis.method import BenchmarkMethod
 from workbench.config import physical_cores
+from workbench.events import BYTES_PER_MB, NS_PER_S
 from workbench.experiment import Case, CaseOption, ExperimentResult, Point, parse_counts
+from workbench.inspection import format_interval
 from workbench.store import Run
 from workbench.workloads.ps_vs_allreduce import InceptionSettings, train_on_rank
 
@@ -170,7 +172,7 @@ class PsVsAllreduce(Case):
             "repetitions": measured.get("repetitions", 0),
             "interval_basis": measured.get("basis", ""),
             **steps,
-            "gradient_mb": first.get("gradient_bytes", 0) / 1e6,
+            "gradient_mb": first.get("gradient_bytes", 0) / BYTES_PER_MB,
             "parameters": first.get("parameters", 0),
             "threads_per_worker": threads,
             "processes": workers + ps + (1 if ps else 0),
@@ -253,10 +255,10 @@ class PsVsAllreduce(Case):
                 confirmed_on_real(efficiency, search),
                 ["scheme", "workers", "ps", "placement", "images_per_s", "ci_low", "ci_high"],
             ),
-            "io_overhead": analysis.json_records(tables["io_overhead"], list(tables["io_overhead"].columns)),
+            "io_overhead": analysis.json_records(tables["io_overhead"]),
             "comparison": comparison,
-            "placement_imbalance": analysis.json_records(imbalance, list(imbalance.columns)),
-            "step_parts": analysis.json_records(step_parts, list(step_parts.columns)),
+            "placement_imbalance": analysis.json_records(imbalance),
+            "step_parts": analysis.json_records(step_parts),
             "points": analysis.json_records(
                 tables["runs"],
                 [
@@ -276,7 +278,7 @@ class PsVsAllreduce(Case):
             ),
             "cores": physical_cores(),
             "oversubscribed_points": analysis.json_records(oversubscribed, ["point", "processes", "threads_total"]),
-            "projection": analysis.json_records(tables["projection"], list(tables["projection"].columns)),
+            "projection": analysis.json_records(tables["projection"]),
             "seed_efficiency": list(SEED_EFFICIENCY),
             "model": {
                 "image_size": settings.image_size,
@@ -425,7 +427,7 @@ def phase_per_step(events: pd.DataFrame, warmup_steps: int) -> dict[str, float]:
         return dict.fromkeys(keys, float("nan"))
     steady = events[events["step"] >= warmup_steps]
     steps = steady.groupby("rank")["step"].nunique().sum()
-    durations = (steady["end_ns"] - steady["start_ns"]) / 1e6
+    durations = (steady["end_ns"] - steady["start_ns"]) * 1e3 / NS_PER_S  # ms
     selections = {
         "input_ms": steady["phase"] == "input",
         "compute_ms": steady["phase"] == "compute",
@@ -556,9 +558,8 @@ def step_parts_text(row: Mapping[str, Any]) -> str:
 
 
 def fmt_rate(row: Mapping[str, Any]) -> str:
-    low, high = row.get("ci_low"), row.get("ci_high")
-    interval = f" [{low:.3g}, {high:.3g}]" if low is not None and high is not None and np.isfinite(low) else ""
-    return f"{row['images_per_s']:.3g} images/s{interval}"
+    """``26 images/s [0.525, 51.5]``: the throughput and, when known, its interval."""
+    return format_interval(row["images_per_s"], row.get("ci_low"), row.get("ci_high"), "images/s")
 
 
 CASE = PsVsAllreduce()
