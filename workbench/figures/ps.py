@@ -9,6 +9,11 @@ from plotly.subplots import make_subplots
 
 from workbench.events import BYTES_PER_MB, EXTRA_COLOURS
 
+#: The two panels of ``efficiency_figure``: value, interval ends, how hovering shows the value.
+EFFICIENCY_PANELS = (
+    ("images_per_s", "ci_low", "ci_high", "%{y:.3g} images/s"),
+    ("efficiency", "efficiency_low", "efficiency_high", "%{y:.0%}"),
+)
 SCHEME_LABELS = {"allreduce": "Horovod allreduce", "ps": "parameter servers"}
 
 
@@ -44,33 +49,20 @@ def efficiency_figure(table: pd.DataFrame, *, title: str | None = None, height: 
         colour = EXTRA_COLOURS[index % len(EXTRA_COLOURS)]
         dash = "dash" if first["data"] == "real" else "solid"
         label = _series_label(first)
-        fig.add_scatter(
-            x=group["workers"],
-            y=group["images_per_s"],
-            error_y=interval_bars(group["images_per_s"], group["ci_low"], group["ci_high"]),
-            mode="lines+markers",
-            name=label,
-            legendgroup=label,
-            line={"color": colour, "dash": dash},
-            hovertemplate="%{x} workers: %{y:.3g} images/s<extra>" + label + "</extra>",
-            row=1,
-            col=1,
-        )
-        fig.add_scatter(
-            x=group["workers"],
-            y=group["efficiency"],
-            error_y=interval_bars(group["efficiency"], group["efficiency_low"], group["efficiency_high"])
-            if "efficiency_low" in group
-            else None,
-            mode="lines+markers",
-            name=label,
-            legendgroup=label,
-            showlegend=False,
-            line={"color": colour, "dash": dash},
-            hovertemplate="%{x} workers: %{y:.0%}<extra>" + label + "</extra>",
-            row=1,
-            col=2,
-        )
+        for col, (value, low, high, shown) in enumerate(EFFICIENCY_PANELS, start=1):
+            fig.add_scatter(
+                x=group["workers"],
+                y=group[value],
+                error_y=interval_bars(group[value], group[low], group[high]) if low in group else None,
+                mode="lines+markers",
+                name=label,
+                legendgroup=label,
+                showlegend=col == 1,
+                line={"color": colour, "dash": dash},
+                hovertemplate=f"%{{x}} workers: {shown}<extra>{label}</extra>",
+                row=1,
+                col=col,
+            )
     workers = sorted(table["workers"].unique()) or [1]
     fig.add_scatter(
         x=[workers[0], workers[-1]],

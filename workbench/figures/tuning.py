@@ -43,22 +43,16 @@ def rate_vs_time_figure(table: pd.DataFrame, *, title: str | None = None, height
     images/s, sublinear in time".
     """
     fig = go.Figure()
+    bars = (("train_speedup", "images/s while training", ""), ("time_speedup", "time (evaluation included)", "/"))
     for index, (schedule, group) in enumerate(table.groupby("eval", sort=True)):
-        colour = EXTRA_COLOURS[index % len(EXTRA_COLOURS)]
-        fig.add_bar(
-            x=[f"{r} ranks" for r in group["ranks"]],
-            y=group["train_speedup"],
-            name=f"images/s while training, {schedule}",
-            marker_color=colour,
-            marker_pattern_shape="",
-        )
-        fig.add_bar(
-            x=[f"{r} ranks" for r in group["ranks"]],
-            y=group["time_speedup"],
-            name=f"time (evaluation included), {schedule}",
-            marker_color=colour,
-            marker_pattern_shape="/",
-        )
+        for column, what, pattern in bars:
+            fig.add_bar(
+                x=[f"{r} ranks" for r in group["ranks"]],
+                y=group[column],
+                name=f"{what}, {schedule}",
+                marker_color=EXTRA_COLOURS[index % len(EXTRA_COLOURS)],
+                marker_pattern_shape=pattern,
+            )
     fig.update_layout(
         barmode="group",
         title=title or "Speedup over 1 rank: images/s while training vs wall time",
