@@ -224,16 +224,18 @@ def compact(run_path: str | Path) -> None:
         stream_dir = run_path / stream
         for rank_dir in sorted(stream_dir.iterdir()) if stream_dir.is_dir() else ():
             parts = _parts(rank_dir)
-            if len(parts) < 2:
-                continue
-            table = pa.Table.from_pandas(_read_parts(parts, schema), schema=schema, preserve_index=False)
-            final = rank_dir / f"{parts[0][0]:08d}-{parts[-1][1]:08d}.parquet"
-            tmp = rank_dir / f".{final.name}.tmp"
-            # row groups of 64 Ki rows: a time window read later skips the groups outside it
-            pq.write_table(table, tmp, compression="lz4", row_group_size=COMPACT_ROW_GROUP)
-            os.replace(tmp, final)
-            for _first, _last, entry in parts:
-                entry.unlink(missing_ok=True)
+            if len(parts) >= 2:
+                table = pa.Table.from_pandas(_read_parts(parts, schema), schema=schema, preserve_index=False)
+                final = rank_dir / f"{parts[0][0]:08d}-{parts[-1][1]:08d}.parquet"
+                tmp = rank_dir / f".{final.name}.tmp"
+                # row groups of 64 Ki rows: a time window read later skips the groups outside it
+                pq.write_table(table, tmp, compression="lz4", row_group_size=COMPACT_ROW_GROUP)
+                os.replace(tmp, final)
+            # the merged parts, and any that a compaction killed half-way left behind (readers skip them)
+            kept = {entry for _first, _last, entry in _parts(rank_dir)}
+            for entry in rank_dir.iterdir():
+                if entry not in kept and _PART.match(entry.name):
+                    entry.unlink(missing_ok=True)
 
 
 #: The column each stream's rows are ordered by within a rank, and a time window applies to.

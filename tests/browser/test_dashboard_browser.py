@@ -46,7 +46,11 @@ from workbench.cluster import reap_processes
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = Path("/usr/bin/chromium")
+#: Debian's chromium wherever PATH finds it (``make browser`` checks the same way).
+CHROMIUM = Path(shutil.which("chromium") or "/usr/bin/chromium")
+#: Seconds from a marker span's end on its rank to its bar on screen: ~0.5-1 s is usual (flush 0.5 s +
+#: refresh 0.5 s); a dashboard that stopped being live draws the early markers only at the end, 7+ s late.
+LIVE_CEILING_MS = 5_000
 #: Seconds from the dashboard cell's start to its first figure on screen (issue 19 asks for <= 3 s).
 FIRST_FIGURE_S = 3.0
 HERE = Path(__file__).resolve().parent
@@ -264,7 +268,10 @@ def accept_kernel_dialog(page: Any, wait_s: float = 2.0) -> None:
 def test_dashboard_in_jupyterlab(tmp_path: Path) -> None:
     """Run the job notebook in headless Chromium; check the drawn timeline; measure latency and redraw."""
     if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} is missing: install Debian's chromium (make browser) to run the browser test")
+        message = "chromium is missing: install Debian's chromium (make browser) to run the browser test"
+        if os.environ.get("WORKBENCH_REQUIRE_BROWSER") == "1" or os.environ.get("CI", "").lower() in ("1", "true"):
+            pytest.fail(message + "; WORKBENCH_REQUIRE_BROWSER/CI says it must be there", pytrace=False)
+        pytest.skip(message)
     from playwright.sync_api import sync_playwright
 
     from workbench.events import PHASE_COLOURS
@@ -343,7 +350,7 @@ def test_dashboard_in_jupyterlab(tmp_path: Path) -> None:
                 assert "failed" not in state["status"], state["status"]
                 (run_dir,) = (root / "runs").iterdir()
                 latencies, first_end_ms = marker_latencies_ms(run_dir, watched["first"])
-                assert all(latency > 0 for latency in latencies), latencies
+                assert all(0 < latency < LIVE_CEILING_MS for latency in latencies), latencies
                 assert None not in (watched["cellStart"], watched["figure"]), watched
                 first_figure_s = (watched["figure"] - watched["cellStart"]) / 1e3
                 assert first_figure_s <= FIRST_FIGURE_S, f"first figure {first_figure_s:.1f} s after its cell started"

@@ -40,13 +40,47 @@ def test_rank_map_and_allreduce_sums(cluster2):
     assert cluster2.view.apply(_allreduce_both) == [(3.0, 3.0), (3.0, 3.0)]
 
 
+def _alive(processes: list[psutil.Process]) -> list[psutil.Process]:
+    alive = []
+    for process in processes:
+        try:
+            if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+                alive.append(process)
+        except psutil.NoSuchProcess:
+            continue
+    return alive
+
+
+def _cluster_processes(cluster_id: str) -> list[psutil.Process]:
+    """Every process on the machine whose command line or environment names the cluster, wherever it was reparented."""
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        try:
+            if cluster_id in " ".join(process.info["cmdline"] or ()) or (
+                process.environ().get("IPP_CLUSTER_ID") == cluster_id
+            ):
+                found.append(process)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
 def test_stop_leaves_no_process():
+    """Processes are diffed for real (children before, during, after), not taken from the cluster's own list."""
+    ours_before = {process.pid for process in psutil.Process().children(recursive=True)}
     cluster = Cluster(n=2)
     with cluster:
-        pids = cluster.pids
-        assert len(pids) >= 3  # controller, mpiexec, two engines at least
-    time.sleep(0.5)
-    assert [pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"] == []
+        started = [p for p in psutil.Process().children(recursive=True) if p.pid not in ours_before]
+        cluster_id = cluster.cluster_id
+        assert cluster_id and len(_cluster_processes(cluster_id)) >= 2  # the two engines at least
+        names = " ".join(" ".join(p.cmdline()) for p in started)
+        assert "ipyparallel.controller" in names and "ipyparallel.engine.nanny" in names, names
+    deadline = time.monotonic() + 30
+    while (_alive(started) or _cluster_processes(cluster_id)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _alive(started) == [] and _cluster_processes(cluster_id) == []
+    new_children = [p for p in psutil.Process().children(recursive=True) if p.pid not in ours_before]
+    assert _alive(new_children) == []
 
 
 def test_zero_ranks_is_one_clear_error():

@@ -40,11 +40,12 @@ def test_headless_run_writes_json_parquet_and_report(tmp_path):
     summary = json.loads(completed.stdout)
     assert summary["ranks"] == 2 and summary["backend"] == "mpi4py" and summary["preset"] == "ci"
     assert summary["sweep"] == {"points": 8, "ran": 8, "reused": 0, "missing": []}
-    # evaluating every 6 epochs instead of every epoch: ~2x here on ci (2.6x on reduced); a regression to
-    # "no saving" falls below 1.3, and the what-if estimate made from the slow run alone stays near the truth
+    # evaluating every 6 epochs instead of every epoch: ~2x here on ci (2.6x on reduced). The band comes from
+    # the case's own what-if estimate, made from the slow run alone (within 12 % on reduced): a fix that
+    # saves less than predicted (e.g. 2x -> 1.2x) leaves the band, whatever the machine's load
     assert summary["speedup_eval_fix"] > 1.3, summary
     for backend, ratio in summary["whatif_estimate_over_measured"].items():
-        assert 0.5 < ratio < 2.0, (backend, ratio)
+        assert 0.7 < ratio < 1.4, (backend, ratio, summary)
     assert set(summary["speedup_eval_fix_by_backend"]) == {"mpi4py", "horovod"}
     table = pd.read_parquet(tmp_path / "runs.parquet")
     assert len(table) == 2 * 2 * 2  # ranks 1..2 x backends x intervals {1, 6}

@@ -36,21 +36,32 @@ TRAIN_SCRIPT = textwrap.dedent(
 )
 
 
-def _align() -> tuple[int, int]:
+SKEW_NS = 7_000_000  # rank 1's clock is made to run 7 ms ahead of rank 0's
+
+
+def _align_with_rank_1_skewed(skew_ns: int) -> tuple[int, int]:
+    import time
+
     from mpi4py import MPI
 
     from workbench.recorder import align_clocks
 
-    return align_clocks(MPI.COMM_WORLD, rounds=32)
+    real_time_ns = time.time_ns
+    if MPI.COMM_WORLD.Get_rank() == 1:
+        time.time_ns = lambda: real_time_ns() + skew_ns
+    try:
+        return align_clocks(MPI.COMM_WORLD, rounds=32)
+    finally:
+        time.time_ns = real_time_ns
 
 
-def test_clock_alignment_within_its_bound(cluster2):
-    (offset0, precision0), (offset1, precision1) = cluster2.view.apply(_align)
+def test_clock_alignment_finds_a_known_skew_within_its_bound(cluster2):
+    (offset0, precision0), (offset1, precision1) = cluster2.view.apply(_align_with_rank_1_skewed, SKEW_NS)
     assert (offset0, precision0) == (0, 0)
-    # Both ranks read the same host clock, so the true offset is 0: the estimate must lie within
-    # the bound it reports, and the bound (half the fastest round trip) must be under 1 ms.
-    assert 0 < precision1 < 1_000_000
-    assert abs(offset1) <= precision1
+    # Both ranks read the same host clock, skewed by a known 7 ms on rank 1: the estimate must lie within
+    # the bound it reports of 7 ms, and the bound (half the fastest round trip) must be under 1 ms.
+    assert precision1 < 1_000_000
+    assert abs(offset1 - SKEW_NS) <= precision1, (offset1, precision1)
 
 
 @pytest.fixture(scope="module")

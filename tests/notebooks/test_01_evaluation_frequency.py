@@ -34,5 +34,9 @@ def test_notebook_runs_and_reports_the_fix(tmp_path):
     )
     assert "Traceback" not in text
     summary = json.loads((out_dir / "summary.json").read_text())
-    assert summary["ranks"] == 2 and summary["speedup_eval_fix"] > 1.0
+    assert summary["ranks"] == 2
+    # 2.6x measured on reduced; the what-if estimate from the slow run alone bounds it (within 12 % there)
+    assert summary["speedup_eval_fix"] > 1.5, summary
+    for backend, ratio in summary["whatif_estimate_over_measured"].items():
+        assert 0.7 < ratio < 1.4, (backend, ratio, summary)
     assert (out_dir / "report.html").stat().st_size > 100_000

@@ -39,14 +39,31 @@ def test_timeline_maps_negotiation_per_rank_and_activities(tmp_path):
     assert set(events["detail"]) == {"grad_w"} and set(events["phase"]) == {"in_flight"}
 
 
-@pytest.mark.parametrize("cut", [len(TIMELINE) - 1, len(TIMELINE) // 2, 260])
-def test_cut_timeline_reads_up_to_the_last_complete_record(tmp_path, cut):
+NEGOTIATIONS = {(0, "NEGOTIATE_ALLREDUCE", 100_000, 170_000), (1, "NEGOTIATE_ALLREDUCE", 160_000, 170_000)}
+MPI_SPAN = (0, "MPI_ALLREDUCE", 182_000, 190_000)
+END_OF_NEGOTIATION = TIMELINE.index('{"ph": "E", "ts": 170, "pid": 1}') + len('{"ph": "E", "ts": 170, "pid": 1}')
+END_OF_MPI = TIMELINE.index('{"ph": "E", "ts": 190, "pid": 1}') + len('{"ph": "E", "ts": 190, "pid": 1}')
+
+
+@pytest.mark.parametrize(
+    ("cut", "expected"),
+    [
+        (260, set()),  # inside the metadata: nothing has ended yet
+        (END_OF_NEGOTIATION - 5, set()),  # inside the record that ends the negotiation
+        (END_OF_NEGOTIATION, NEGOTIATIONS),
+        (END_OF_NEGOTIATION + 12, NEGOTIATIONS),  # half of the next record
+        (END_OF_MPI - 5, NEGOTIATIONS),
+        (END_OF_MPI, NEGOTIATIONS | {MPI_SPAN}),  # ALLREDUCE began but never ended: left out
+        (len(TIMELINE) - 1, NEGOTIATIONS | {MPI_SPAN, (0, "ALLREDUCE", 180_000, 191_000)}),  # only "]" missing
+    ],
+)
+def test_cut_timeline_reads_exactly_the_spans_that_ended(tmp_path, cut, expected):
     path = tmp_path / "cut.json"
     path.write_text(TIMELINE[:cut])
     events = read_horovod_timeline(path)
-    full = tmp_path / "full.json"
-    full.write_text(TIMELINE)
-    assert len(events) <= len(read_horovod_timeline(full))
+    spans = zip(events["rank"], events["name"], events["start_ns"] - 1_000_000_000, events["end_ns"] - 1_000_000_000)
+    assert set(spans) == expected
+    assert len(events) == len(expected)
 
 
 def test_foreign_and_corrupt_files_are_one_clear_error(tmp_path):

@@ -5,7 +5,7 @@ import time
 import pytest
 
 from workbench.events import UnknownPhaseError
-from workbench.recorder import Recorder
+from workbench.recorder import Recorder, detect_rank
 from workbench.store import Run, create_run
 
 
@@ -48,24 +48,86 @@ def test_user_phase_ok_typo_rejected(recorder):
         recorder.phase("Compute ")
 
 
+def _wait_until(predicate, ceiling_s: float = 10.0):
+    """Poll for what the test needs, with a generous ceiling (a busy 2-core machine), never a fixed sleep."""
+    deadline = time.monotonic() + ceiling_s
+    while not (value := predicate()):
+        assert time.monotonic() < deadline, f"not within {ceiling_s} s"
+        time.sleep(0.01)
+    return value
+
+
 def test_memory_samples_at_call_sites_and_interval(recorder):
     recorder.start_memory_sampler(0.02)
     for i in range(5):
         recorder.sample_memory("predict", iteration=i)
-    time.sleep(0.2)
+    # the background thread samples every 0.02 s and flushes every 0.05 s: wait for three of its samples
+    _wait_until(lambda: (Run.load(recorder.run_path).memory["label"] == "interval").sum() >= 3)
     recorder.close()
     memory = Run.load(recorder.run_path).memory
     calls = memory[memory["label"] == "predict"]
     assert list(calls["iteration"]) == [0, 1, 2, 3, 4]
     assert (memory["rss_bytes"] > 10_000_000).all()
-    assert (memory["label"] == "interval").sum() >= 3
+    assert (memory.loc[memory["label"] == "interval", "iteration"] == -1).all()
 
 
 def test_flush_is_visible_while_running(recorder):
     with recorder.phase("compute"):
         pass
-    time.sleep(0.3)
-    assert len(Run.load(recorder.run_path).events) == 1  # flushed by the background thread
+    # nobody calls flush(): only the background thread can make the span visible
+    _wait_until(lambda: len(Run.load(recorder.run_path).events) == 1)
+    assert recorder._thread.is_alive()
+
+
+def test_a_clock_offset_is_taken_off_every_timestamp(tmp_path):
+    """After ``align_clocks`` a rank's spans, samples and counters are on rank 0's clock: local time - offset."""
+    offset = 3_000_000_000  # this rank's clock runs 3 s ahead of rank 0's
+    run_path = create_run(tmp_path, "offset", ranks=2)
+    recorder = Recorder(run_path, rank=1, flush_interval_s=3600)
+    recorder.clock_offset_ns = offset
+    recorder._write_rank_meta()
+    before = time.time_ns()
+    with recorder.phase("compute", "train_step"):
+        pass
+    recorder.sample_memory("predict", iteration=0)
+    recorder.counter("queue_depth", 4)
+    after = time.time_ns()
+    recorder.record("communication", 10_000_000_000, 10_000_500_000, "local")
+    recorder.record("communication", 10_000_000_000, 10_000_500_000, "already_aligned", aligned=True)
+    assert before - offset <= recorder.now_ns() <= time.time_ns() - offset
+    recorder.close()
+    run = Run.load(run_path)
+    spans = run.events.set_index("name")
+    assert before - offset <= spans.loc["train_step", "start_ns"] <= spans.loc["train_step", "end_ns"] <= after - offset
+    assert (spans.loc["local", "start_ns"], spans.loc["local", "end_ns"]) == (7_000_000_000, 7_000_500_000)
+    assert (spans.loc["already_aligned", "start_ns"], spans.loc["already_aligned", "end_ns"]) == (
+        10_000_000_000,
+        10_000_500_000,
+    )
+    assert before - offset <= run.memory["time_ns"].item() <= after - offset
+    assert before - offset <= run.counters["time_ns"].item() <= after - offset
+    assert run.rank_meta.set_index("rank").loc[1, "clock_offset_ns"] == offset
+
+
+@pytest.mark.parametrize(
+    ("environment", "rank"),
+    [
+        ({}, 0),
+        ({"SLURM_PROCID": "5"}, 5),
+        ({"SLURM_PROCID": "5", "HOROVOD_RANK": "4"}, 4),
+        ({"SLURM_PROCID": "5", "HOROVOD_RANK": "4", "PMIX_RANK": "3"}, 3),
+        ({"SLURM_PROCID": "5", "HOROVOD_RANK": "4", "PMIX_RANK": "3", "PMI_RANK": "2"}, 2),
+        ({"SLURM_PROCID": "5", "PMI_RANK": "2", "OMPI_COMM_WORLD_RANK": "1"}, 1),
+        ({"OMPI_COMM_WORLD_RANK": "", "PMI_RANK": "x", "SLURM_PROCID": "6"}, 6),  # unusable values are skipped
+    ],
+)
+def test_detect_rank_prefers_the_mpi_launchers_variables(monkeypatch, environment, rank):
+    """Under ``srun --mpi=pmix`` both SLURM_PROCID and PMIX_RANK are set: MPI's own numbering wins."""
+    for variable in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "HOROVOD_RANK", "SLURM_PROCID"):
+        monkeypatch.delenv(variable, raising=False)
+    for variable, value in environment.items():
+        monkeypatch.setenv(variable, value)
+    assert detect_rank() == rank
 
 
 def test_profile_names_a_missing_script(tmp_path):

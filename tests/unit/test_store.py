@@ -9,6 +9,7 @@ import textwrap
 import time
 
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
 from workbench.config import physical_cores
@@ -102,6 +103,15 @@ def test_tail_delivers_every_row_exactly_once_across_compaction(tmp_path):
     assert len(list((run_path / "events" / "rank-00000").glob("*.parquet"))) == 1
 
 
+@pytest.mark.parametrize(("status", "finished"), [("running", False), ("finished", True), ("failed", True)])
+def test_tail_knows_when_the_run_ended(tmp_path, status, finished):
+    run_path = create_run(tmp_path, "ending", ranks=1)
+    tail = RunTail(run_path)
+    assert tail.finished is False
+    update_run_meta(run_path, status=status)
+    assert tail.finished is finished  # read from run.json each time, not remembered
+
+
 def test_list_runs_and_status(tmp_path):
     first = create_run(tmp_path, "a", ranks=1)
     update_run_meta(first, status="finished")
@@ -110,6 +120,27 @@ def test_list_runs_and_status(tmp_path):
     runs = list_runs(tmp_path)
     assert set(runs["name"]) == {"a", "b"}
     assert dict(zip(runs["name"], runs["status"])) == {"a": "finished", "b": "running"}
+
+
+def _visible_parts(run_path) -> list:
+    """The part files a reader sees (temporary files start with a dot and are never read)."""
+    return [p for p in run_path.rglob("*.parquet") if not p.name.startswith(".")]
+
+
+def _wait_for(predicate, ceiling_s: float = 30.0, what: str = "the condition"):
+    """Poll ``predicate`` until it returns something truthy; fail after a generous ceiling."""
+    deadline = time.monotonic() + ceiling_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"{what} did not happen within {ceiling_s} s")
+
+
+def _count_if_at_least(run_path, least: int) -> int:
+    count = len(Run.load(run_path).events)
+    return count if count >= least else 0
 
 
 def test_a_killed_rank_leaves_its_flushed_events_readable(tmp_path):
@@ -124,19 +155,104 @@ def test_a_killed_rank_leaves_its_flushed_events_readable(tmp_path):
             with rec.phase("compute", "train_step", step=step):
                 time.sleep(0.002)
             step += 1
-            if step == 50:
-                print("flushed-soon", flush=True)
         """
     )
-    process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen([sys.executable, "-c", script])
     try:
-        assert process.stdout.readline().strip() == "flushed-soon"
-        time.sleep(0.5)
+        # kill it once at least 50 events are on disk, whatever the machine's speed
+        seen = _wait_for(lambda: _count_if_at_least(run_path, 50), what="50 events on disk")
         os.kill(process.pid, signal.SIGKILL)
     finally:
+        process.kill()
         process.wait(timeout=10)
     events = Run.load(run_path).events
-    assert len(events) >= 50
+    assert len(events) >= seen
     assert list(events["step"]) == list(range(len(events)))  # a prefix, nothing torn or duplicated
-    assert not list(run_path.rglob("*.tmp")) or all(p.name.startswith(".") for p in run_path.rglob("*.tmp"))
+    for part in _visible_parts(run_path):
+        pq.read_table(part)  # every file a reader sees is whole
     assert json.loads((run_path / "ranks" / "rank-00000.json").read_text())["rank"] == 0
+
+
+def test_a_write_torn_by_a_kill_never_becomes_a_visible_part(tmp_path):
+    """The third flush dies half-way through its file: the first two stay, whole; the torn one is never read."""
+    run_path = create_run(tmp_path, "torn", ranks=1)
+    script = textwrap.dedent(
+        f"""
+        import os, signal, time
+        import pyarrow.parquet as pq
+        from workbench.recorder import Recorder
+        real_write_table = pq.write_table
+        written = []
+        def torn_write_table(table, where, **options):
+            real_write_table(table, where, **options)
+            written.append(str(where))
+            if len(written) == 3:
+                with open(where, "r+b") as half:
+                    half.truncate(os.path.getsize(where) // 2)
+                os.kill(os.getpid(), signal.SIGKILL)
+        pq.write_table = torn_write_table
+        rec = Recorder({str(run_path)!r}, rank=0, flush_interval_s=3600)
+        for step in range(30):
+            now = time.time_ns()
+            rec.record("compute", now, now + 1000, "train_step", step=step)
+            if step % 10 == 9:
+                rec.flush()
+        """
+    )
+    completed = subprocess.run([sys.executable, "-c", script], timeout=120, check=False)
+    assert completed.returncode == -signal.SIGKILL
+    events = Run.load(run_path).events
+    assert list(events["step"]) == list(range(20))
+    assert [p.name for p in sorted(_visible_parts(run_path))] == [
+        "00000001-00000001.parquet",
+        "00000002-00000002.parquet",
+    ]
+    for part in _visible_parts(run_path):
+        assert pq.read_table(part).num_rows == 10
+    (torn,) = [p for p in run_path.rglob("*.tmp")]
+    assert torn.name.startswith(".")  # the half file kept its temporary name
+    # the next writer of this rank goes on after the last whole part
+    assert StreamWriter(run_path, "events", 0).write(_rows(0, 1, offset=20)).name == "00000003-00000003.parquet"
+
+
+@pytest.mark.parametrize(
+    ("crash_in", "call"),
+    [("replace", 1), ("unlink", 1), ("unlink", 2), ("unlink", 3)],
+    ids=["before-the-rename", "after-the-rename", "after-one-old-part-is-deleted", "after-two-are-deleted"],
+)
+def test_a_crash_during_compaction_loses_and_doubles_nothing(tmp_path, crash_in, call):
+    run_path = create_run(tmp_path, "compacting", ranks=1)
+    writer = StreamWriter(run_path, "events", 0)
+    for batch in range(3):
+        writer.write(_rows(0, 4, offset=4 * batch))
+    expected = Run.load(run_path).events
+    tail = RunTail(run_path)
+    assert len(tail.poll()[0]) == 12
+    script = textwrap.dedent(
+        f"""
+        import os, pathlib, signal
+        from workbench import store
+        target, crash_at = {crash_in!r}, {call}
+        calls = []
+        def crashing(real):
+            def call(*args, **kwargs):
+                calls.append(1)
+                if len(calls) == crash_at:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                return real(*args, **kwargs)
+            return call
+        if target == "replace":
+            store.os.replace = crashing(os.replace)
+        else:
+            pathlib.Path.unlink = crashing(pathlib.Path.unlink)
+        store.compact({str(run_path)!r})
+        """
+    )
+    completed = subprocess.run([sys.executable, "-c", script], timeout=120, check=False)
+    assert completed.returncode == -signal.SIGKILL
+    pd.testing.assert_frame_equal(Run.load(run_path).events, expected)
+    assert len(tail.poll()[0]) == 0  # a live reader gets no row twice
+    compact(run_path)  # compaction run again finishes the job
+    assert [p.name for p in _visible_parts(run_path)] == ["00000001-00000003.parquet"]
+    pd.testing.assert_frame_equal(Run.load(run_path).events, expected)
+    assert len(tail.poll()[0]) == 0

@@ -1,44 +1,79 @@
-"""Dashboard and progress widgets driven headless: update() with an in-memory source."""
+"""Dashboard and progress widgets driven headless, fed by real recorders through a real run on disk."""
 
 from __future__ import annotations
 
 import asyncio
 import io
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
 import workbench.widgets.dashboard as dashboard_module
-from workbench.events import empty_events, empty_memory, events_frame
+from workbench.analysis import phase_breakdown
+from workbench.analysis.memory import memory_growth
+from workbench.recorder import Recorder
+from workbench.store import RunTail, StreamWriter, create_run, read_run_meta
 from workbench.widgets import WAITING, Dashboard, ProgressBar, ProgressState, progress
 
 S = 1_000_000_000
 T0 = 1_700_000_000 * S
 
 
-class FakeSource:
-    """Returns the rows appended since the previous poll, like store.RunTail; can be told to fail."""
+class RecordedRun:
+    """A run on disk that tests write into as ranks do (``Recorder.record`` + ``flush``)."""
 
-    def __init__(self) -> None:
-        self.events: list[dict] = []
-        self.memory: list[dict] = []
+    def __init__(self, root: Path) -> None:
+        self.path = create_run(root, "dashboard", ranks=2)
+        self.run_id: str = read_run_meta(self.path)["run_id"]
+        self.recorders: dict[int, Recorder] = {}
+
+    def add(self, rank: int, phase: str, start_s: float, end_s: float, name: str | None = None) -> None:
+        if rank not in self.recorders:
+            self.recorders[rank] = Recorder(self.path, rank=rank, host="h", flush_interval_s=3600)
+        self.recorders[rank].record(phase, T0 + int(start_s * S), T0 + int(end_s * S), name, aligned=True)
+
+    def add_memory(self, rank: int, samples_mb: list[float], label: str = "interval", calls: bool = False) -> None:
+        """Memory samples one second apart, as ``sample_memory`` writes them (``calls``: after call 0, 1, ...)."""
+        count = len(samples_mb)
+        StreamWriter(self.path, "memory", rank).write(
+            {
+                "run_id": [self.run_id] * count, "rank": [rank] * count, "host": ["h"] * count,
+                "time_ns": [T0 + i * S for i in range(count)], "rss_bytes": [int(mb * 1e6) for mb in samples_mb],
+                "gpu_bytes": [-1] * count, "cpu_percent": [1.0] * count, "label": [label] * count,
+                "iteration": list(range(count)) if calls else [-1] * count,
+            }
+        )  # fmt: skip
+
+    def flush(self) -> None:
+        for recorder in self.recorders.values():
+            recorder.flush()
+
+    def close(self) -> None:
+        for recorder in self.recorders.values():
+            recorder.close()
+
+
+class Tail(RunTail):
+    """The real live feed; before each poll the ranks' buffered rows are flushed (their timer does it live).
+
+    ``error`` makes the next polls fail, as a vanished file system would.
+    """
+
+    def __init__(self, run: RecordedRun) -> None:
+        super().__init__(run.path)
+        self.run = run
         self.error: Exception | None = None
         self.polls = 0
-
-    def add(self, rank: int, phase: str, start_s: float, end_s: float, **extra: object) -> None:
-        row = dict(rank=rank, phase=phase, start_ns=T0 + int(start_s * S), end_ns=T0 + int(end_s * S))
-        self.events.append({"run_id": "run-1", **row, **extra})
 
     def poll(self) -> tuple[pd.DataFrame, pd.DataFrame]:
         self.polls += 1
         if self.error is not None:
             raise self.error
-        events = events_frame(self.events) if self.events else empty_events()
-        memory = pd.DataFrame(self.memory) if self.memory else empty_memory()
-        self.events, self.memory = [], []
-        return events, memory
+        self.run.flush()
+        return super().poll()
 
 
 class Clock:
@@ -49,17 +84,22 @@ class Clock:
         return self.now
 
 
-def fake_breakdown(events: pd.DataFrame) -> pd.DataFrame:
-    """Stands in for the analysis layer: seconds per (rank, phase)."""
-    seconds = (events["end_ns"] - events["start_ns"]) / 1e9
-    table = events.assign(seconds=seconds).groupby(["rank", "phase"], as_index=False)["seconds"].sum()
-    table["fraction"] = table["seconds"] / table.groupby("rank")["seconds"].transform("sum")
-    return table
+@pytest.fixture
+def run(tmp_path):
+    recorded = RecordedRun(tmp_path)
+    yield recorded
+    recorded.close()
 
 
 @pytest.fixture
-def source() -> FakeSource:
-    return FakeSource()
+def source(run: RecordedRun) -> RecordedRun:
+    """Where the tests write spans: the run the dashboard's tail reads."""
+    return run
+
+
+@pytest.fixture
+def tail(run: RecordedRun) -> Tail:
+    return Tail(run)
 
 
 @pytest.fixture
@@ -68,8 +108,8 @@ def clock() -> Clock:
 
 
 @pytest.fixture
-def dash(source: FakeSource, clock: Clock) -> Dashboard:
-    return Dashboard(source, analyse=fake_breakdown, clock=clock, stale_s=10.0)
+def dash(tail: Tail, clock: Clock) -> Dashboard:
+    return Dashboard(tail, analyse=phase_breakdown, clock=clock, stale_s=10.0)
 
 
 def ranks_drawn(dash: Dashboard) -> set[int]:
@@ -95,7 +135,7 @@ def test_spans_of_both_ranks_appear_in_the_figure_widget(dash, source):
     np.testing.assert_allclose(np.asarray(compute.base, dtype=float), [0.0, 0.1])
     np.testing.assert_allclose(compute.x, [0.5, 0.7])
     text = dash.status_text()
-    assert "run run-1" in text and "2 ranks seen" in text and "3 events" in text
+    assert f"run {source.run_id}" in text and "2 ranks seen" in text and "3 events" in text
     assert WAITING not in text
     # new rows are appended to the same traces
     source.add(1, "communication", 0.8, 0.9)
@@ -127,8 +167,8 @@ def test_phase_toggle_hides_a_phase(dash, source):
     assert comm.visible is False and len(comm.x) == 0
 
 
-def test_time_window_and_zoom(source, clock):
-    dash = Dashboard(source, analyse=fake_breakdown, clock=clock, max_spans=50)
+def test_time_window_and_zoom(source, tail, clock):
+    dash = Dashboard(tail, analyse=phase_breakdown, clock=clock, max_spans=50)
     for i in range(200):  # 100 s of alternating phases
         source.add(0, "compute", i * 0.5, i * 0.5 + 0.3)
         source.add(0, "communication", i * 0.5 + 0.3, i * 0.5 + 0.5)
@@ -161,26 +201,26 @@ def test_stale_rank_is_reported(dash, source, clock):
     assert "has sent nothing" not in dash.status_text()
 
 
-def test_poll_exception_becomes_a_one_line_status_and_updates_go_on(dash, source):
+def test_poll_exception_becomes_a_one_line_status_and_updates_go_on(dash, source, tail):
     source.add(0, "compute", 0.0, 1.0)
     dash.update()
-    source.error = OSError("part file vanished\nsecond line of detail")
+    tail.error = OSError("part file vanished\nsecond line of detail")
     dash.update()
     assert dash.error == "poll failed: OSError: part file vanished"
     assert "\n" not in dash.status.value
     assert "Traceback" not in dash.status.value
-    source.error = None
+    tail.error = None
     source.add(0, "compute", 1.0, 2.0)
     dash.update()
     assert dash.error == ""
     assert "2 events" in dash.status_text()
 
 
-def test_draw_exception_becomes_a_status(source, clock):
+def test_draw_exception_becomes_a_status(source, tail, clock):
     def broken(_events):
         raise ValueError("no phases")
 
-    dash = Dashboard(source, analyse=broken, clock=clock)
+    dash = Dashboard(tail, analyse=broken, clock=clock)
     source.add(0, "compute", 0.0, 1.0)
     dash.update()
     dash.tabs.selected_index = 1  # breakdown tab: analysis raises while drawing
@@ -200,9 +240,9 @@ def test_breakdown_tab_draws_the_injected_analysis(dash, source):
     np.testing.assert_allclose(traces["compute"].y, [3.0, 2.0])
 
 
-def test_breakdown_says_when_analysis_is_unavailable(source, clock, monkeypatch):
+def test_breakdown_says_when_analysis_is_unavailable(source, tail, clock, monkeypatch):
     monkeypatch.setattr(dashboard_module, "default_analyse", lambda: (None, "no module"))
-    dash = Dashboard(source, clock=clock)
+    dash = Dashboard(tail, clock=clock)
     source.add(0, "compute", 0.0, 1.0)
     dash.update()
     dash.tabs.selected_index = 1
@@ -228,19 +268,32 @@ def test_dashboard_figures_share_one_copy_of_plotlys_widget_bundle(dash, source)
 
 
 def test_memory_tab_draws_samples(dash, source):
-    source.memory = [
-        dict(run_id="run-1", rank=0, host="h", time_ns=T0 + i * S, rss_bytes=int(1e8 + i * 1e6), gpu_bytes=-1,
-             cpu_percent=1.0, label="interval", iteration=-1)
-        for i in range(3)
-    ]  # fmt: skip
+    source.add_memory(0, [100, 101, 102])
     dash.update()
     dash.tabs.selected_index = 2
     np.testing.assert_allclose(dash.memory.data[0].y, [100, 101, 102])
 
 
-def test_stop_button_calls_on_stop_and_stops_refreshing(source, clock):
+def test_memory_tab_overlays_the_growth_fit_and_its_verdict(source, tail, clock):
+    def growth(samples: pd.DataFrame) -> pd.DataFrame:
+        return memory_growth(samples, x="iteration", leak_threshold_mb=0.5)
+
+    dash = Dashboard(tail, analyse=phase_breakdown, analyse_memory=growth, clock=clock)
+    source.add_memory(0, [100.0 + 2.0 * call for call in range(12)], label="predict", calls=True)
+    source.add_memory(1, [100.0] * 12, label="predict", calls=True)
+    dash.update()
+    dash.tabs.selected_index = 2
+    fits = {trace.name: trace for trace in dash.memory.data if "MB" in (trace.name or "")}
+    assert len(fits) == 2, [trace.name for trace in dash.memory.data]
+    leak = next(trace for name, trace in fits.items() if "leak" in name and "no leak" not in name)
+    assert "+2" in leak.name  # 2 MB per call, the slope drawn on the samples
+    np.testing.assert_allclose(np.diff(np.asarray(leak.y, dtype=float)) / np.diff(np.asarray(leak.x, dtype=float)), 2.0)
+    assert any("no leak" in name for name in fits)
+
+
+def test_stop_button_calls_on_stop_and_stops_refreshing(tail, clock):
     stopped = []
-    dash = Dashboard(source, analyse=fake_breakdown, clock=clock, on_stop=lambda: stopped.append(True))
+    dash = Dashboard(tail, analyse=phase_breakdown, clock=clock, on_stop=lambda: stopped.append(True))
     dash.start()
     dash.stop_button.click()
     assert stopped == [True]
@@ -248,31 +301,45 @@ def test_stop_button_calls_on_stop_and_stops_refreshing(source, clock):
     assert dash.status_text().startswith("stopped")
 
 
-def test_start_without_a_loop_uses_a_daemon_timer(source):
-    dash = Dashboard(source, analyse=fake_breakdown, refresh_s=0.01)
+def _wait_until(predicate, ceiling_s: float = 10.0) -> None:
+    """Wait for what the test needs, with a generous ceiling instead of a fixed short sleep."""
+    deadline = time.monotonic() + ceiling_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"not within {ceiling_s} s"
+        time.sleep(0.01)
+
+
+def test_start_without_a_loop_uses_a_daemon_timer(source, tail):
+    dash = Dashboard(tail, analyse=phase_breakdown, refresh_s=0.01)
     dash.start()
     try:
-        deadline = time.monotonic() + 5
-        while source.polls < 3 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        assert dash._timer is not None and dash._timer.daemon
+        source.add(0, "compute", 0.0, 1.0)  # written after start(): only the timer's refresh can draw it
+        _wait_until(lambda: "1 events" in dash.status_text())
+        source.add(1, "compute", 0.0, 1.0)
+        _wait_until(lambda: "2 events" in dash.status_text())
     finally:
         dash.stop()
-    assert source.polls >= 3
-    polls = source.polls
-    time.sleep(0.05)
-    assert source.polls <= polls + 1  # at most one tick in flight when stopped
+    with dash._lock:  # a refresh in flight when stop() came has ended
+        polls = tail.polls
+    time.sleep(0.1)  # ten refresh periods: a timer left running would poll again
+    assert tail.polls == polls and dash._timer is None
 
 
-def test_start_in_a_running_loop_uses_a_task(source):
-    async def scenario() -> int:
-        dash = Dashboard(source, analyse=fake_breakdown, refresh_s=0.01)
+def test_start_in_a_running_loop_uses_a_task(source, tail):
+    async def scenario() -> Dashboard:
+        dash = Dashboard(tail, analyse=phase_breakdown, refresh_s=0.01)
         dash.start()
-        assert dash._task is not None
-        await asyncio.sleep(0.1)
+        assert dash._task is not None and dash._timer is None
+        source.add(0, "compute", 0.0, 1.0)
+        deadline = time.monotonic() + 10
+        while "1 events" not in dash.status_text():
+            assert time.monotonic() < deadline, "the task never refreshed"
+            await asyncio.sleep(0.01)
         dash.stop()
-        return source.polls
+        return dash
 
-    assert asyncio.run(scenario()) >= 3
+    assert asyncio.run(scenario())._task is None
 
 
 def test_timings_and_text_fallback(dash, source):

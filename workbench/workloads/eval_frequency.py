@@ -83,7 +83,7 @@ def train_on_rank(run_path: str, settings_dict: dict[str, Any]) -> dict[str, Any
         import horovod.tensorflow as hvd
 
         hvd.init()
-    tf.random.set_seed(settings.seed)
+    tf.keras.utils.set_random_seed(settings.seed)  # Keras draws unseeded initialisers from Python: seed all three
     data = _load_data(settings)
     x_train = data.x_train.reshape(len(data.x_train), -1)
     x_test = data.x_test.reshape(len(data.x_test), -1)

@@ -1,0 +1,61 @@
+"""The hostfile reaches mpiexec: a real launch on this machine reads it (slots) for both MPI implementations."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from workbench.config import ClusterConfig
+
+pytestmark = pytest.mark.mpi
+
+#: Each rank prints its rank as its MPI launcher numbers it.
+SAY_RANK = [
+    sys.executable,
+    "-c",
+    "import os; print('rank', os.environ.get('OMPI_COMM_WORLD_RANK', os.environ.get('PMI_RANK')))",
+]
+
+
+def _launch(config: ClusterConfig) -> subprocess.CompletedProcess:
+    environment = config.engine_environment()
+    return subprocess.run(
+        config.launch_command(SAY_RANK, environment),
+        env={**os.environ, **environment},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_open_mpi_places_ranks_by_the_hostfiles_slots(tmp_path):
+    two_slots = tmp_path / "two"
+    two_slots.write_text("localhost slots=2\n")
+    started = _launch(ClusterConfig(n=2, hostfile=str(two_slots)))
+    assert started.returncode == 0, started.stderr[-2000:]
+    assert sorted(started.stdout.split()) == ["0", "1", "rank", "rank"]
+    # one slot for two ranks: Open MPI refuses, which it can only do if it read this file
+    one_slot = tmp_path / "one"
+    one_slot.write_text("localhost slots=1\n")
+    refused = _launch(ClusterConfig(n=2, hostfile=str(one_slot)))
+    assert refused.returncode != 0
+    assert "slots" in (refused.stdout + refused.stderr).lower()
+
+
+def test_mpich_reads_the_hostfile(tmp_path):
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("localhost:2\n")
+    config = ClusterConfig(n=2, mpi="mpich", hostfile=str(hostfile))
+    assert config.mpiexec_args({})[:2] == ["-f", str(hostfile)]
+    started = _launch(config)
+    assert started.returncode == 0, started.stderr[-2000:]
+    assert sorted(started.stdout.split()) == ["0", "1", "rank", "rank"]
+    # a host that does not resolve: Hydra fails naming it, which it can only do if it read this file
+    hostfile.write_text("no-such-host.invalid:2\n")
+    failed = _launch(config)
+    assert failed.returncode != 0
+    assert "no-such-host.invalid" in failed.stdout + failed.stderr

@@ -1,0 +1,51 @@
+"""The helpers behind the README's benchmark figures, on values known by hand or by counting what they did."""
+
+from __future__ import annotations
+
+import pytest
+
+from workbench.bench.allreduce import bus_bandwidth_factor, measure
+from workbench.bench.overhead import background_cost_share, hot_path_ns
+from workbench.recorder import Recorder
+from workbench.store import Run, create_run
+
+
+@pytest.mark.parametrize(("ranks", "factor"), [(1, 0.0), (2, 1.0), (4, 1.5), (8, 1.75), (64, 126 / 64)])
+def test_bus_bandwidth_factor_is_the_ring_allreduces_2_n_minus_1_over_n(ranks, factor):
+    assert bus_bandwidth_factor(ranks) == pytest.approx(factor)
+
+
+def test_allreduce_rows_on_one_rank_are_consistent():
+    rows = measure(sizes=(1024, 4096), min_seconds=0.01, with_horovod=False)
+    assert [row["bytes"] for row in rows] == [1024, 4096]
+    for row in rows:
+        assert row["ranks"] == 1 and row["mpi_seconds"] > 0
+        assert row["mpi_algbw_gbps"] == pytest.approx(row["bytes"] / row["mpi_seconds"] / 1e9)
+        assert row["mpi_busbw_gbps"] == 0.0  # one rank: nothing crosses a link
+
+
+@pytest.fixture
+def recorder(tmp_path):
+    rec = Recorder(create_run(tmp_path, "bench", ranks=1), rank=0, flush_interval_s=3600)
+    yield rec
+    rec.close()
+
+
+def test_hot_path_times_one_span_and_one_input_wait_per_step(recorder):
+    cost = hot_path_ns(recorder, calls=500)
+    assert 0 < cost < 1e9
+    recorder.flush()
+    events = Run.load(recorder.run_path).events
+    # exactly what a recorded training step adds: an input wait, then the step's compute span
+    assert list(events["phase"]) == ["input", "compute"] * 500
+    assert list(events.loc[events["phase"] == "compute", "step"]) == list(range(500))
+
+
+def test_background_cost_flushes_one_intervals_rows_per_trial(recorder):
+    recorder.flush_interval_s = 0.5
+    share = background_cost_share(recorder, steps_per_s=40.0, trials=3)
+    assert 0 < share < 1
+    recorder.flush()
+    events = Run.load(recorder.run_path).events
+    assert len(events) == 3 * 2 * 20  # trials x (span + input wait) x (40 steps/s x 0.5 s)
+    assert len(Run.load(recorder.run_path).memory) == 100  # the memory samples it timed
