@@ -149,8 +149,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     )
 
     def tell(point: Any, status: str) -> None:
-        if status != "done":
-            print(f"  {'reusing' if status == 'reused' else 'running'}: {point.key}", file=sys.stderr)
+        words = {"reused": "reusing", "start": "running", "failed": "failed (kept as a result)"}
+        if status in words:
+            print(f"  {words[status]}: {point.key}", file=sys.stderr)
 
     result = experiment.run(
         resume=options.resume,
@@ -159,7 +160,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         timeout_s=options.timeout,
     )
     if options.json:
-        _print_json(result.summary)
+        from workbench.analysis import json_records
+
+        # the summary, and the table the text mode prints: what the README's tables are rendered from
+        _print_json({**result.summary, "headline": json_records(case.headline(result))})
     else:
         print(case.headline(result).round(3).to_string(index=False))
         print()

@@ -26,7 +26,7 @@ import dataclasses
 import importlib
 import json
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -146,6 +146,9 @@ class Case:
     default_preset: ClassVar[str] = "reduced"
     options: ClassVar[tuple[CaseOption, ...]] = ()
     workload: ClassVar[Callable[..., dict[str, Any]]]
+    #: A point that fails is a result here (a thread setting that crashes, as the seed's white heatmap
+    #: cells): the sweep goes on with a fresh cluster, and the failure is in the result's ``failed`` table.
+    failures_are_results: ClassVar[bool] = False
 
     # -- planning
     def settings(self, preset: str, overrides: Mapping[str, Any] | None = None) -> Any:
@@ -609,12 +612,14 @@ class Experiment:
         bar = self._progress_bar(progress, todo)
         try:
             for (ranks, overrides), group in self.cluster_groups(todo):
-                if cluster is not None and cluster.n == ranks and not overrides:
-                    self._run_group(cluster, group, bar, on_point, timeout_s)
-                    continue
-                config = dataclasses.replace(self.cluster_config, n=ranks, **self._config_fields(overrides))
-                with Cluster(config=config) as own:
-                    self._run_group(own, group, bar, on_point, timeout_s)
+                remaining = group
+                while remaining:  # after a failure that is a result, the rest of the group gets a fresh cluster
+                    if cluster is not None and cluster.n == ranks and not overrides:
+                        remaining = self._run_group(cluster, remaining, bar, on_point, timeout_s)
+                        continue
+                    config = dataclasses.replace(self.cluster_config, n=ranks, **self._config_fields(overrides))
+                    with Cluster(config=config) as own:
+                        remaining = self._run_group(own, remaining, bar, on_point, timeout_s)
         finally:
             if bar is not None:
                 bar.close()
@@ -644,21 +649,42 @@ class Experiment:
         return fields
 
     def _run_group(
-        self, cluster: Any, points: Iterable[Point], bar: Any, on_point: Any, timeout_s: float | None = None
-    ) -> None:
-        for point in points:
+        self, cluster: Any, points: list[Point], bar: Any, on_point: Any, timeout_s: float | None = None
+    ) -> list[Point]:
+        """Run the points on ``cluster``; returns those left when a point failed and failures are results."""
+        for index, point in enumerate(points):
             if on_point:
                 on_point(point, "start")
             point_run = self.start(cluster, point, timeout_s=timeout_s)
             units = self.case.progress_units(self.settings, point)
-            if bar is not None and units is not None:
-                point_run.wait(lambda events, memory: bar.update(self.case.units_done(events, memory)))
-            else:
-                point_run.wait()
+            try:
+                if bar is not None and units is not None:
+                    point_run.wait(lambda events, memory: bar.update(self.case.units_done(events, memory)))
+                else:
+                    point_run.wait()
+            except Exception:
+                if not self.case.failures_are_results:
+                    raise
+                if on_point:
+                    on_point(point, "failed")  # marked failed in its run and the manifest, with the reason
                 if bar is not None:
-                    bar.update(1)
+                    bar.update(units[0] if units else 1)
+                return points[index + 1 :]
+            if bar is not None and units is None:
+                bar.update(1)
             if on_point:
                 on_point(point, "done")
+        return []
+
+    def failed_points(self) -> dict[str, str]:
+        """Point key -> why it failed, for the planned points that failed and did not finish since."""
+        manifest = self.read_manifest() or {}
+        finished = self.finished_points()
+        return {
+            key: str(entry.get("error") or "failed")
+            for key, entry in manifest.get("points", {}).items()
+            if entry.get("status") == "failed" and key not in finished
+        }
 
     def _progress_bar(self, progress: Any, todo: list[Point]) -> Any:
         if progress is None or progress is False or not todo:
@@ -692,11 +718,13 @@ class Experiment:
             "reused": self.reused if (self.ran or self.reused) else len(keys),
             "missing": [p.key for p in self.plan() if p.key not in finished],
         }
+        failed = {key: (plan[key], why) for key, why in self.failed_points().items() if key in plan}
         result = build_result(
             self.case,
             self.preset,
             self.settings,
             {key: (plan[key], Run.load(finished[key])) for key in keys},
+            failed=failed,
             out=self.out,
             extra={"ranks": self.max_ranks, "sweep": sweep, "created": manifest.get("created")},
         )
@@ -719,18 +747,25 @@ def build_result(
     *,
     out: str | Path,
     extra: Mapping[str, Any] | None = None,
+    failed: Mapping[str, tuple[Point, str]] | None = None,
 ) -> ExperimentResult:
     """A case's result from recorded runs (point key -> (point, run)): rows, tables, summary.
 
     ``Experiment.result()`` calls this with the sweep's finished points; tests and notebooks can
-    call it with runs recorded any other way.
+    call it with runs recorded any other way. ``failed`` (point key -> (point, why)) becomes the
+    table ``failed`` (point, ranks, the point's parameters, reason) that the case's summary and
+    report can show, and ``failed_points`` in the summary.
     """
     rows = pd.DataFrame([{"point": key, **case.row(run, point, settings)} for key, (point, run) in finished.items()])
     runs = {key: run for key, (_point, run) in finished.items()}
     tables = case.tables(rows, runs, settings)
+    if failed:
+        tables = {**tables, "failed": failed_table(failed)}
     from workbench.analysis import json_ready
 
     summary = {"case": case.name, "preset": preset, **case.summary(rows, tables, settings), **dict(extra or {})}
+    if failed:
+        summary["failed_points"] = {key: reason_line(why) for key, (_point, why) in failed.items()}
     summary.setdefault("out", str(out))
     summary = json_ready(summary)  # NaN -> null: summary.json is read by tools other than Python
     return ExperimentResult(
@@ -742,6 +777,22 @@ def build_result(
         tables=tables,
         summary=summary,
         runs={key: run.path for key, run in runs.items()},
+    )
+
+
+def reason_line(why: str) -> str:
+    """The line of a failure's text that says what happened (its last non-empty one: the exception)."""
+    lines = [line.strip() for line in str(why).splitlines() if line.strip()]
+    return lines[-1][:300] if lines else "failed"
+
+
+def failed_table(failed: Mapping[str, tuple[Point, str]]) -> pd.DataFrame:
+    """One row per failed point: its key, ranks, parameters and the reason in one line."""
+    return pd.DataFrame(
+        [
+            {"point": key, "ranks": point.ranks, **dict(point.params), "reason": reason_line(why)}
+            for key, (point, why) in failed.items()
+        ]
     )
 
 

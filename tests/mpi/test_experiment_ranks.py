@@ -114,6 +114,42 @@ def test_failed_point_is_kept_and_resume_runs_only_what_is_missing(cluster2, tmp
     assert set(experiment.finished_points()) == {"n2/spans=3", "n2/spans=5"}
 
 
+class ToyTuning(ToyCase):
+    """The same toy, where a failing point is a result (as a crashing thread setting in a tuning sweep)."""
+
+    name = "toy-tuning"
+    failures_are_results = True
+
+    def points(self, settings: ToySettings, max_ranks: int) -> list[Point]:
+        return [Point.of(max_ranks, {"spans": s}) for s in (5, 3, 4)]
+
+
+def test_a_failure_that_is_a_result_lets_the_sweep_go_on(cluster2, tmp_path):
+    marker = tmp_path / "fail"
+    marker.write_text("")
+    experiment = Experiment(ToyTuning(), ranks=2, out=tmp_path / "out", fail_marker=str(marker))
+    seen: list[tuple[str, str]] = []
+    result = experiment.run(cluster=cluster2, on_point=lambda p, s: seen.append((p.key, s)))
+    # the first point fails; the next two run all the same
+    assert seen == [
+        ("n2/spans=5", "start"), ("n2/spans=5", "failed"),
+        ("n2/spans=3", "start"), ("n2/spans=3", "done"),
+        ("n2/spans=4", "start"), ("n2/spans=4", "done"),
+    ]  # fmt: skip
+    assert sorted(result.rows["point"]) == ["n2/spans=3", "n2/spans=4"]
+    failed = result.tables["failed"]
+    assert list(failed["point"]) == ["n2/spans=5"] and list(failed["spans"]) == [5] and list(failed["ranks"]) == [2]
+    reason = result.summary["failed_points"]["n2/spans=5"]
+    assert "was told to fail" in reason and "\n" not in reason and failed["reason"].iloc[0] == reason
+    assert result.summary["sweep"]["missing"] == ["n2/spans=5"]
+    assert (tmp_path / "out" / "failed.parquet").is_file()
+    # fixed, resumed: only the failed point runs, and it is no longer a failure
+    marker.unlink()
+    again = experiment.run(cluster=cluster2, resume=True)
+    assert sorted(again.rows["point"]) == ["n2/spans=3", "n2/spans=4", "n2/spans=5"]
+    assert "failed" not in again.tables and "failed_points" not in again.summary
+
+
 def test_resume_refuses_a_sweep_made_with_other_settings(cluster2, tmp_path):
     Experiment(ToyCase(), ranks=2, out=tmp_path).run(cluster=cluster2)
     other = Experiment(ToyCase(), ranks=2, out=tmp_path, spans=(4,))

@@ -131,3 +131,29 @@ def test_cumulative_steps_and_the_two_speedups():
     assert scaling.loc[("per_epoch", 2), "time_speedup"] == pytest.approx(1.2)  # images/s scale, time does not
     assert [bar.text for bar in speedup_bars_figure(steps).data] == [("1.00x", "1.25x", "2.00x")]
     assert len(rate_vs_time_figure(schedule_scaling(table)).data) == 4
+
+
+@pytest.mark.parametrize(("size", "stages"), [(28, 2), (32, 2), (40, 3), (64, 3), (256, 5)])
+def test_image_size_sets_the_models_shapes(size, stages):
+    pytest.importorskip("tensorflow")
+    import numpy as np
+
+    from workbench.workloads.sgan import build_models, resized
+
+    settings = SganSettings(image_size=size, width=4, latent=8)
+    assert settings.upsamplings == stages
+    generator, discriminator = build_models(settings)
+    assert generator.output_shape == (None, size, size, 1)
+    assert discriminator.input_shape == (None, size, size, 1) and discriminator.output_shape == (None, 10)
+    digits = np.random.default_rng(0).random((3, 28, 28))
+    images = resized(digits, size)
+    assert images.shape == (3, size, size, 1) and images.dtype == np.float32
+    if size == 28:
+        np.testing.assert_array_equal(images[..., 0], digits.astype(np.float32))  # the digits as they are
+
+
+def test_image_size_is_a_preset_and_a_bad_one_is_one_clear_error():
+    assert CASE.presets["full"].image_size == 256  # the seed's tuning runs: 256 x 256 images
+    assert CASE.presets["reduced"].image_size == CASE.presets["ci"].image_size == 28
+    with pytest.raises(ValueError, match="image_size=30 is not possible: use a multiple of 4"):
+        Experiment(CASE, preset="ci", image_size=30)

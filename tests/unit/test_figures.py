@@ -294,6 +294,23 @@ def test_heatmap_cells_and_annotations():
         heatmap_figure(pd.concat([frame, frame]), "omp", "ranks", "throughput")
 
 
+def test_heatmap_shows_failed_points_as_grey_cells_with_their_reason():
+    frame = pd.DataFrame({"intra": [1, 2, 1], "inter": [1, 1, 2], "images_per_s": [10.0, 12.0, 11.0]})
+    failed = pd.DataFrame({"intra": [4, 2], "inter": [2, 2], "reason": ["RankFailedError: rank 0 died", "timeout"]})
+    cells, grey = heatmap_figure(frame, "intra", "inter", "images_per_s", failed=failed).data
+    assert list(cells.x) == ["1", "2", "4"] and list(cells.y) == ["1", "2"]
+    np.testing.assert_allclose(cells.z, [[10, 12, np.nan], [11, np.nan, np.nan]])  # no value where it failed
+    assert list(zip(grey.x, grey.y)) == [("4", "2"), ("2", "2")]
+    assert list(grey.text) == ["failed", "failed"] and not grey.showscale
+    assert [row[0] for row in grey.customdata] == ["RankFailedError: rank 0 died", "timeout"]
+    assert "failed: %{customdata[0]}" in grey.hovertemplate
+    # a point that failed once and finished later is a value, not a grey cell
+    rerun = pd.DataFrame({"intra": [1], "inter": [1], "reason": ["an earlier failure"]})
+    assert len(heatmap_figure(frame, "intra", "inter", "images_per_s", failed=rerun).data) == 1
+    with pytest.raises(ValueError, match="lack column"):
+        heatmap_figure(frame, "intra", "inter", "images_per_s", failed=failed.drop(columns="reason"))
+
+
 # ---------------------------------------------------------------- POP table
 @pytest.mark.parametrize(
     ("value", "band"),

@@ -66,6 +66,8 @@ class CpuTuningSettings:
 
     batch: int = 64
     width: int = 64
+    #: pixels a side: the digits' own 28 here; the seed tuned on 256 x 256 images (``full``)
+    image_size: int = 28
     iterations: int = 60
     warmup_iterations: int = 5
     eval_every: int = 15
@@ -82,10 +84,14 @@ class CpuTuningSettings:
     )
     mpi: tuple[str, ...] = ("openmpi", "mpich", "gloo")
 
+    def __post_init__(self) -> None:
+        self.workload(config(1, 1))  # one clear error for a bad size or count, before any rank starts
+
     def workload(self, point: Point) -> SganSettings:
         return SganSettings(
             batch=self.batch,
             width=self.width,
+            image_size=self.image_size,
             iterations=self.iterations,
             warmup_iterations=self.warmup_iterations,
             eval_schedule=point["eval"],
@@ -122,15 +128,23 @@ class CpuTuning(Case):
         ),
         "reduced": CpuTuningSettings(),
         "full": CpuTuningSettings(
-            batch=128, width=128, iterations=200, warmup_iterations=10, intra=(1, 2, 4, 8), inter=(1, 2, 4)
+            batch=32,
+            width=64,
+            image_size=256,
+            iterations=200,
+            warmup_iterations=10,
+            intra=(1, 2, 4, 8),
+            inter=(1, 2, 4),
         ),
     }
     options = (
         CaseOption("--intra", "intra", "intra-op (and OpenMP) threads per rank to sweep, e.g. 1,2,4", parse_counts),
         CaseOption("--inter", "inter", "inter-op threads to sweep, e.g. 1,2", parse_counts),
         CaseOption("--iterations", "iterations", "training iterations per point", int),
+        CaseOption("--image-size", "image_size", "pixels a side of the images (28, or a multiple of 4 above)", int),
     )
     workload = staticmethod(train_on_rank)
+    failures_are_results = True  # a thread setting that crashes or hangs is a grey heatmap cell, with why
 
     def points(self, settings: CpuTuningSettings, max_ranks: int) -> list[Point]:
         cores = physical_cores()
@@ -237,6 +251,7 @@ class CpuTuning(Case):
             "method": settings.method.as_dict(),
             "method_text": settings.method.describe().replace("steps", "iterations"),
             "cores": physical_cores(),
+            "image_size": settings.image_size,
             "best": None
             if best is None
             else {
@@ -282,6 +297,8 @@ class CpuTuning(Case):
 
     def text(self, summary: Mapping[str, Any]) -> str:
         lines = [f"- {summary['method_text']}"]
+        for key, reason in (summary.get("failed_points") or {}).items():
+            lines.append(f"- Point `{key}` failed (a grey cell in the heatmaps): {reason}")
         base, tuned = summary.get("baseline_one_rank"), summary.get("best_one_rank")
         if base and tuned:
             lines.append(
@@ -349,7 +366,12 @@ class CpuTuning(Case):
                 (
                     "Images/s by inter x intra-op threads, 1 rank",
                     figures.heatmap_figure(
-                        threads, "intra", "inter", "images_per_s", title="images/s, 1 rank (x: intra-op, y: inter-op)"
+                        threads,
+                        "intra",
+                        "inter",
+                        "images_per_s",
+                        title="images/s, 1 rank (x: intra-op, y: inter-op; grey: failed)",
+                        failed=failed_cells(tables, ranks=1),
                     ),
                 )
             )
@@ -363,7 +385,8 @@ class CpuTuning(Case):
                         "intra",
                         "ranks",
                         "images_per_s",
-                        title="images/s (x: threads per rank, y: ranks)",
+                        title="images/s (x: threads per rank, y: ranks; grey: failed)",
+                        failed=failed_cells(tables, inter=1),
                     ),
                 )
             )
@@ -371,6 +394,8 @@ class CpuTuning(Case):
             sections.append(("Cumulative speedup", figures.speedup_bars_figure(tables["speedup_steps"])))
         if len(tables["schedule_scaling"]):
             sections.append(("Images/s vs time", figures.rate_vs_time_figure(tables["schedule_scaling"])))
+        if "failed" in tables:
+            sections.append(("Points that failed", tables["failed"]))
         sections.append(("Runtime settings", tables["runtime_sets"]))
         sections.append(("MPI A/B for Horovod", tables["mpi_ab"]))
         sections.append(("Evaluation schedule", tables["evaluation"]))
@@ -386,6 +411,17 @@ def mpich_built() -> bool:
 
 
 # -- helpers (pure) ------------------------------------------------------------------------------------------
+def failed_cells(tables: Mapping[str, pd.DataFrame], **where: Any) -> pd.DataFrame | None:
+    """The failed points of a heatmap's slice (default set, Open MPI, fixed evaluation, and ``where``)."""
+    failed = tables.get("failed")
+    if failed is None or failed.empty:
+        return None
+    keep = (failed["set"] == "default") & (failed["mpi"] == "openmpi") & (failed["eval"] == "fixed")
+    for column, value in where.items():
+        keep &= failed[column] == value
+    return failed[keep]
+
+
 def iteration_seconds(events: pd.DataFrame, warmup: int) -> np.ndarray:
     """Seconds from one iteration's start to the next (over all ranks), after the warm-up."""
     steps = events[(events["phase"] == "compute") & (events["name"] == "train_step") & (events["step"] >= warmup)]

@@ -3,7 +3,9 @@
 As in the seed, the discriminator has a supervised head (softmax over the classes, trained on a few
 labelled images) and an unsupervised one (real vs generated, from the same logits: D(x) = Z / (Z + 1)
 with Z = Σ exp(logits), Salimans et al. 2016); the generator learns to fool it. Data: scikit-learn's
-digits at 28×28 (ships with the package), ``labelled`` of them with their labels.
+digits at 28×28 (ships with the package), ``labelled`` of them with their labels; ``image_size``
+resizes them (bilinear) to the seed's shapes (its tuning runs used 256×256 images) and the models grow
+with it: the generator upsamples by 2 until it reaches the size, the discriminator halves it as often.
 
 Each iteration: one discriminator step (supervised + unsupervised loss) and one generator step,
 each with Horovod's grouped allreduce of its gradients. Rank 0 evaluates the classifier on the test
@@ -43,6 +45,8 @@ class SganSettings:
     eval_every: int = 15
     eval_images: int = 2880
     learning_rate: float = 2e-4
+    #: square images of this many pixels a side: 28 (the digits as they are) or more, a multiple of 4
+    image_size: int = 28
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -52,6 +56,17 @@ class SganSettings:
             raise ValueError("batch, latent, width, labelled, iterations and eval_every must be >= 1")
         if not 0 <= self.warmup_iterations < self.iterations:
             raise ValueError(f"warmup_iterations={self.warmup_iterations} must be in [0, iterations)")
+        if self.image_size < 8 or self.image_size % 4:
+            raise ValueError(f"image_size={self.image_size} is not possible: use a multiple of 4, at least 8")
+
+    @property
+    def upsamplings(self) -> int:
+        """Stride-2 stages of the generator (and of the discriminator): 2 at 28 px, one more per doubling."""
+        stages, side = 2, self.image_size // 4
+        while side > 8 and side % 2 == 0:
+            side //= 2
+            stages += 1
+        return stages
 
     def eval_interval(self, ranks: int) -> int:
         """Iterations between evaluations: an epoch's worth (shrinks with ranks), or ``eval_every``."""
@@ -61,30 +76,33 @@ class SganSettings:
 
 
 def build_models(settings: SganSettings, classes: int = 10) -> tuple[Any, Any]:
-    """Generator (latent -> 28x28x1 in [0, 1]) and discriminator (image -> class logits)."""
+    """Generator (latent -> image_size² x 1 in [0, 1]) and discriminator (image -> class logits)."""
     import tensorflow as tf
 
     layers = tf.keras.layers
-    width = settings.width
+    width, size, stages = settings.width, settings.image_size, settings.upsamplings
+    base = size >> stages  # 7 at 28 px, 8 at 256 px
+    upsampling = []
+    for _ in range(stages - 1):
+        upsampling += [layers.Conv2DTranspose(width, 4, strides=2, padding="same"), layers.LeakyReLU(0.2)]
     generator = tf.keras.Sequential(
         [
             tf.keras.Input((settings.latent,)),
-            layers.Dense(7 * 7 * 2 * width),
+            layers.Dense(base * base * 2 * width),
             layers.LeakyReLU(0.2),
-            layers.Reshape((7, 7, 2 * width)),
-            layers.Conv2DTranspose(width, 4, strides=2, padding="same"),
-            layers.LeakyReLU(0.2),
+            layers.Reshape((base, base, 2 * width)),
+            *upsampling,
             layers.Conv2DTranspose(1, 4, strides=2, padding="same", activation="sigmoid"),
         ],
         name="generator",
     )
+    downsampling = []
+    for stage in range(stages):
+        downsampling += [layers.Conv2D(width * min(2**stage, 4), 3, strides=2, padding="same"), layers.LeakyReLU(0.2)]
     discriminator = tf.keras.Sequential(
         [
-            tf.keras.Input((28, 28, 1)),
-            layers.Conv2D(width, 3, strides=2, padding="same"),
-            layers.LeakyReLU(0.2),
-            layers.Conv2D(2 * width, 3, strides=2, padding="same"),
-            layers.LeakyReLU(0.2),
+            tf.keras.Input((size, size, 1)),
+            *downsampling,
             layers.Flatten(),
             layers.Dropout(0.3),
             layers.Dense(classes),
@@ -92,6 +110,16 @@ def build_models(settings: SganSettings, classes: int = 10) -> tuple[Any, Any]:
         name="discriminator",
     )
     return generator, discriminator
+
+
+def resized(images: np.ndarray, size: int) -> np.ndarray:
+    """Images (n, h, w) as (n, size, size, 1) float32, bilinear; unchanged at their own size."""
+    images = images[..., None].astype(np.float32)
+    if images.shape[1] == size:
+        return images
+    import tensorflow as tf
+
+    return tf.image.resize(images, (size, size), method="bilinear").numpy()
 
 
 def train_on_rank(run_path: str, settings_dict: dict[str, Any]) -> dict[str, Any]:
@@ -105,9 +133,9 @@ def train_on_rank(run_path: str, settings_dict: dict[str, Any]) -> dict[str, Any
     settings = SganSettings(**settings_dict)
     comm, rank, size, hvd = fresh_rank(settings.seed)
     data = datasets.load_digits_28x28(seed=settings.seed)
-    x_train = data.x_train[..., None].astype(np.float32)
+    x_train = resized(data.x_train, settings.image_size)
     y_train = data.y_train
-    x_test = np.resize(data.x_test, (settings.eval_images, 28, 28))[..., None].astype(np.float32)
+    x_test = resized(np.resize(data.x_test, (settings.eval_images, *data.x_test.shape[1:])), settings.image_size)
     y_test = np.resize(data.y_test, settings.eval_images)
     labelled_x, labelled_y = x_train[: settings.labelled], y_train[: settings.labelled]
     generator, discriminator = build_models(settings)
