@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import socket
 import sys
@@ -48,7 +49,9 @@ def table(header: Sequence[str], align: Sequence[str], rows: Sequence[Sequence[s
 
 def source_line(saved: Mapping[str, Any]) -> str:
     where = f"`benchmarks/results/{saved['name']}.json`"
-    return f"*From `{saved['command']}`, {saved['measured']} on {saved['machine']} ({where}).*"
+    load = saved.get("load_average")
+    busy = f", load average {load[0]:g} / {load[1]:g} / {load[2]:g} at the end" if load else ""
+    return f"*From `{saved['command']}`, {saved['measured']} on {saved['machine']}{busy} ({where}).*"
 
 
 # -- one renderer per saved result ---------------------------------------------------------------------------
@@ -172,7 +175,443 @@ def render_cpu_tuning(saved: Mapping[str, Any]) -> str:
     return "\n".join(parts) + "\n\n" + source_line(saved)
 
 
+def fixed(value: float | None, digits: int = 3) -> str:
+    """A ratio or a duration with a fixed number of decimals (``0.996``); None or NaN -> ``–``."""
+    return "–" if value is None or value != value else f"{value:.{digits}f}".replace("-", "−")
+
+
+def sources_line(*saved: Mapping[str, Any]) -> str:
+    """The source line of a table rendered from several saved results (one command each)."""
+    return "\n".join(source_line(one) for one in saved)
+
+
+def render_allreduce(saved: Mapping[str, Any]) -> str:
+    """Bus bandwidth per message size, raw MPI beside Horovod."""
+    rows = [
+        [
+            number(r["bytes"]),
+            fixed(r["mpi_busbw_gbps"]),
+            fixed(r["horovod_busbw_gbps"]),
+            fixed(r["horovod_over_mpi"], 2),
+            fixed(r["mpi_seconds"] * 1e3, 3),
+            fixed(r["horovod_seconds"] * 1e3, 3),
+        ]
+        for r in saved["result"]
+    ]
+    header = ["bytes", "MPI busbw GB/s", "Horovod busbw GB/s", "Horovod / MPI", "MPI ms", "Horovod ms"]
+    return table(header, ["r"] * 6, rows) + "\n\n" + source_line(saved)
+
+
+def render_overhead(saved: Mapping[str, Any]) -> str:
+    """Recorded / plain throughput in three clocks, then the recorder's own costs."""
+    result = saved["result"]
+    clocks = [
+        ("wall clock", "overhead_ratio"),
+        ("**CPU time, process**", "cpu_overhead_ratio"),
+        ("CPU time, training thread", "thread_cpu_overhead_ratio"),
+    ]
+    ratios = [
+        [name, fixed(result[key]), "–".join(fixed(v) for v in result[key.replace("ratio", "ci")])]
+        for name, key in clocks
+    ]
+    plain = result["steps_per_s_plain"]
+    costs = [
+        [
+            str(r["spans_per_step"]),
+            number(r["ns_per_span"]),
+            number(r["rows_per_flush"]),
+            number(r["ms_per_flush"]),
+            number(r["ns_per_row_flushed"]),
+            f"{100 * r['cpu_share']:.2g} %",
+            fixed(r["cpu_ratio"]),
+        ]
+        for r in result["recorder_costs"]
+    ]
+    summary = (
+        f"{result['repetitions']} paired blocks of {result['steps']} steps (batch {result['batch']}); plain "
+        f"{number(plain)} steps/s, so a step is {number(1e3 / plain)} ms. Hot path (one span and one input wait) "
+        f"{number(result['hot_path_ns_per_step'] / 1e3)} µs per step; background thread "
+        f"{100 * result['background_cpu_share']:.2g} % of a second; analytic ratio {fixed(result['analytic_ratio'])}."
+    )
+    return (
+        "\n".join(
+            [
+                summary,
+                "",
+                table(["recorded / plain", "median", "95 % interval"], ["l", "r", "r"], ratios),
+                "",
+                table(
+                    [
+                        "spans per step",
+                        "ns per span",
+                        "rows per flush",
+                        "ms per flush",
+                        "ns per row flushed",
+                        "CPU share",
+                        "ratio",
+                    ],
+                    ["r"] * 7,
+                    costs,
+                ),
+            ]
+        )
+        + "\n\n"
+        + source_line(saved)
+    )
+
+
+def render_analysis(saved: Mapping[str, Any]) -> str:
+    """Load + breakdown + POP + findings of 10 M events, categorical and object strings side by side."""
+    other = load("analysis-object")
+    rows = []
+    for one, how in ((saved, "`Run.load(path, categorical=True)`"), (other, "`Run.load(path)` (object strings)")):
+        r = one["result"]
+        rows.append(
+            [
+                how,
+                number(r["events"]),
+                str(r["ranks"]),
+                fixed(r["seconds"], 2),
+                fixed(r["cpu_seconds"], 2),
+                fixed(r["load_seconds"], 2),
+                fixed(r["breakdown_seconds"], 2),
+                fixed(r["pop_seconds"] + r["findings_seconds"], 2),
+                f"{r['peak_rss_mb'] / 1024:.2f} GB",
+                fixed(r["parallel_efficiency"]),
+            ]
+        )
+    header = ["strings", "events", "ranks", "seconds", "CPU s", "load", "breakdown", "POP + findings", "peak RSS", "PE"]
+    return table(header, ["l"] + ["r"] * 9, rows) + "\n\n" + sources_line(saved, other)
+
+
+def render_timeline(saved: Mapping[str, Any]) -> str:
+    """One import of a synthetic Horovod timeline: speed and memory."""
+    r = saved["result"]
+    row = [
+        number(r["file_mb"]),
+        number(r["events"]),
+        fixed(r["seconds"], 2),
+        f"**{number(r['mb_per_s'])}**",
+        f"{r['peak_rss_mb'] / 1024:.2f} GB",
+        f"{fixed(r['peak_over_file'], 2)}×",
+        number(r["import_rss_mb"]),
+    ]
+    header = ["file MB", "events", "seconds", "MB/s", "peak RSS", "peak / file", "MB for the import itself"]
+    return table(header, ["r"] * 7, [row]) + "\n\n" + source_line(saved)
+
+
+def render_redraw(saved: Mapping[str, Any]) -> str:
+    """Timeline figure build and widget update, decimated and not; a dashboard's first and steady refresh."""
+    r = saved["result"]
+    first, steady = r["dashboard_first_update"], r["dashboard_refresh"]
+    rows = [
+        [
+            f"timeline figure, {number(r['spans'])} spans decimated to {number(r['drawn_spans'])} bars",
+            f"{fixed(r['build_seconds'])} s build, {fixed(r['update_seconds'])} s widget update "
+            f"({number(r['update_payload_bytes'] / 1e3)} kB sent)",
+        ],
+        [
+            "the same with every bar (no decimation)",
+            f"{fixed(r['build_seconds_all_80k_bars'])} s build, {fixed(r['update_seconds_all_80k_bars'])} s update "
+            f"({number(r['update_payload_bytes_all_80k_bars'] / 1e6)} MB sent); WebGL scatter "
+            f"{fixed(r['build_seconds_all_80k_scattergl'])} s build",
+        ],
+        [
+            "dashboard: first update with every span / a steady refresh (poll + redraw)",
+            f"{fixed(first['poll_s'])} + {fixed(first['redraw_s'])} s / "
+            f"{fixed(steady['poll_s'])} + {fixed(steady['redraw_s'])} s",
+        ],
+    ]
+    return table(["measure", "value"], ["l", "l"], rows) + "\n\n" + source_line(saved)
+
+
+def render_browser(saved: Mapping[str, Any]) -> str:
+    """What the JupyterLab + headless Chromium test measured: latency, first figure, a big redraw."""
+    r = saved["result"]
+    latency, redraw = r["event_to_screen_ms"], r["redraw_80k_spans"]
+    rows = [
+        [
+            f"event on a rank → its span on screen, median of {len(latency['all'])}",
+            f"**{number(latency['median'])} ms** (runs: {number(latency['min'])}–{number(latency['max'])} ms; "
+            "includes the 0.5 s flush and 0.5 s refresh)",
+        ],
+        [
+            "dashboard cell start → its first figure on screen",
+            f"**{fixed(r['first_figure']['after_cell_start_s'], 2)} s**",
+        ],
+        [
+            f"redraw of {number(redraw['spans'])} spans ({number(redraw['bars_drawn'])} bars): kernel update / "
+            "first plotly draw / settled",
+            f"{fixed(redraw['kernel_update_s'], 2)} / {fixed(redraw['first_afterplot_with_bars_s'], 2)} / "
+            f"{fixed(redraw['settled_s'], 2)} s",
+        ],
+        ["first event → first bars on screen", f"{fixed(r['first_event_to_first_bars_s'], 2)} s"],
+    ]
+    return table(["measure (" + r["browser"] + ")", "value"], ["l", "l"], rows) + "\n\n" + source_line(saved)
+
+
+def times(value: float | None) -> str:
+    """A speedup or slowdown: ``2.62×``; None or NaN -> empty (the row has none)."""
+    return "" if value is None or value != value else f"{value:.3g}×"
+
+
+def share(value: float | None) -> str:
+    """A fraction as a percentage with 2 significant figures: ``0.374`` -> ``37 %``."""
+    return "–" if value is None or value != value else f"{100 * value:.2g} %"
+
+
+def render_eval_frequency(saved: Mapping[str, Any]) -> str:
+    """Every point of the sweep, then the headline: the fix's speedup and the what-if estimate."""
+    result = saved["result"]
+    rows = [
+        [
+            r["backend"],
+            str(r["ranks"]),
+            str(r["eval_interval"]),
+            fixed(r["wall_s"], 2),
+            times(r.get("speedup_eval_fix")),
+            fixed(r.get("whatif_estimated_wall_s"), 2) if r.get("whatif_estimated_wall_s") is not None else "",
+            number(r["train_samples_per_s"]),
+            times(r.get("wall_speedup_vs_1_rank")),
+            fixed(r.get("parallel_efficiency"), 2),
+        ]
+        for r in sorted(result["headline"], key=lambda r: (r["ranks"], r["backend"] != "mpi4py", r["eval_interval"]))
+    ]
+    header = [
+        "backend", "ranks", "eval every", "wall s", "fix speedup", "what-if estimate s", "train samples/s",
+        "wall speedup vs 1 rank", "PE",
+    ]  # fmt: skip
+    ranks = result["largest_ranks"]
+    bullets = [
+        f"- Evaluating every {max(result['intervals'])} epochs instead of every epoch: **"
+        + " / ".join(
+            f"{times(v)}** ({k})" if i == 0 else f"{times(v)} ({k})"
+            for i, (k, v) in enumerate(result["speedup_eval_fix_by_backend"].items())
+        )
+        + f" faster on {ranks} ranks; the seed measured {result['seed_speedup_eval_fix']}×.",
+        "- What-if estimate (from the every-epoch run alone) over the measured fixed run: "
+        + ", ".join(f"{fixed(v, 2)} ({k})" for k, v in result["whatif_estimate_over_measured"].items())
+        + ".",
+        f"- Training throughput, {ranks} ranks over 1: "
+        + ", ".join(f"{times(v)} ({k})" for k, v in result["throughput_speedup_vs_1_rank"].items())
+        + ".",
+    ]
+    body = table(header, ["l"] + ["r"] * 8, rows) + "\n\n" + "\n".join(bullets)
+    caveats = [f"- Caveat: {text}" for text in result.get("caveats", [])]
+    return body + ("\n" + "\n".join(caveats) if caveats else "") + "\n\n" + source_line(saved)
+
+
+def render_predict_leak(saved: Mapping[str, Any]) -> str:
+    """Memory growth per call of every method, with its interval over the ranks, and the verdict."""
+    result = saved["result"]
+    names = {
+        "predict": "`predict`",
+        "predict_on_batch": "`predict_on_batch`",
+        "call": "`model(x, training=False)`",
+        "tf_function": "`tf.function` forward",
+        "kept_outputs": "control: keeps each output",
+    }
+    rows = []
+    for method, slope in result["slope_mb_per_call"].items():
+        low, high = result["ci_mb_per_call"][method]
+        verdict = result["verdict"][method]
+        rows.append(
+            [
+                names.get(method, method),
+                f"{slope:+.2g} [{low:+.2g}, {high:+.2g}]".replace("-", "−"),
+                number(result["ms_per_call"].get(method)),
+                f"**{verdict}**" if verdict == "leak" else verdict,
+            ]
+        )
+    header = [f"method ({result['ranks']} ranks, {result['iterations']} calls)", "MB per call [95 % interval]",
+              "ms per call", "verdict"]  # fmt: skip
+    return table(header, ["l", "l", "r", "l"], rows) + "\n\n" + source_line(saved)
+
+
+def render_input_pipeline(saved: Mapping[str, Any]) -> str:
+    """Every point: step time, slowdown against data in memory, input share, the queue running dry."""
+    result = saved["result"]
+    order = {"contested": 0, "memory": 1, "tf.data": 2}
+    rows = [
+        [
+            str(r["ranks"]),
+            {"contested": "queue, contested", "memory": "in memory", "tf.data": "tf.data, contested"}.get(
+                r["source"], r["source"]
+            ),
+            "–" if r["source"] == "memory" else str(r["threads"]),
+            str(r["interval"]),
+            number(r["step_ms"]),
+            times(r.get("slowdown_vs_memory")),
+            share(r.get("input_share")),
+            share(r.get("queue_empty_fraction")),
+            fixed(r.get("accuracy_at_time"), 2),
+        ]
+        for r in sorted(
+            result["headline"], key=lambda r: (r["ranks"], order.get(r["source"], 3), r["threads"], r["interval"])
+        )
+    ]
+    header = ["ranks", "source", "enqueue threads", "k", "ms / step", "vs in memory", "input share",
+              "queue empty at dequeue", "test accuracy after the run"]  # fmt: skip
+    by_ranks = ", ".join(f"{times(v)} on {k} rank{'s' if k != '1' else ''}"
+                         for k, v in result["speedup_in_memory_by_ranks"].items())  # fmt: skip
+    line = (
+        f"Data in memory made steps {by_ranks} faster than the contested queue (the seed: "
+        f"~{result['seed_speedup_in_memory']:g}×)."
+    )
+    return (
+        table(header, ["r", "l", "r", "r", "r", "r", "r", "r", "r"], rows)
+        + "\n\n"
+        + line
+        + "\n\n"
+        + (source_line(saved))
+    )
+
+
+def render_pop_scaling(saved: Mapping[str, Any]) -> str:
+    """Every point with its POP metrics; the change against the default named in words."""
+    result = saved["result"]
+
+    def change(r: Mapping[str, Any]) -> str:
+        parts = []
+        if r["test"] != "rank0":
+            parts.append(f"test {r['test']}")
+        if r["workers"] != 1:
+            parts.append(f"{r['workers']} input workers")
+        if r["data"] != "online":
+            parts.append(f"{r['data']} preprocessing")
+        if r["fusion_mb"] != 64:
+            parts.append(f"fusion buffer {r['fusion_mb']:g} MB")
+        return ", ".join(parts) or "–"
+
+    rows = [
+        [
+            str(r["ranks"]),
+            r["scaling"],
+            change(r),
+            fixed(r["wall_s"], 2),
+            share(r["test_fraction"]),
+            share(r["input_wait_fraction"]),
+            fixed(r["load_balance"], 2),
+            fixed(r["communication_efficiency"], 2),
+            fixed(r["parallel_efficiency"], 2),
+        ]
+        for r in sorted(result["headline"], key=lambda r: (r["ranks"], r["scaling"] != "strong", change(r) != "–"))
+    ]
+    header = ["ranks", "scaling", "change", "wall s", "test share", "input wait", "LB", "CommE", "PE"]
+    fixes = {
+        "test sharded": result.get("speedup_sharded_test"),
+        "more input workers": result.get("speedup_input_workers"),
+        "offline preprocessing": result.get("speedup_offline_preprocessing"),
+    }
+    line = (
+        f"Wall-time speedup of each fix on {result['largest_ranks']} ranks (strong scaling): "
+        + ", ".join(f"{name} {times(value)}" for name, value in fixes.items() if value is not None)
+        + "."
+    )
+    return table(header, ["r", "l", "l"] + ["r"] * 6, rows) + "\n\n" + line + "\n\n" + source_line(saved)
+
+
+def render_projection(saved: Mapping[str, Any]) -> str:
+    """The projection checked against the saved sweeps, then the seeds' published figures beside the model."""
+    result = saved["result"]
+
+    def signed(value: float | None) -> str:
+        return "–" if value is None or value != value else f"{100 * value:+.2g} %".replace("-", "−")
+
+    def seconds(value: float) -> str:
+        return f"{number(value * 1e3)} ms" if value < 1 else f"{number(value)} s"
+
+    checked = [
+        [r["case"], r["point"], seconds(r["measured_s"]), seconds(r["predicted_s"]), signed(r["error"])]
+        for r in result["validation"]
+    ]
+    summary = (
+        f"Median |error| **{share(result['median_error'])}**, max **{share(result['max_error'])}** over "
+        f"{result['runs']} runs ({result['within_10_percent']} within 10 %); by case: "
+        + "; ".join(
+            f"{case} median {share(parts['strict']['median_error'])}, max {share(parts['strict']['max_error'])}"
+            for case, parts in result["by_case"].items()
+        )
+        + f". Network: {result['network']}."
+    )
+    seed_004 = [
+        [
+            r["system"],
+            str(r["gpus"]),
+            share(r["seed_efficiency"]),
+            share(r["projected_ps_per_node"]),
+            "" if r["projected_fitted_ps"] != r["projected_fitted_ps"] else
+            f"{share(r['projected_fitted_ps'])} ({r['fitted_servers']} PS)",
+        ]
+        for r in result["seed_004"]
+    ]  # fmt: skip
+    seed_001 = [
+        [
+            str(r["gpus"]),
+            f"{fixed(r['seed_pe'], 2)} / {fixed(r['projected_pe'], 2)}",
+            f"{fixed(r['seed_lb'], 2)} / {fixed(r['projected_lb'], 2)}",
+            f"{fixed(r['seed_comme'], 2)} / {fixed(r['projected_comme'], 2)}",
+        ]
+        for r in result["seed_001"]
+    ]
+    seed_000 = [
+        [
+            r["backend"],
+            str(r["ranks"]),
+            times(r["seed_speedup"]),
+            f"**{times(r['projected_speedup'])}**",
+            share(r["evaluation_share_before"]),
+            share(r["seed_evaluation_share"]),
+        ]
+        for r in result["seed_000"]
+    ]
+    return (
+        "\n".join(
+            [
+                table(
+                    ["case", "point (2 ranks)", "measured", "predicted", "error"], ["l", "l", "r", "r", "r"], checked
+                ),
+                "",
+                summary,
+                "",
+                "Seed 004, InceptionV3 with parameter servers (scaling efficiency):",
+                "",
+                table(
+                    ["system", "GPUs", "seed", "model, 1 PS per node", "model, fitted PS"],
+                    ["l", "r", "r", "r", "r"],
+                    seed_004,
+                ),
+                "",
+                "Seed 001, ResNet-50 on BigEarthNet (seed / model; the serial test phase fitted at 64 GPUs):",
+                "",
+                table(["GPUs", "PE", "LB", "CommE"], ["r", "r", "r", "r"], seed_001),
+                "",
+                "Seed 000, evaluating every 30 epochs instead of every epoch (from this machine's 1-rank run):",
+                "",
+                table(
+                    ["backend", "ranks", "seed", "model", "evaluation share (model)", "evaluation share (seed)"],
+                    ["l", "r", "r", "r", "r", "r"],
+                    seed_000,
+                ),
+            ]
+        )
+        + "\n\n"
+        + source_line(saved)
+    )
+
+
 RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
+    "allreduce": render_allreduce,
+    "overhead": render_overhead,
+    "analysis-categorical": render_analysis,
+    "timeline": render_timeline,
+    "redraw": render_redraw,
+    "browser": render_browser,
+    "eval-frequency-reduced": render_eval_frequency,
+    "predict-leak-reduced": render_predict_leak,
+    "input-pipeline-reduced": render_input_pipeline,
+    "pop-scaling-reduced": render_pop_scaling,
+    "projection": render_projection,
     "ps-vs-allreduce-reduced": render_ps_vs_allreduce,
     "cpu-tuning-reduced": render_cpu_tuning,
 }
@@ -212,6 +651,8 @@ def save(name: str, output: Path, command: str) -> Path:
         "command": command,
         "measured": time.strftime("%Y-%m-%d"),
         "machine": f"{socket.gethostname()}, {physical_cores()} cores",
+        # this machine is shared: how busy it was when the command ended (1, 5 and 15 minutes)
+        "load_average": [round(v, 2) for v in os.getloadavg()],
         "result": result,
     }
     RESULTS.mkdir(parents=True, exist_ok=True)

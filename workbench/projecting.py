@@ -44,7 +44,9 @@ def resolve_network(
     """A named network, ``here`` (fitted to this machine's bench), or a bench JSON file fitted on the spot."""
     changes = {"ranks_per_node": ranks_per_node} if ranks_per_node else {}
     if allreduce_json is not None:
-        rows = json.loads(Path(allreduce_json).read_text())
+        from workbench.bench.allreduce import read_rows
+
+        rows = read_rows(allreduce_json)
         return pj.network(pj.fit_network(rows, name=f"fitted to {Path(allreduce_json).name}"), **changes)
     if (name or "").lower() == HERE:
         from workbench.bench.projection import measured_rows

@@ -49,3 +49,20 @@ def test_background_cost_flushes_one_intervals_rows_per_trial(recorder):
     events = Run.load(recorder.run_path).events
     assert len(events) == 3 * 2 * 20  # trials x (span + input wait) x (40 steps/s x 0.5 s)
     assert len(Run.load(recorder.run_path).memory) == 100  # the memory samples it timed
+
+
+def test_allreduce_rows_are_read_plain_or_as_saved_and_bad_files_are_one_error(tmp_path):
+    import json
+
+    from workbench.bench.allreduce import read_rows
+
+    rows = [{"bytes": 1024, "ranks": 2, "mpi_seconds": 1e-5, "horovod_seconds": 2e-5}]
+    plain, saved = tmp_path / "plain.json", tmp_path / "saved.json"
+    plain.write_text(json.dumps(rows))
+    saved.write_text(json.dumps({"name": "allreduce", "command": "workbench bench allreduce --json", "result": rows}))
+    assert read_rows(plain) == read_rows(saved) == rows
+    (tmp_path / "other.json").write_text(json.dumps({"events": 3}))
+    with pytest.raises(ValueError, match="holds no allreduce rows"):
+        read_rows(tmp_path / "other.json")
+    with pytest.raises(ValueError, match="cannot be read as JSON"):
+        read_rows(tmp_path / "missing.json")

@@ -482,7 +482,9 @@ def format_result(result: Mapping[str, Any]) -> str:
 
 def main(as_json: bool = False, allreduce_json: str | None = None) -> int:
     """``workbench bench projection [--json] [--allreduce FILE]``."""
-    rows = json.loads(Path(allreduce_json).read_text()) if allreduce_json else None
+    from workbench.bench.allreduce import read_rows
+
+    rows = read_rows(allreduce_json) if allreduce_json else None
     result = run(allreduce_rows=rows)
     if as_json:
         from workbench.analysis import json_ready

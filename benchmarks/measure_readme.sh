@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Re-measure the README's figures: every command's --json is saved as benchmarks/results/NAME.json
+# (with the command and when it ran), then the README's tables are rendered from them.
+#
+#   benchmarks/measure_readme.sh            # all of them, about 25 minutes on 2 cores
+#   benchmarks/measure_readme.sh overhead   # only the named ones
+#
+# Run it on a quiet machine and nothing else beside it: these are timings.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PWD/.venv/bin:$PATH" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+wanted=("$@")
+failed=0
+
+measure() {
+    local name=$1
+    shift
+    if ((${#wanted[@]})) && [[ " ${wanted[*]} " != *" $name "* ]]; then
+        return
+    fi
+    local out
+    out=$(mktemp)
+    echo "== $name: $*" >&2
+    if "$@" >"$out"; then
+        python benchmarks/render_readme.py save "$name" "$out" --command "$*"
+    else
+        # a case whose result cannot be trusted exits 1 but still prints its JSON: keep it, say so
+        if python -c "import json, sys; json.load(open(sys.argv[1]))" "$out" 2>/dev/null; then
+            echo "   $name exited non-zero; its JSON is saved (read its caveats)" >&2
+            python benchmarks/render_readme.py save "$name" "$out" --command "$*"
+        else
+            echo "   $name failed" >&2
+            failed=1
+        fi
+    fi
+    rm -f "$out"
+}
+
+measure allreduce workbench bench allreduce --ranks 2 --json
+measure overhead workbench bench overhead --json
+measure analysis-categorical workbench bench analysis --events 10000000 --ranks 64 --strings categorical --json
+measure analysis-object workbench bench analysis --events 10000000 --ranks 64 --strings object --json
+measure timeline workbench bench timeline --mb 300 --json
+measure redraw workbench bench redraw --json
+measure eval-frequency-reduced workbench run eval-frequency --preset reduced --ranks 2 --out artifacts/eval-frequency-reduced --json
+measure predict-leak-reduced workbench run predict-leak --preset reduced --ranks 2 --out artifacts/predict-leak-reduced --json
+measure input-pipeline-reduced workbench run input-pipeline --preset reduced --ranks 2 --out artifacts/input-pipeline-reduced --json
+measure pop-scaling-reduced workbench run pop-scaling --preset reduced --ranks 2 --out artifacts/pop-scaling-reduced --json
+measure ps-vs-allreduce-reduced workbench run ps-vs-allreduce --preset reduced --ranks 2 --json
+measure cpu-tuning-reduced workbench run cpu-tuning --preset reduced --ranks 2 --json
+measure projection workbench bench projection --allreduce benchmarks/results/allreduce.json --json
+# the browser test writes its measurements (event -> screen, first figure, redraw in the browser)
+measure browser python benchmarks/browser_measurements.py
+python benchmarks/render_readme.py --write
+exit $failed
