@@ -62,6 +62,14 @@ def _cmd_bench_timeline(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench_horovod_step(args: argparse.Namespace) -> int:
+    from workbench.bench import horovod_step
+
+    result = horovod_step.run(steps=args.steps, rounds=args.rounds)
+    _print_json(result) if args.json else print(horovod_step.format_result(result))
+    return 0
+
+
 def _cmd_bench_redraw(args: argparse.Namespace) -> int:
     from workbench.bench import redraw
 
@@ -267,6 +275,13 @@ def build_parser() -> argparse.ArgumentParser:
     timeline.add_argument("--path", default=None, help="import this timeline instead of a synthetic one")
     timeline.add_argument("--json", action="store_true")
     timeline.set_defaults(handler=_cmd_bench_timeline)
+    horovod_step = bench_sub.add_parser(
+        "horovod-step", help="Horovod's cost per step on 2 ranks: grouped, fused, in-graph, cycle times"
+    )
+    horovod_step.add_argument("--steps", type=int, default=300, help="steps per timed block")
+    horovod_step.add_argument("--rounds", type=int, default=5, help="interleaved rounds; the median is reported")
+    horovod_step.add_argument("--json", action="store_true")
+    horovod_step.set_defaults(handler=_cmd_bench_horovod_step)
     redraw = bench_sub.add_parser("redraw", help="timeline build and widget update with 8 x 10 000 spans")
     redraw.add_argument("--ranks", type=int, default=8)
     redraw.add_argument("--spans-per-rank", type=int, default=10_000)
