@@ -118,8 +118,11 @@ def _rank_program(steps: int, rounds: int, batch: int) -> None:
                 step(variant)
             elapsed = comm.allreduce(time.perf_counter() - started, op=MPI.MAX)
             timings[variant].append(elapsed / steps)
+    # every variant averaged the gradients: the ranks, fed different batches, still hold the same weights
+    weights = np.concatenate([v.numpy().ravel() for v in variables])
+    agree = bool(comm.allreduce(float(np.abs(weights - comm.bcast(weights, root=0)).max()), op=MPI.MAX) < 1e-5)
     if comm.Get_rank() == 0:
-        print("RESULT " + json.dumps({"ranks": size, "seconds_per_step": timings}), flush=True)
+        print("RESULT " + json.dumps({"ranks": size, "seconds_per_step": timings, "weights_agree": agree}), flush=True)
 
 
 def _launch(ranks: int, cycle_time_ms: float | None, steps: int, rounds: int, batch: int) -> dict[str, Any]:
@@ -149,6 +152,8 @@ def run(steps: int = 300, rounds: int = 5, batch: int = 64) -> dict[str, Any]:
     rows = []
     for cycle_ms in CYCLE_TIMES_MS:
         two = _launch(2, cycle_ms, steps, rounds, batch)
+        if not two["weights_agree"]:
+            raise RuntimeError("the ranks' weights differ after training: a variant did not average the gradients")
         for variant, times in two["seconds_per_step"].items():
             per_step = statistics.median(times)
             rows.append(
