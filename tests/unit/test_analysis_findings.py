@@ -293,3 +293,50 @@ def test_serial_evaluation_found_when_other_ranks_hold_near_empty_evaluation_spa
     assert serial["seconds_lost"] == pytest.approx(1.995)
     assert serial["ranks"] == "0"
     assert "rank 0 evaluates for 40% of wall time" in serial["text"]
+
+
+def short_steps_run(compute_ms: float, comm_ms: float, nbytes: int, steps: int = 10):
+    """2 ranks, each step: compute, then one allreduce of ``nbytes`` (times in ms)."""
+    us = 1_000_000  # ns per ms
+    rows = []
+    for rank in (0, 1):
+        t = 0.0
+        for step in range(steps):
+            rows.append(
+                {
+                    "rank": rank,
+                    "phase": "compute",
+                    "name": "train_step",
+                    "step": step,
+                    "start_ns": int(t * us),
+                    "end_ns": int((t + compute_ms) * us),
+                }
+            )
+            t += compute_ms
+            rows.append(
+                {
+                    "rank": rank,
+                    "phase": "communication",
+                    "name": "allreduce",
+                    "step": step,
+                    "bytes": nbytes,
+                    "start_ns": int(t * us),
+                    "end_ns": int((t + comm_ms) * us),
+                }
+            )
+            t += comm_ms
+    return events_frame(rows)  # fmt: skip
+
+
+def test_short_steps_paying_the_per_call_cost_are_named_with_numbers():
+    # 1 ms of compute, 1.5 ms allreduce of 0.4 MB: at 1 GB/s the bytes need 0.4 ms, so 1.1 ms per step is
+    # fixed cost; 10 steps per rank -> 11 ms lost; wall 25 ms
+    result = findings(short_steps_run(1.0, 1.5, 400_000))
+    (row,) = result[result["kind"] == "per_call_cost"].itertuples()
+    assert row.seconds_lost == pytest.approx(0.011)
+    assert row.fraction_of_wall == pytest.approx(0.011 / 0.025)
+    assert "1 ms of compute per step against 1.5 ms of communication" in row.text
+    assert "1 call(s) moving 0.4 MB per step" in row.text and "HOROVOD_CYCLE_TIME" in row.text
+    # long steps, or an allreduce that is mostly its bytes: no such finding
+    assert "per_call_cost" not in set(findings(short_steps_run(50.0, 20.0, 400_000))["kind"])
+    assert "per_call_cost" not in set(findings(short_steps_run(1.0, 1.5, 1_400_000))["kind"])

@@ -33,6 +33,55 @@ RECORD_COMMUNICATION = (
 )
 
 
+#: Bandwidth (GB/s) a collective's bytes are charged at when ``per_call_cost`` estimates what its fixed
+#: cost is: a conservative figure for ranks of one node (Open MPI's shared memory reached 0.7–1 GB/s
+#: for 1–64 MB on this project's 2-core machine, `workbench bench allreduce`).
+REFERENCE_GBPS = 1.0
+#: Steps shorter than this (ms of compute) are "short": a millisecond of fixed cost per call is then a
+#: large share of them.
+SHORT_STEP_MS = 5.0
+
+
+def _short_step_collectives(events: pd.DataFrame, wall: float, n_ranks: int) -> tuple[str, float] | None:
+    """(text, seconds lost) when short steps pay a collective's fixed cost per call; None otherwise.
+
+    Reads the ranks' ``communication`` spans that carry their bytes and the ``compute`` spans of the
+    same steps: the per-step medians of both, the calls per step and the effective bandwidth.
+    """
+    if n_ranks < 2 or "bytes" not in events or "step" not in events:
+        return None
+    comm = events[(events["phase"] == ev.COMMUNICATION) & (events["bytes"] > 0) & (events["step"] >= 0)]
+    compute = events[(events["phase"] == ev.COMPUTE) & (events["step"] >= 0)]
+    if len(comm) < 2 * n_ranks or compute.empty:
+        return None
+    comm_s = (comm["end_ns"] - comm["start_ns"]) / 1e9
+    grouped = comm.assign(seconds=comm_s).groupby(["rank", "step"])
+    per_step = grouped.agg(seconds=("seconds", "sum"), calls=("seconds", "size"), nbytes=("bytes", "sum"))
+    compute_s = (compute["end_ns"] - compute["start_ns"]) / 1e9
+    compute_per_step = compute.assign(seconds=compute_s).groupby(["rank", "step"])["seconds"].sum()
+    comm_ms = float(per_step["seconds"].median()) * 1e3
+    compute_ms = float(compute_per_step.median()) * 1e3
+    step_bytes = float(per_step["nbytes"].median())
+    calls = float(per_step["calls"].median())
+    need_ms = step_bytes / (REFERENCE_GBPS * 1e9) * 1e3
+    if compute_ms >= SHORT_STEP_MS or comm_ms < 0.5 * compute_ms or comm_ms < 2 * need_ms:
+        return None
+    excess = (per_step["seconds"] - step_bytes / (REFERENCE_GBPS * 1e9)).clip(lower=0)
+    lost = float(excess.groupby(level="rank").sum().mean())
+    gbps = step_bytes / (comm_ms / 1e3) / 1e9
+    text = (
+        f"short steps pay the allreduce's fixed cost: {compute_ms:.3g} ms of compute per step against"
+        f" {comm_ms:.3g} ms of communication ({calls:.3g} call(s) moving {step_bytes / 1e6:.3g} MB per step,"
+        f" {gbps:.2g} GB/s effective; the bytes alone need ~{need_ms:.2g} ms at {REFERENCE_GBPS:g} GB/s)."
+        " Below a few ms per step a collective costs mostly its per-call overhead; with Horovod, each call"
+        " waits for its background thread's next cycle (HOROVOD_CYCLE_TIME, 1 ms by default) and that thread"
+        " takes CPU on the rank's own core. Do more work per allreduce (a larger batch per rank, or"
+        " accumulate several batches), make one call per step inside the step's tf.function, and compare"
+        " cycle times on your machine (workbench bench horovod-step)"
+    )
+    return text, lost
+
+
 def findings(
     events: pd.DataFrame,
     *,
@@ -51,6 +100,9 @@ def findings(
       the time saved if evaluation were shared evenly.
     - ``load_imbalance``: ``max(compute) - mean(compute)``: the time ranks wait for the slowest.
     - ``communication``: mean over ranks of communication (transfer + waiting) seconds.
+    - ``per_call_cost``: steps of a few ms whose allreduce calls move little data: mean over ranks of
+      the communication seconds beyond what the bytes need at ``REFERENCE_GBPS``; the text says why
+      (a collective's fixed cost per call, Horovod's cycle) and what to change.
     - ``input_pipeline``: mean over ranks of input seconds (waiting for the next batch).
     - ``host_work``: mean over ranks of ``host`` seconds (outside any training step).
     - ``idle``: mean over ranks of idle seconds (time in no span).
@@ -157,6 +209,10 @@ def findings(
     if lost / wall >= min_fraction:
         detail = f" ({waiting.mean() / wall:.0%} waiting)" if waiting.max() > 0 else ""
         add("communication", f"communication takes {lost / wall:.0%} of wall time{detail}", lost, "all")
+
+    short = _short_step_collectives(events, wall, n_ranks)
+    if short is not None and short[1] / wall >= min_fraction:
+        add("per_call_cost", short[0], short[1], "all")
 
     input_s = phase[ev.INPUT]
     lost = float(input_s.mean())

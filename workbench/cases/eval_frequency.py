@@ -115,6 +115,9 @@ class EvalFrequency(Case):
             "communication_efficiency": float(pop["communication_efficiency"]),
             "parallel_efficiency": float(pop["parallel_efficiency"]),
             "test_accuracy": history[-1]["test_accuracy"] if history else float("nan"),
+            # Cristian's estimate of the other ranks' clocks against rank 0's: the bound, and the offset found
+            "clock_precision_ns": max((r.get("clock_precision_ns") or 0 for r in results[1:]), default=float("nan")),
+            "clock_offset_ns": max((abs(r.get("clock_offset_ns") or 0) for r in results[1:]), default=float("nan")),
             "path": str(run.path),
         }
         row.update({f"fraction_{phase}": float(value) for phase, value in fractions.items()})
@@ -182,6 +185,13 @@ class EvalFrequency(Case):
             "intervals": list(settings.intervals),
             "seed_speedup_eval_fix": SEED_SPEEDUP_EVAL_FIX,
             "caveats": [str(text) for text in tables["caveats"]["text"]] if "caveats" in tables else [],
+            "clock_alignment_ns": {
+                "precision": [float(aligned["clock_precision_ns"].min()), float(aligned["clock_precision_ns"].max())],
+                "offset": [float(aligned["clock_offset_ns"].min()), float(aligned["clock_offset_ns"].max())],
+                "runs": len(aligned),
+            }
+            if len(aligned := table.dropna(subset=["clock_precision_ns"]))
+            else None,
         }
 
     def text(self, summary: Mapping[str, Any]) -> str:
