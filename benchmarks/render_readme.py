@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import socket
@@ -50,7 +51,11 @@ def table(header: Sequence[str], align: Sequence[str], rows: Sequence[Sequence[s
 def source_line(saved: Mapping[str, Any]) -> str:
     where = f"`benchmarks/results/{saved['name']}.json`"
     load = saved.get("load_average")
-    busy = f", load average {load[0]:g} / {load[1]:g} / {load[2]:g} at the end" if load else ""
+    busy = (
+        f", load average {load[0]:g} / {load[1]:g} / {load[2]:g} as it ended (its own processes included)"
+        if load
+        else ""
+    )
     return f"*From `{saved['command']}`, {saved['measured']} on {saved['machine']}{busy} ({where}).*"
 
 
@@ -364,6 +369,14 @@ def render_browser(saved: Mapping[str, Any]) -> str:
     return table(["measure (" + r["browser"] + ")", "value"], ["l", "l"], rows) + "\n\n" + source_line(saved)
 
 
+def small(value: float) -> str:
+    """A signed value with 2 significant figures and no exponent (``+5.7e-05`` -> ``+0.000057``); 0 below 1e-6."""
+    if abs(value) < 1e-6:
+        return "0"
+    digits = max(0, 1 - math.floor(math.log10(abs(value))))
+    return f"{value:+.{digits}f}".replace("-", "−")
+
+
 def times(value: float | None) -> str:
     """A speedup or slowdown: ``2.62×``; None or NaN -> empty (the row has none)."""
     return "" if value is None or value != value else f"{value:.3g}×"
@@ -371,7 +384,10 @@ def times(value: float | None) -> str:
 
 def share(value: float | None) -> str:
     """A fraction as a percentage with 2 significant figures: ``0.374`` -> ``37 %``."""
-    return "–" if value is None or value != value else f"{100 * value:.2g} %"
+    if value is None or value != value:
+        return "–"
+    percent = 100 * value
+    return f"{percent:.0f} %" if abs(percent) >= 10 else f"{percent:.2g} %"
 
 
 def render_eval_frequency(saved: Mapping[str, Any]) -> str:
@@ -432,7 +448,7 @@ def render_predict_leak(saved: Mapping[str, Any]) -> str:
         rows.append(
             [
                 names.get(method, method),
-                f"{slope:+.2g} [{low:+.2g}, {high:+.2g}]".replace("-", "−"),
+                f"{small(slope)} [{small(low)}, {small(high)}]",
                 number(result["ms_per_call"].get(method)),
                 f"**{verdict}**" if verdict == "leak" else verdict,
             ]
@@ -466,10 +482,11 @@ def render_input_pipeline(saved: Mapping[str, Any]) -> str:
     ]
     header = ["ranks", "source", "enqueue threads", "k", "ms / step", "vs in memory", "input share",
               "queue empty at dequeue", "test accuracy after the run"]  # fmt: skip
-    by_ranks = ", ".join(f"{times(v)} on {k} rank{'s' if k != '1' else ''}"
-                         for k, v in result["speedup_in_memory_by_ranks"].items())  # fmt: skip
+    by_ranks = " and ".join(
+        f"{times(v)} on {k} rank{'s' if k != '1' else ''}" for k, v in result["speedup_in_memory_by_ranks"].items()
+    )
     line = (
-        f"Data in memory made steps {by_ranks} faster than the contested queue (the seed: "
+        f"Data in memory made steps faster than the contested queue by {by_ranks} (the seed: "
         f"~{result['seed_speedup_in_memory']:g}×)."
     )
     return (
@@ -517,12 +534,25 @@ def render_pop_scaling(saved: Mapping[str, Any]) -> str:
         "more input workers": result.get("speedup_input_workers"),
         "offline preprocessing": result.get("speedup_offline_preprocessing"),
     }
+    projected = {(r["ranks"], r["test"]): r for r in result.get("projection", [])}
+    seed_64 = next((r for r in result["seed_pop"] if r["ranks"] == 64), None)
+    if (64, "sequential") in projected and (64, "sharded") in projected and seed_64:
+        sequential, sharded = projected[(64, "sequential")], projected[(64, "sharded")]
+        projection_line = (
+            f"Projected from the 1-rank run to 64 ranks: PE **{fixed(sequential['parallel_efficiency'], 2)}** with "
+            f"the sequential test phase (limited by {sequential['limiter']}), "
+            f"**{fixed(sharded['parallel_efficiency'], 2)}** with it sharded; the seed measured "
+            f"{seed_64['parallel_efficiency']} (LB {seed_64['load_balance']}, "
+            f"CommE {seed_64['communication_efficiency']})."
+        )
+    else:
+        projection_line = "No projection in this result."
     line = (
         f"Wall-time speedup of each fix on {result['largest_ranks']} ranks (strong scaling): "
         + ", ".join(f"{name} {times(value)}" for name, value in fixes.items() if value is not None)
         + "."
     )
-    return table(header, ["r", "l", "l"] + ["r"] * 6, rows) + "\n\n" + line + "\n\n" + source_line(saved)
+    return "\n\n".join([table(header, ["r", "l", "l"] + ["r"] * 6, rows), line, projection_line, source_line(saved)])
 
 
 def render_projection(saved: Mapping[str, Any]) -> str:
@@ -530,7 +560,7 @@ def render_projection(saved: Mapping[str, Any]) -> str:
     result = saved["result"]
 
     def signed(value: float | None) -> str:
-        return "–" if value is None or value != value else f"{100 * value:+.2g} %".replace("-", "−")
+        return "–" if value is None or value != value else ("+" if value > 0 else "") + share(value).replace("-", "−")
 
     def seconds(value: float) -> str:
         return f"{number(value * 1e3)} ms" if value < 1 else f"{number(value)} s"
@@ -554,8 +584,9 @@ def render_projection(saved: Mapping[str, Any]) -> str:
             str(r["gpus"]),
             share(r["seed_efficiency"]),
             share(r["projected_ps_per_node"]),
-            "" if r["projected_fitted_ps"] != r["projected_fitted_ps"] else
-            f"{share(r['projected_fitted_ps'])} ({r['fitted_servers']} PS)",
+            ""
+            if r["fitted_servers"] is None or r["projected_fitted_ps"] != r["projected_fitted_ps"]
+            else f"{share(r['projected_fitted_ps'])} ({int(r['fitted_servers'])} PS)",
         ]
         for r in result["seed_004"]
     ]  # fmt: skip
