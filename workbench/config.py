@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -251,6 +252,19 @@ class ClusterConfig:
         """``mpiexec -n N <flags> PROGRAM``: a program on this config's ranks, outside ipyparallel."""
         environment = self.engine_environment() if environment is None else environment
         return [*self.mpiexec_command(), "-n", str(self.ranks), *self.mpiexec_args(environment), *program]
+
+    def launch(self, program: list[str], *, timeout_s: float = 900) -> subprocess.CompletedProcess[str]:
+        """Run ``program`` on this config's ranks under mpiexec, with the engines' environment; its output
+        captured as text (rank 0's answer is usually a line of stdout), whatever its exit status."""
+        environment = self.engine_environment()
+        return subprocess.run(
+            self.launch_command(program, environment),
+            env={**os.environ, **environment},
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
 
     def as_dict(self) -> dict[str, Any]:
         """For run metadata: the settings plus what they resolved to on this machine."""

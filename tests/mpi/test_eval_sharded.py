@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from dataclasses import asdict
 
@@ -28,17 +26,8 @@ print("RESULT " + json.dumps(result["history"]), flush=True)
 def _train(root, mode: str) -> tuple[list[dict], Run]:
     settings = TrainSettings(epochs=2, eval_interval=1, eval_mode=mode, eval_passes=1, dataset_repeat=1)
     run_path = create_run(root, f"eval-{mode}", ranks=2)
-    config = ClusterConfig(n=2)
-    environment = config.engine_environment()
     program = [sys.executable, "-c", TRAIN, str(run_path), json.dumps(asdict(settings))]
-    done = subprocess.run(
-        config.launch_command(program, environment),
-        env={**os.environ, **environment},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    done = ClusterConfig(n=2).launch(program, timeout_s=300)
     assert done.returncode == 0, done.stderr[-3000:]
     histories = [json.loads(line[len("RESULT ") :]) for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     assert len(histories) == 2 and [] in histories  # rank 0 keeps the history, rank 1 none

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
@@ -21,15 +20,7 @@ SAY_RANK = [
 
 
 def _launch(config: ClusterConfig) -> subprocess.CompletedProcess:
-    environment = config.engine_environment()
-    return subprocess.run(
-        config.launch_command(SAY_RANK, environment),
-        env={**os.environ, **environment},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return config.launch(SAY_RANK, timeout_s=120)
 
 
 def test_open_mpi_places_ranks_by_the_hostfiles_slots(tmp_path):

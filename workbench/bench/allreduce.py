@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -130,10 +128,9 @@ def run(
 ) -> list[dict[str, Any]]:
     """Start ``ranks`` MPI processes with the cluster's settings and return rank 0's rows."""
     config = replace(config, n=ranks) if config else ClusterConfig(n=ranks)
-    environment = config.engine_environment()
     with tempfile.TemporaryDirectory() as scratch:
         out = Path(scratch) / "rows.json"
-        command = config.launch_command(
+        completed = config.launch(
             [
                 sys.executable,
                 "-m",
@@ -146,10 +143,7 @@ def run(
                 str(min_seconds),
                 *([] if config.mpi == "openmpi" else ["--no-horovod"]),
             ],
-            environment,
-        )
-        completed = subprocess.run(
-            command, env={**os.environ, **environment}, capture_output=True, text=True, timeout=timeout_s, check=False
+            timeout_s=timeout_s,
         )
         if completed.returncode != 0 or not out.exists():
             raise RuntimeError(f"allreduce benchmark failed (exit {completed.returncode}):\n{completed.stderr[-3000:]}")

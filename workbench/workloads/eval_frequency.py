@@ -74,7 +74,7 @@ def train_on_rank(run_path: str, settings_dict: dict[str, Any]) -> dict[str, Any
     from mpi4py import MPI
 
     from workbench.recorder import Recorder
-    from workbench.workloads.training import broadcast_weights, step_functions
+    from workbench.workloads.training import broadcast_weights, fused_mpi_average, step_functions
 
     settings = TrainSettings(**settings_dict)
     comm = MPI.COMM_WORLD
@@ -110,23 +110,8 @@ def train_on_rank(run_path: str, settings_dict: dict[str, Any]) -> dict[str, Any
         correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, axis=1), tf.cast(y, tf.int64)), tf.float32))
         return loss_sum, correct
 
-    shapes = [v.shape for v in variables]
-    sizes = [int(np.prod(s)) for s in shapes]
-    fused = np.empty(sum(sizes), dtype=np.float32)
-    averaged = np.empty_like(fused)
-
-    def average_mpi4py(grads: Any) -> list[Any]:
-        offset = 0
-        for grad, count in zip(grads, sizes):
-            fused[offset : offset + count] = grad.numpy().ravel()
-            offset += count
-        comm.Allreduce(fused, averaged, op=MPI.SUM)
-        np.divide(averaged, size, out=averaged)
-        pieces, offset = [], 0
-        for shape, count in zip(shapes, sizes):
-            pieces.append(tf.constant(averaged[offset : offset + count].reshape(shape)))
-            offset += count
-        return pieces
+    gradient_bytes = 4 * sum(int(np.prod(v.shape)) for v in variables)
+    average_mpi4py = fused_mpi_average(comm, variables)
 
     def average_horovod(grads: Any) -> list[Any]:
         return hvd.grouped_allreduce(list(grads), op=hvd.Average)
@@ -167,7 +152,7 @@ def train_on_rank(run_path: str, settings_dict: dict[str, Any]) -> dict[str, Any
             recorder.step = step
             with recorder.phase("compute", "train_step"):
                 _loss, grads = gradients(x, y)
-            with recorder.phase("communication", "allreduce", nbytes=int(fused.nbytes)):
+            with recorder.phase("communication", "allreduce", nbytes=gradient_bytes):
                 grads = average(grads) if size > 1 else grads
             with recorder.phase("compute", "apply_gradients"):
                 apply(grads)

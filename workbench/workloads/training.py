@@ -48,6 +48,35 @@ def average_gradients(hvd: Any, grads: Any) -> Any:
     return hvd.grouped_allreduce(list(grads), op=hvd.Average) if hvd is not None else grads
 
 
+def fused_mpi_average(comm: Any, variables: Any) -> Callable[[Any], list[Any]]:
+    """``average(grads)`` as the seed's toolkit did it: the gradients copied into one numpy buffer, one
+    ``MPI.Allreduce``, divided by the ranks and split back into tensors of the variables' shapes."""
+    import numpy as np
+    import tensorflow as tf
+    from mpi4py import MPI
+
+    shapes = [tuple(v.shape) for v in variables]
+    sizes = [int(np.prod(shape)) for shape in shapes]
+    fused = np.empty(sum(sizes), dtype=np.float32)
+    averaged = np.empty_like(fused)
+    size = comm.Get_size()
+
+    def average(grads: Any) -> list[Any]:
+        offset = 0
+        for grad, count in zip(grads, sizes):
+            fused[offset : offset + count] = grad.numpy().ravel()
+            offset += count
+        comm.Allreduce(fused, averaged, op=MPI.SUM)
+        np.divide(averaged, size, out=averaged)
+        pieces, offset = [], 0
+        for shape, count in zip(shapes, sizes):
+            pieces.append(tf.constant(averaged[offset : offset + count].reshape(shape)))
+            offset += count
+        return pieces
+
+    return average
+
+
 def intra_op_threads() -> int:
     """TF's intra-op threads in this process: set explicitly, else from the engine's environment, else TF's
     default (every core)."""
