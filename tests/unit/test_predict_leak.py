@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pandas as pd
@@ -183,8 +185,16 @@ def test_detector_catches_the_control_and_stays_quiet_on_flat_methods(tmp_path):
 
     path = create_run(tmp_path, "predict-leak")
     methods = ("predict_on_batch", "call", "tf_function", CONTROL)
-    with Recorder(path, rank=0) as recorder:
-        run_methods(recorder, methods=methods, iterations=80, warmup=40)
+    # in a fresh process, as on an engine: a process that freed memory before (this test session) reuses
+    # it, and its RSS then grows by less than the control keeps
+    script = (
+        "import sys\n"
+        "from workbench.recorder import Recorder\n"
+        "from workbench.workloads.predict_leak import run_methods\n"
+        "with Recorder(sys.argv[1], rank=0) as recorder:\n"
+        f"    run_methods(recorder, methods={methods!r}, iterations=80, warmup=40)\n"
+    )
+    subprocess.run([sys.executable, "-c", script, str(path)], check=True, timeout=600)
     samples = Run.load(path).memory
     growth = memory_growth(samples, leak_threshold_mb=0.05).set_index("label")
     assert growth.loc[CONTROL, "verdict"] == "leak"

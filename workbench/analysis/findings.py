@@ -40,6 +40,8 @@ REFERENCE_GBPS = 1.0
 #: Steps shorter than this (ms of compute) are "short": a millisecond of fixed cost per call is then a
 #: large share of them.
 SHORT_STEP_MS = 5.0
+MS_PER_S = 1_000
+BYTES_PER_GB = 1_000 * ev.BYTES_PER_MB
 
 
 def _short_step_collectives(events: pd.DataFrame, wall: float, n_ranks: int) -> tuple[str, float] | None:
@@ -54,24 +56,26 @@ def _short_step_collectives(events: pd.DataFrame, wall: float, n_ranks: int) -> 
     compute = events[(events["phase"] == ev.COMPUTE) & (events["step"] >= 0)]
     if len(comm) < 2 * n_ranks or compute.empty:
         return None
-    comm_s = (comm["end_ns"] - comm["start_ns"]) / 1e9
+    comm_s = (comm["end_ns"] - comm["start_ns"]) / ev.NS_PER_S
     grouped = comm.assign(seconds=comm_s).groupby(["rank", "step"])
     per_step = grouped.agg(seconds=("seconds", "sum"), calls=("seconds", "size"), nbytes=("bytes", "sum"))
-    compute_s = (compute["end_ns"] - compute["start_ns"]) / 1e9
+    compute_s = (compute["end_ns"] - compute["start_ns"]) / ev.NS_PER_S
     compute_per_step = compute.assign(seconds=compute_s).groupby(["rank", "step"])["seconds"].sum()
-    comm_ms = float(per_step["seconds"].median()) * 1e3
-    compute_ms = float(compute_per_step.median()) * 1e3
+    comm_ms = float(per_step["seconds"].median()) * MS_PER_S
+    compute_ms = float(compute_per_step.median()) * MS_PER_S
     step_bytes = float(per_step["nbytes"].median())
     calls = float(per_step["calls"].median())
-    need_ms = step_bytes / (REFERENCE_GBPS * 1e9) * 1e3
+    reference_bytes_per_s = REFERENCE_GBPS * BYTES_PER_GB
+    need_ms = step_bytes / reference_bytes_per_s * MS_PER_S
     if compute_ms >= SHORT_STEP_MS or comm_ms < 0.5 * compute_ms or comm_ms < 2 * need_ms:
         return None
-    excess = (per_step["seconds"] - step_bytes / (REFERENCE_GBPS * 1e9)).clip(lower=0)
+    excess = (per_step["seconds"] - step_bytes / reference_bytes_per_s).clip(lower=0)
     lost = float(excess.groupby(level="rank").sum().mean())
-    gbps = step_bytes / (comm_ms / 1e3) / 1e9
+    gbps = step_bytes / (comm_ms / MS_PER_S) / BYTES_PER_GB
     text = (
         f"short steps pay the allreduce's fixed cost: {compute_ms:.3g} ms of compute per step against"
-        f" {comm_ms:.3g} ms of communication ({calls:.3g} call(s) moving {step_bytes / 1e6:.3g} MB per step,"
+        f" {comm_ms:.3g} ms of communication ({calls:.3g} call(s) moving {step_bytes / ev.BYTES_PER_MB:.3g} MB"
+        " per step,"
         f" {gbps:.2g} GB/s effective; the bytes alone need ~{need_ms:.2g} ms at {REFERENCE_GBPS:g} GB/s)."
         " Below a few ms per step a collective costs mostly its per-call overhead; with Horovod, each call"
         " waits for its background thread's next cycle (HOROVOD_CYCLE_TIME, 1 ms by default) and that thread"

@@ -74,7 +74,12 @@ def train_on_rank(run_path: str, settings_dict: dict[str, Any]) -> dict[str, Any
     from mpi4py import MPI
 
     from workbench.recorder import Recorder
-    from workbench.workloads.training import broadcast_weights, fused_mpi_average, step_functions
+    from workbench.workloads.training import (
+        broadcast_weights,
+        fused_mpi_average,
+        step_functions,
+        stop_idle_horovod,
+    )
 
     settings = TrainSettings(**settings_dict)
     comm = MPI.COMM_WORLD
@@ -83,6 +88,8 @@ def train_on_rank(run_path: str, settings_dict: dict[str, Any]) -> dict[str, Any
         import horovod.tensorflow as hvd
 
         hvd.init()
+    else:
+        stop_idle_horovod()  # a Horovod thread left by an earlier point would slow this one's steps
     tf.keras.utils.set_random_seed(settings.seed)  # Keras draws unseeded initialisers from Python: seed all three
     data = _load_data(settings)
     x_train = data.x_train.reshape(len(data.x_train), -1)
@@ -130,7 +137,8 @@ def train_on_rank(run_path: str, settings_dict: dict[str, Any]) -> dict[str, Any
                 correct_total += float(correct)
         return loss_total, correct_total, len(x)
 
-    recorder = Recorder(run_path, flush_interval_s=0.25)
+    # CPU samples tell the scaling projection how many cores a rank really kept busy
+    recorder = Recorder(run_path, flush_interval_s=0.25, memory_interval_s=0.25)
     recorder.align_clocks(comm)
     steps_per_epoch = len(shard_x) // settings.batch
     history = []
