@@ -21,13 +21,14 @@ measure() {
     local out
     out=$(mktemp)
     echo "== $name: $*" >&2
+    local started=$SECONDS
     if "$@" >"$out"; then
-        python benchmarks/render_readme.py save "$name" "$out" --command "$*"
+        python benchmarks/render_readme.py save "$name" "$out" --command "$*" --seconds $((SECONDS - started))
     else
         # a case whose result cannot be trusted exits 1 but still prints its JSON: keep it, say so
         if python -c "import json, sys; json.load(open(sys.argv[1]))" "$out" 2>/dev/null; then
             echo "   $name exited non-zero; its JSON is saved (read its caveats)" >&2
-            python benchmarks/render_readme.py save "$name" "$out" --command "$*"
+            python benchmarks/render_readme.py save "$name" "$out" --command "$*" --seconds $((SECONDS - started))
         else
             echo "   $name failed" >&2
             failed=1

@@ -734,7 +734,7 @@ def rendered(text: str) -> tuple[str, list[str]]:
     return BLOCK.sub(replace, text), changed
 
 
-def save(name: str, output: Path, command: str) -> Path:
+def save(name: str, output: Path, command: str, seconds: float | None = None) -> Path:
     """Wrap a command's ``--json`` output with the command, the date and the machine, as ``results/NAME.json``."""
     result = json.loads(output.read_text())
     from workbench.config import physical_cores
@@ -746,6 +746,8 @@ def save(name: str, output: Path, command: str) -> Path:
         "machine": f"{socket.gethostname()}, {physical_cores()} cores",
         # this machine is shared: how busy it was when the command ended (1, 5 and 15 minutes)
         "load_average": [round(v, 2) for v in os.getloadavg()],
+        # how long the command took, start to end (a sweep's duration is what a user plans around)
+        "seconds": seconds,
         "result": result,
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -763,9 +765,10 @@ def main(argv: list[str] | None = None) -> int:
     saver.add_argument("name")
     saver.add_argument("output", type=Path)
     saver.add_argument("--command", required=True)
+    saver.add_argument("--seconds", type=float, default=None, help="how long the command took")
     args = parser.parse_args(argv)
     if args.action == "save":
-        print(save(args.name, args.output, args.command))
+        print(save(args.name, args.output, args.command, args.seconds))
         return 0
     text = README.read_text()
     new, changed = rendered(text)

@@ -57,3 +57,16 @@ def test_number_formats():
     assert module.percent(0.499) == "50 %"
     with pytest.raises(SystemExit, match="is missing"):
         module.load("no-such-result")
+
+
+def test_save_keeps_the_command_its_duration_and_the_load(tmp_path, monkeypatch):
+    module = renderer()
+    monkeypatch.setattr(module, "RESULTS", tmp_path / "results")
+    output = tmp_path / "out.json"
+    output.write_text(json.dumps({"seconds": 2.5}))
+    path = module.save("example", output, "workbench bench analysis --json", seconds=12.0)
+    saved = json.loads(path.read_text())
+    assert path == tmp_path / "results" / "example.json"
+    assert saved["result"] == {"seconds": 2.5} and saved["command"] == "workbench bench analysis --json"
+    assert saved["seconds"] == 12.0 and len(saved["load_average"]) == 3
+    assert "load average" in module.source_line(saved)
