@@ -122,12 +122,14 @@ def _launch(ranks: int, cycle_time_ms: float | None, steps: int, rounds: int, ba
     return json.loads(lines[-1][len("RESULT ") :])
 
 
-def run(steps: int = 300, rounds: int = 5, batch: int = 64) -> dict[str, Any]:
+def run(
+    steps: int = 300, rounds: int = 5, batch: int = 64, cycle_times_ms: tuple[float, ...] = CYCLE_TIMES_MS
+) -> dict[str, Any]:
     """One rank without allreduce, then 2 ranks at each cycle time; rows of ms per step and speedup."""
     one = {variant: statistics.median(times) for variant, times in _launch(1, None, steps, rounds, batch)[
         "seconds_per_step"].items()}  # fmt: skip
     rows = []
-    for cycle_ms in CYCLE_TIMES_MS:
+    for cycle_ms in cycle_times_ms:
         two = _launch(2, cycle_ms, steps, rounds, batch)
         if not two["weights_agree"]:
             raise RuntimeError("the ranks' weights differ after training: a variant did not average the gradients")
