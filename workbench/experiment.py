@@ -676,16 +676,6 @@ class Experiment:
                 on_point(point, "done")
         return []
 
-    def failed_points(self) -> dict[str, str]:
-        """Point key -> why it failed, for the planned points that failed and did not finish since."""
-        manifest = self.read_manifest() or {}
-        finished = self.finished_points()
-        return {
-            key: str(entry.get("error") or "failed")
-            for key, entry in manifest.get("points", {}).items()
-            if entry.get("status") == "failed" and key not in finished
-        }
-
     def _progress_bar(self, progress: Any, todo: list[Point]) -> Any:
         if progress is None or progress is False or not todo:
             return None
@@ -718,7 +708,12 @@ class Experiment:
             "reused": self.reused if (self.ran or self.reused) else len(keys),
             "missing": [p.key for p in self.plan() if p.key not in finished],
         }
-        failed = {key: (plan[key], why) for key, why in self.failed_points().items() if key in plan}
+        # planned points that failed and did not finish since: (point, why)
+        failed = {
+            key: (plan[key], str(entry.get("error") or "failed"))
+            for key, entry in manifest.get("points", {}).items()
+            if entry.get("status") == "failed" and key in plan and key not in finished
+        }
         result = build_result(
             self.case,
             self.preset,

@@ -44,7 +44,7 @@ MS_PER_S = 1_000
 BYTES_PER_GB = 1_000 * ev.BYTES_PER_MB
 
 
-def _short_step_collectives(events: pd.DataFrame, wall: float, n_ranks: int) -> tuple[str, float] | None:
+def _short_step_collectives(events: pd.DataFrame, n_ranks: int) -> tuple[str, float] | None:
     """(text, seconds lost) when short steps pay a collective's fixed cost per call; None otherwise.
 
     Reads the ranks' ``communication`` spans that carry their bytes and the ``compute`` spans of the
@@ -214,7 +214,7 @@ def findings(
         detail = f" ({waiting.mean() / wall:.0%} waiting)" if waiting.max() > 0 else ""
         add("communication", f"communication takes {lost / wall:.0%} of wall time{detail}", lost, "all")
 
-    short = _short_step_collectives(events, wall, n_ranks)
+    short = _short_step_collectives(events, n_ranks)
     if short is not None and short[1] / wall >= min_fraction:
         add("per_call_cost", short[0], short[1], "all")
 

@@ -31,8 +31,6 @@ def bus_bandwidth_factor(ranks: int) -> float:
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
     """Rows of ``workbench bench allreduce --json``, also as saved in ``benchmarks/results`` (``{"result": rows}``)."""
-    import json
-
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as error:

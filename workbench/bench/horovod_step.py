@@ -126,8 +126,8 @@ def run(
     steps: int = 300, rounds: int = 5, batch: int = 64, cycle_times_ms: tuple[float, ...] = CYCLE_TIMES_MS
 ) -> dict[str, Any]:
     """One rank without allreduce, then 2 ranks at each cycle time; rows of ms per step and speedup."""
-    one = {variant: statistics.median(times) for variant, times in _launch(1, None, steps, rounds, batch)[
-        "seconds_per_step"].items()}  # fmt: skip
+    one_rank = _launch(1, None, steps, rounds, batch)["seconds_per_step"]
+    one = {variant: statistics.median(times) for variant, times in one_rank.items()}
     rows = []
     for cycle_ms in cycle_times_ms:
         two = _launch(2, cycle_ms, steps, rounds, batch)
