@@ -304,19 +304,25 @@ def render_analysis(saved: Mapping[str, Any]) -> str:
 
 
 def render_timeline(saved: Mapping[str, Any]) -> str:
-    """One import of a synthetic Horovod timeline: speed and memory."""
+    """One import of a synthetic Horovod timeline per engine: speed and memory."""
     r = saved["result"]
-    row = [
-        number(r["file_mb"]),
-        number(r["events"]),
-        fixed(r["seconds"], 2),
-        f"**{number(r['mb_per_s'])}**",
-        f"{r['peak_rss_mb'] / 1024:.2f} GB",
-        f"{fixed(r['peak_over_file'], 2)}×",
-        number(r["import_rss_mb"]),
+    engines = r.get("engines", {"auto": r})
+    label = {"auto": "direct (default)", "arrow": "Arrow JSON reader"}
+    rows = [
+        [
+            label.get(engine, engine),
+            number(e["file_mb"]),
+            number(e["events"]),
+            fixed(e["seconds"], 2),
+            f"**{number(e['mb_per_s'])}**" if engine == "auto" else number(e["mb_per_s"]),
+            f"{e['peak_rss_mb'] / 1024:.2f} GB",
+            f"{fixed(e['peak_over_file'], 2)}×",
+            number(e["import_rss_mb"]),
+        ]
+        for engine, e in engines.items()
     ]
-    header = ["file MB", "events", "seconds", "MB/s", "peak RSS", "peak / file", "MB for the import itself"]
-    return table(header, ["r"] * 7, [row]) + "\n\n" + source_line(saved)
+    header = ["parse", "file MB", "events", "seconds", "MB/s", "peak RSS", "peak / file", "MB for the import itself"]
+    return table(header, ["l"] + ["r"] * 7, rows) + "\n\n" + source_line(saved)
 
 
 def render_redraw(saved: Mapping[str, Any]) -> str:

@@ -7,10 +7,11 @@ import sys
 import textwrap
 
 import cloudpickle
+import pandas as pd
 import pytest
 
 from workbench.analysis import analyse_run
-from workbench.formats import read_horovod_timeline
+from workbench.formats import horovod_timeline, read_horovod_timeline
 from workbench.inspection import format_analysis
 from workbench.profile import profile_command
 from workbench.store import Run, list_runs
@@ -103,6 +104,10 @@ def test_real_horovod_timeline_parses_whole_and_cut(profiled_run, tmp_path):
     events = read_horovod_timeline(path)
     names = set(events["name"])
     assert {"NEGOTIATE_ALLREDUCE", "ALLREDUCE", "MPI_ALLREDUCE"} <= names
+    # Horovod's own bytes take the direct parse, which reads them exactly as Arrow's JSON reader does
+    raws = list(horovod_timeline._record_chunks(path, 1 << 20))
+    assert all(horovod_timeline._parse_horovod_layout(*horovod_timeline._newline_delimited(*raw)) for raw in raws)
+    pd.testing.assert_frame_equal(events, read_horovod_timeline(path, engine="arrow"))
     assert set(events["rank"]) == {0, 1}  # negotiation readiness gives rank 1 its own spans
     assert (events["end_ns"] >= events["start_ns"]).all()
     cut = tmp_path / "cut.json"

@@ -8,7 +8,13 @@ import pytest
 from workbench.bench.timeline import run as bench_timeline
 from workbench.bench.timeline import write_synthetic_timeline
 from workbench.events import events_frame
-from workbench.formats import TimelineError, read_horovod_timeline, to_chrome_trace, write_chrome_trace
+from workbench.formats import (
+    TimelineError,
+    horovod_timeline,
+    read_horovod_timeline,
+    to_chrome_trace,
+    write_chrome_trace,
+)
 from workbench.formats.tf_profile import TfProfileError, horovod_waits, read_tf_profiles, xplane_to_trace
 
 # A timeline as Horovod 0.28 writes it (structure copied from a real 2-rank file made by the MPI test).
@@ -127,10 +133,73 @@ def test_synthetic_timeline_of_the_bench_round_trips(tmp_path):
     assert (events["end_ns"] >= events["start_ns"]).all()
 
 
+# Records as Horovod's writer lays them out beyond TIMELINE's: an instant marker (no pid), a name with a JSON
+# escape, an End with args, a phase the import ignores, a tensor named only later, timestamps of 11 digits.
+UNUSUAL = TIMELINE[:-1] + "".join(
+    [
+        ',{"ph": "i", "name": "CYCLE_START", "ts": 195, "s": "g"},\n',
+        '{"name": "process_name", "ph": "M", "pid": 12, "args": {"name": "grad\\u00e9"}},\n',
+        '{"name": "process_sort_index", "ph": "M", "pid": 12, "args": {"sort_index": 12}},',
+        '{"ph": "B", "name": "WAIT_FOR_OTHER_TENSOR_DATA", "ts": 12345678901, "pid": 12},',
+        '{"ph": "C", "name": "Q", "ts": 12345678902, "pid": 12},',
+        '{"ph": "B", "name": "q\\u00e9", "ts": 12345678903, "pid": 12},{"ph": "E", "ts": 12345678904, "pid": 12},',
+        '{"ph": "E", "ts": 12345678999, "pid": 12, "args": {"dtype": "float32", "shape": "[3, 3]"}}]',
+    ]
+)
+
+
+def _chunks_read_directly(path, chunk_mb=8.0):
+    raws = list(horovod_timeline._record_chunks(path, int(chunk_mb * 2**20)))
+    return [horovod_timeline._parse_horovod_layout(*horovod_timeline._newline_delimited(*raw)) for raw in raws]
+
+
+@pytest.mark.parametrize("text", [TIMELINE, UNUSUAL], ids=["two-ranks", "unusual-records"])
+def test_direct_parse_reads_horovod_layout_exactly_as_arrow_does(tmp_path, text):
+    path = tmp_path / "timeline.json"
+    path.write_text(text)
+    assert all(chunk is not None for chunk in _chunks_read_directly(path))  # no chunk fell back to Arrow
+    direct = read_horovod_timeline(path, run_id="r")
+    pd.testing.assert_frame_equal(direct, read_horovod_timeline(path, run_id="r", engine="arrow"))
+    if text is UNUSUAL:
+        late = direct[direct["detail"] == "grad\u00e9"]
+        assert set(zip(late["name"], late["start_ns"] - 1_000_000_000, late["end_ns"] - 1_000_000_000)) == {
+            ("WAIT_FOR_OTHER_TENSOR_DATA", 12_345_678_901_000, 12_345_678_999_000),
+            ("q\u00e9", 12_345_678_903_000, 12_345_678_904_000),
+        }
+
+
+def test_other_layouts_fall_back_to_arrow_with_the_same_events(tmp_path):
+    compact = tmp_path / "compact.json"
+    compact.write_text(TIMELINE)
+    spaced = tmp_path / "spaced.json"  # the same records as another writer might lay them out
+    spaced.write_text(json.dumps(json.loads(TIMELINE), indent=1))
+    reordered = tmp_path / "reordered.json"
+    reordered.write_text(TIMELINE.replace('{"ph": "E", "ts": 170, "pid": 1}', '{"ts": 170, "ph": "E", "pid": 1}'))
+    quoted = tmp_path / "quoted.json"  # an escaped quote inside a name
+    quoted.write_text(TIMELINE.replace('"name": "MPI_ALLREDUCE"', '"name": "MPI_\\"ALLREDUCE"'))
+    for path in (spaced, reordered, quoted):
+        assert any(chunk is None for chunk in _chunks_read_directly(path)), path.name
+    expected = read_horovod_timeline(compact)
+    pd.testing.assert_frame_equal(read_horovod_timeline(spaced), expected)
+    pd.testing.assert_frame_equal(read_horovod_timeline(reordered), expected)
+    assert 'MPI_"ALLREDUCE' in set(read_horovod_timeline(quoted)["name"])
+
+
+def test_large_synthetic_timeline_reads_the_same_both_ways_across_chunks(tmp_path):
+    path = write_synthetic_timeline(tmp_path / "t.json", 2.0, ranks=4, tensors=5)
+    direct = read_horovod_timeline(path, chunk_mb=0.25)
+    assert all(chunk is not None for chunk in _chunks_read_directly(path, 0.25))
+    pd.testing.assert_frame_equal(direct, read_horovod_timeline(path, engine="arrow"))
+    with pytest.raises(ValueError, match="engine 'polars' is not known"):
+        read_horovod_timeline(path, engine="polars")
+
+
 def test_bench_timeline_reports_speed_and_memory(tmp_path):
     result = bench_timeline(0.5)
     assert {"file_mb", "mb_per_s", "peak_rss_mb", "events"} <= set(result)
     assert result["mb_per_s"] > 0 and result["peak_rss_mb"] > 0 and result["events"] > 0
+    assert set(result["engines"]) == {"auto", "arrow"}
+    assert result["engines"]["arrow"]["events"] == result["events"]  # both engines read the same spans
 
 
 def test_tf_profiler_kernels_pair_start_and_done_per_tensor_and_step():
