@@ -8,7 +8,7 @@ import pytest
 
 from workbench import events as ev
 from workbench.analysis import lane_table, phase_breakdown, phase_order, rank_wall_time
-from workbench.analysis.breakdown import _exclusive_ns
+from workbench.analysis.breakdown import _busy_per_lane
 from workbench.events import events_frame
 
 S = 1_000_000_000  # ns per second
@@ -90,9 +90,7 @@ def test_rank_that_finishes_early_is_idle_until_the_run_ends():
     events = frame(span(0, "compute", 0, 4), span(0, "compute", 5, 10), span(1, "compute", 0, 6))
     result = phase_breakdown(events)
     assert seconds(result, rank=1, phase="idle") == pytest.approx(4)
-    assert result.loc[
-        (result["rank"] == 1) & (result["phase"] == "idle"), "fraction"
-    ].item() == pytest.approx(0.4)
+    assert result.loc[(result["rank"] == 1) & (result["phase"] == "idle"), "fraction"].item() == pytest.approx(0.4)
     assert seconds(result, rank=0, phase="idle") == pytest.approx(1)
     per_rank = result.groupby("rank")["seconds"].sum()
     assert per_rank.tolist() == pytest.approx([10, 10])
@@ -244,9 +242,7 @@ def _brute_force(events: pd.DataFrame) -> dict:
     result: dict = {}
     for rank in events["rank"].unique():
         for t in range(int(start.min()), int(end.max())):
-            covering = [
-                (start[i], -end[i], i) for i in events.index[events["rank"] == rank] if start[i] <= t < end[i]
-            ]
+            covering = [(start[i], -end[i], i) for i in events.index[events["rank"] == rank] if start[i] <= t < end[i]]
             phase = phases[max(covering)[2]] if covering else "idle"
             result[(rank, phase)] = result.get((rank, phase), 0) + 1
     return result
@@ -286,8 +282,25 @@ def test_exclusive_time_survives_key_overflow_by_chunking_lanes():
     lane = np.array([0, 1, 2, 2])
     start = np.array([0, 0, 0, 10])
     end = np.array([big, 5, big, 20])
-    exclusive = _exclusive_ns(lane, start, end)
-    assert exclusive.tolist() == [float(big), 5.0, float(big - 10), 10.0]
+    lanes, cells, ns, present, last = _busy_per_lane(lane, np.arange(4), start, end)  # a cell per row
+    assert list(zip(lanes.tolist(), cells.tolist(), ns.tolist())) == [
+        (0, 0, float(big)),
+        (1, 1, 5.0),
+        (2, 2, float(big - 10)),
+        (2, 3, 10.0),
+    ]
+    assert present.tolist() == [0, 1, 2] and last.tolist() == [0, 1, 3]
+
+
+def test_busy_per_lane_groups_interleaved_lanes_and_sums_cells():
+    # lane 1's rows are split by lane 0's; cell 7 on lane 1 holds a span and the one nested in it
+    lane = np.array([1, 0, 1, 0])
+    cell = np.array([7, 3, 7, 3])
+    start = np.array([0, 0, 2, 10])
+    end = np.array([10, 5, 4, 10])  # lane 0's second span has no length: counted, 0 ns
+    lanes, cells, ns, present, last = _busy_per_lane(lane, cell, start, end)
+    assert list(zip(lanes.tolist(), cells.tolist(), ns.tolist())) == [(0, 3, 5.0), (1, 7, 10.0)]
+    assert present.tolist() == [0, 1] and last.tolist() == [3, 2]  # each lane's last row in the input
 
 
 def test_rank_wall_time():
@@ -318,3 +331,36 @@ def test_lane_table_has_idle_for_every_lane_and_piece():
     idle = table[table["phase"] == "idle"]
     assert len(idle) == 4  # 2 ranks x 2 epochs
     assert idle["ns"].sum() == pytest.approx(2 * S)  # each rank idle through the other epoch (1 s)
+
+
+def test_many_steps_sorted_by_rank_keep_their_own_seconds():
+    # 6000 steps x 7 phases exceed a 16-bit cell code: codes are widened before they are combined
+    steps = 6000
+    start = np.arange(steps, dtype=np.int64) * 10 * S
+    events = events_frame(
+        pd.DataFrame(
+            {
+                "rank": np.zeros(steps, dtype=np.int32),
+                "phase": np.asarray(["compute", "input", "evaluation", "checkpoint", "host", "communication"])[
+                    np.arange(steps) % 6
+                ],
+                "name": "x",
+                "step": np.arange(steps, dtype=np.int64),
+                "start_ns": start,
+                "end_ns": start + (np.arange(steps) % 9 + 1) * S,
+            }
+        )
+    )
+    result = phase_breakdown(events, by=("rank", "step"))
+    busy = result[result["phase"] != "idle"].groupby("step")["seconds"].sum()
+    assert busy.to_numpy() == pytest.approx((np.arange(steps) % 9 + 1).astype(float))
+
+
+def test_breakdown_leaves_categorical_events_unchanged():
+    events = frame(
+        span(0, "communication", 0, 2, name="NEGOTIATE_ALLREDUCE"), span(0, "compute", 2, 5, name="step")
+    ).astype({"phase": "category", "name": "category", "run_id": "category"})
+    before = events.copy()
+    result = phase_breakdown(events)
+    assert seconds(result, rank=0, phase=ev.COMMUNICATION_WAIT) == pytest.approx(2)
+    pd.testing.assert_frame_equal(events, before)  # the wait was split out in a copy of the phase codes

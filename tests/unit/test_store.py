@@ -256,3 +256,15 @@ def test_a_crash_during_compaction_loses_and_doubles_nothing(tmp_path, crash_in,
     assert [p.name for p in _visible_parts(run_path)] == ["00000001-00000003.parquet"]
     pd.testing.assert_frame_equal(Run.load(run_path).events, expected)
     assert len(tail.poll()[0]) == 0
+
+
+def test_loads_use_regular_pages_and_restore_numpy_setting():
+    from numpy.core.multiarray import _get_madvise_hugepage
+
+    from workbench.store import _regular_pages
+
+    before = _get_madvise_hugepage()
+    with pytest.raises(RuntimeError), _regular_pages():
+        assert _get_madvise_hugepage() is False
+        raise RuntimeError("a failed load")
+    assert _get_madvise_hugepage() == before

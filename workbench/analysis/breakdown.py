@@ -177,7 +177,10 @@ def lane_table(
     extra_ranks = np.asarray(sorted(set(int(r) for r in ranks)) if ranks is not None else [], dtype=np.int64)
     rank_codes, rank_labels = _factorize_int(rank_values, extra_ranks)
     n_ranks = len(rank_labels)
-    lane = run_codes * n_ranks + rank_codes
+    # Row-sized arrays stay small integers (10 M rows: 40 MB for a lane code, not 80)
+    lane = rank_codes if len(run_labels) == 1 else run_codes.astype(np.int64) * n_ranks + rank_codes
+    lane = _narrow(lane, len(run_labels) * n_ranks)
+    del rank_codes
     phase_codes, phase_labels = _phase_codes(frame)
     n_phases = len(phase_labels)
 
@@ -187,24 +190,29 @@ def lane_table(
     n_pieces = 1
     for column in timeline_columns:
         codes, labels = _factorize_int(frame[column].to_numpy())
-        piece = piece * len(labels) + codes
+        piece = piece * len(labels) + codes.astype(np.int64)
         n_pieces *= len(labels)
         piece_values.append(np.asarray(labels))
     if timeline_columns:
         piece, piece_labels = _factorize_int(np.asarray(piece))
+        piece = piece.astype(np.int64, copy=False)  # multiplied by the phase count below
         n_pieces = len(piece_labels)
     else:
         piece_labels = np.zeros(1, dtype=np.int64)
 
     start = frame["start_ns"].to_numpy(np.int64)
     end = frame["end_ns"].to_numpy(np.int64)
-    exclusive = _exclusive_ns(lane, start, end)
 
     # Extent of every (run, piece) over all ranks: the wall time each lane is measured against.
-    run_piece = run_codes * n_pieces + piece if timeline_columns else run_codes
-    rp_codes, rp_labels = _factorize_int(run_piece)
-    extent_start = _group_reduce(np.minimum, rp_codes, len(rp_labels), start, np.iinfo(np.int64).max)
-    extent_end = _group_reduce(np.maximum, rp_codes, len(rp_labels), end, np.iinfo(np.int64).min)
+    if timeline_columns or len(run_labels) > 1:
+        run_piece = run_codes.astype(np.int64) * n_pieces + piece if timeline_columns else run_codes
+        rp_codes, rp_labels = _factorize_int(np.asarray(run_piece, dtype=np.int64))
+        extent_start = _group_reduce(np.minimum, rp_codes, len(rp_labels), start, np.iinfo(np.int64).max)
+        extent_end = _group_reduce(np.maximum, rp_codes, len(rp_labels), end, np.iinfo(np.int64).min)
+        del rp_codes
+    else:  # one run, one piece: no per-row codes to build
+        rp_labels = np.zeros(1, dtype=np.int64)
+        extent_start, extent_end = np.asarray([start.min()]), np.asarray([end.max()])
     extent = pd.DataFrame(
         {
             "run": rp_labels // n_pieces,
@@ -213,25 +221,20 @@ def lane_table(
         }
     )
 
-    # Busy time per (lane, piece, phase).
-    cell = (lane * n_pieces + piece if timeline_columns else lane) * n_phases + phase_codes
-    if int(cell.max()) < 4 * n + 1024:  # few cells: count them in place, no codes to build
-        cell_labels = np.flatnonzero(np.bincount(cell))
-        busy_ns = np.bincount(cell, weights=exclusive)[cell_labels]
-    else:
-        cell_codes, cell_labels = _factorize_int(cell)
-        busy_ns = np.bincount(cell_codes, weights=exclusive, minlength=len(cell_labels))
+    # Busy time per (lane, piece, phase), summed lane by lane.
+    cell = piece * n_phases + phase_codes if timeline_columns else phase_codes
+    busy_lane, busy_cell, busy_ns, lanes_present, last_row = _busy_per_lane(lane, cell, start, end)
+    del cell, phase_codes
     busy = pd.DataFrame(
         {
-            "lane": cell_labels // (n_pieces * n_phases),
-            "piece": (cell_labels // n_phases) % n_pieces,
-            "phase_code": cell_labels % n_phases,
+            "lane": busy_lane,
+            "piece": busy_cell // n_phases,
+            "phase_code": busy_cell % n_phases,
             "ns": busy_ns,
         }
     )
 
     # Every lane of a run meets every piece of that run: missing combinations are fully idle.
-    lanes_present = np.flatnonzero(np.bincount(lane))
     lanes = pd.DataFrame({"lane": lanes_present, "run": lanes_present // n_ranks})
     if len(extra_ranks):
         extra_codes = pd.Index(rank_labels).get_indexer(extra_ranks)
@@ -253,11 +256,7 @@ def lane_table(
     lane_of = cells["lane"].to_numpy()
     # A rank's host is constant: take it from any row of the lane ("" for listed ranks without rows).
     row_of_lane = np.full(len(run_labels) * n_ranks, n, dtype=np.int64)
-    if n > 1 and (lane[1:] >= lane[:-1]).all():  # grouped by lane: its last row, without a scatter
-        last = np.append(np.flatnonzero(lane[1:] != lane[:-1]), n - 1)
-        row_of_lane[lane[last]] = last
-    else:
-        row_of_lane[lane] = np.arange(n, dtype=np.int64)  # the last row of each lane wins
+    row_of_lane[lanes_present] = last_row
     has_rows = row_of_lane < n
     host_of_lane = np.full(len(row_of_lane), "", dtype=object)
     host_of_lane[has_rows] = frame["host"].take(row_of_lane[has_rows]).to_numpy(dtype=object)
@@ -357,9 +356,9 @@ def _recode_first_seen(codes: np.ndarray, categories: np.ndarray) -> tuple[np.nd
         return new.astype(np.int64), np.asarray(labels, dtype=object)
     seen = pd.unique(codes)  # in order of appearance; a hash over a few small integers
     if (seen == np.arange(len(seen))).all():
-        return codes.astype(np.int64), categories[: len(seen)]
-    lookup = np.full(len(categories), -1, dtype=np.int64)
-    lookup[seen] = np.arange(len(seen), dtype=np.int64)
+        return codes, categories[: len(seen)]  # the categorical's own small codes, no copy
+    lookup = np.full(len(categories), -1, dtype=codes.dtype)
+    lookup[seen] = np.arange(len(seen), dtype=codes.dtype)
     return lookup[codes], categories[seen]
 
 
@@ -374,7 +373,8 @@ def _factorize_int(values: np.ndarray, extra: np.ndarray | None = None) -> tuple
         seen = values[np.concatenate([[0], change])].astype(np.int64)
         labels = np.union1d(seen, extra).astype(np.int64)
         counts = np.diff(np.concatenate([[0], change, [len(values)]]))
-        return np.repeat(np.searchsorted(labels, seen), counts).astype(np.int64, copy=False), labels
+        codes = _narrow(np.searchsorted(labels, seen), len(labels))
+        return np.repeat(codes, counts), labels  # small integers: 10 M rows of ranks take 10 MB, not 80
     ends = [int(v) for a in (values, extra) if len(a) for v in (a.min(), a.max())]
     if not ends:
         return values.astype(np.int64), values.astype(np.int64)
@@ -425,33 +425,62 @@ def _phase_codes(events: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
             if waiting is not None and waiting.any():
                 if ev.COMMUNICATION_WAIT not in labels:
                     labels.append(ev.COMMUNICATION_WAIT)
+                codes = codes.copy()  # may be the events' own categorical codes
                 codes[waiting] = labels.index(ev.COMMUNICATION_WAIT)
     return codes, labels
 
 
-def _exclusive_ns(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """Nanoseconds during which each span is the innermost one on its lane (float64, exact to 2**53).
+def _busy_per_lane(
+    lane: np.ndarray, cell: np.ndarray, start: np.ndarray, end: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Own time per (lane, cell) where the lane has rows in that cell, lane by lane.
 
-    Lanes are independent, so each is swept on its own: a rank's arrays fit in the CPU's caches,
-    and times never need a composite key that could overflow. Rows grouped by lane (as the store
-    returns them) are swept in place; otherwise they are grouped first and the result put back.
+    Returns ``(lane, cell, ns)`` per such pair in ascending order, the lanes that have rows, and each
+    lane's last row. Lanes are independent, so each is swept on its own: its arrays fit in the
+    CPU's caches, times never need a composite key that could overflow, and no array the size of
+    all rows is made (on 10 M rows that was 0.5 GB of temporaries). Rows grouped by lane (as the
+    store returns them) are read in place; otherwise a stable order groups them first.
     """
     n = len(start)
-    out = np.zeros(n, dtype=np.float64)
-    if n == 0:
-        return out
-    lane = np.asarray(lane)
-    start = np.asarray(start, dtype=np.int64)
-    end = np.asarray(end, dtype=np.int64)
+    order: np.ndarray | None = None
     change = np.flatnonzero(lane[1:] != lane[:-1]) + 1
     if len(change) and not (lane[change] > lane[change - 1]).all():  # lanes interleave: group them
         order = np.argsort(lane, kind="stable")
-        out[order] = _exclusive_ns(lane[order], start[order], end[order])
-        return out
+        change = np.flatnonzero(np.diff(lane[order]) != 0) + 1
     bounds = [0, *change.tolist(), n]
+    lanes, cells, seconds, present, last = [], [], [], [], []
     for low, high in itertools.pairwise(bounds):
-        out[low:high] = _lane_exclusive(start[low:high], end[low:high])
-    return out
+        rows = slice(low, high) if order is None else order[low:high]
+        own = _lane_exclusive(start[rows], end[rows])
+        key = np.asarray(cell[rows] if np.ndim(cell) else np.zeros(high - low, np.int64), dtype=np.int64)
+        size = int(key.max()) + 1
+        if size <= 4 * len(key) + 1024:
+            counted = np.flatnonzero(np.bincount(key, minlength=size))
+            sums = np.bincount(key, weights=own, minlength=size)[counted]
+        else:
+            counted, codes = np.unique(key, return_inverse=True)
+            sums = np.bincount(codes.ravel(), weights=own, minlength=len(counted))
+        lane_id = int(lane[low] if order is None else lane[order[low]])
+        lanes.append(np.full(len(counted), lane_id, dtype=np.int64))
+        cells.append(counted)
+        seconds.append(sums)
+        present.append(lane_id)
+        last.append(high - 1 if order is None else int(order[high - 1]))
+    return (
+        np.concatenate(lanes),
+        np.concatenate(cells),
+        np.concatenate(seconds).astype(np.float64, copy=False),
+        np.asarray(present, dtype=np.int64),
+        np.asarray(last, dtype=np.int64),
+    )
+
+
+def _narrow(codes: np.ndarray, size: int) -> np.ndarray:
+    """Integer codes below ``size`` in the smallest signed type that holds them."""
+    for dtype in (np.int8, np.int16, np.int32):
+        if size <= np.iinfo(dtype).max:
+            return codes.astype(dtype, copy=False)
+    return codes.astype(np.int64, copy=False)
 
 
 def _lane_exclusive(start: np.ndarray, end: np.ndarray) -> np.ndarray:

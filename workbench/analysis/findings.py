@@ -52,15 +52,24 @@ def _short_step_collectives(events: pd.DataFrame, n_ranks: int) -> tuple[str, fl
     """
     if n_ranks < 2 or "bytes" not in events or "step" not in events:
         return None
-    comm = events[(events["phase"] == ev.COMMUNICATION) & (events["bytes"] > 0) & (events["step"] >= 0)]
-    compute = events[(events["phase"] == ev.COMPUTE) & (events["step"] >= 0)]
-    if len(comm) < 2 * n_ranks or compute.empty:
+    step = events["step"].to_numpy()
+    in_step = step >= 0
+    carries_bytes = events["bytes"].to_numpy() > 0
+    comm_rows = np.flatnonzero((events["phase"] == ev.COMMUNICATION).to_numpy() & carries_bytes & in_step)
+    if len(comm_rows) < 2 * n_ranks:
         return None
-    comm_s = (comm["end_ns"] - comm["start_ns"]) / ev.NS_PER_S
-    grouped = comm.assign(seconds=comm_s).groupby(["rank", "step"])
+    compute_rows = np.flatnonzero((events["phase"] == ev.COMPUTE).to_numpy() & in_step)
+    if len(compute_rows) == 0:
+        return None
+
+    def rows_of(rows: np.ndarray) -> pd.DataFrame:  # only the columns read here, not whole rows of events
+        seconds = (events["end_ns"].to_numpy()[rows] - events["start_ns"].to_numpy()[rows]) / ev.NS_PER_S
+        return pd.DataFrame({"rank": events["rank"].to_numpy()[rows], "step": step[rows], "seconds": seconds})
+
+    comm = rows_of(comm_rows).assign(bytes=events["bytes"].to_numpy()[comm_rows])
+    grouped = comm.groupby(["rank", "step"])
     per_step = grouped.agg(seconds=("seconds", "sum"), calls=("seconds", "size"), nbytes=("bytes", "sum"))
-    compute_s = (compute["end_ns"] - compute["start_ns"]) / ev.NS_PER_S
-    compute_per_step = compute.assign(seconds=compute_s).groupby(["rank", "step"])["seconds"].sum()
+    compute_per_step = rows_of(compute_rows).groupby(["rank", "step"])["seconds"].sum()
     comm_ms = float(per_step["seconds"].median()) * MS_PER_S
     compute_ms = float(compute_per_step.median()) * MS_PER_S
     step_bytes = float(per_step["nbytes"].median())

@@ -20,7 +20,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from workbench import events as ev
 from workbench.events import BYTES_PER_MB
@@ -123,7 +122,7 @@ def synthetic_events(events: int = 1_000_000, ranks: int = 8, seed: int = 0) -> 
 
 def write_run(events: pd.DataFrame, root: str | Path, ranks: int) -> Path:
     """``events`` as a run in the store under ``root``: one compacted Parquet file per rank."""
-    from workbench.store import COMPACT_ROW_GROUP, create_run
+    from workbench.store import COMPACT_ROW_GROUP, create_run, write_parquet
 
     path = create_run(root, "bench-analysis", ranks=ranks)
     table = pa.Table.from_pandas(events, schema=ev.EVENT_SCHEMA, preserve_index=False)
@@ -134,7 +133,7 @@ def write_run(events: pd.DataFrame, root: str | Path, ranks: int) -> Path:
         directory.mkdir(parents=True)
         part = table.slice(bounds[r], bounds[r + 1] - bounds[r])
         target = directory / "00000001-00000001.parquet"
-        pq.write_table(part, target, compression="lz4", row_group_size=COMPACT_ROW_GROUP)
+        write_parquet(part, target, row_group_size=COMPACT_ROW_GROUP)
     return path
 
 
