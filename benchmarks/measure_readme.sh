@@ -43,6 +43,7 @@ measure analysis-categorical workbench bench analysis --events 10000000 --ranks 
 measure analysis-object workbench bench analysis --events 10000000 --ranks 64 --strings object --json
 measure timeline workbench bench timeline --mb 300 --json
 measure redraw workbench bench redraw --json
+measure live workbench bench live --ranks 64 --seconds 120 --json
 measure horovod-step workbench bench horovod-step --json
 measure eval-frequency-reduced workbench run eval-frequency --preset reduced --ranks 2 --out artifacts/eval-frequency-reduced --json
 measure predict-leak-reduced workbench run predict-leak --preset reduced --ranks 2 --out artifacts/predict-leak-reduced --json

@@ -325,6 +325,35 @@ def render_timeline(saved: Mapping[str, Any]) -> str:
     return table(header, ["l"] + ["r"] * 7, rows) + "\n\n" + source_line(saved)
 
 
+def render_live(saved: Mapping[str, Any]) -> str:
+    """The dashboard following a 64-rank synthetic job: refresh time, marker latency, decimation."""
+    r = saved["result"]
+    rows = [
+        ["job", f"{r['ranks']} ranks, steps of {fixed(r['step_s'], 2)} s (3 spans each), a flush every 0.5 s per rank"],
+        [
+            "followed for",
+            f"{number(r['seconds'])} s: {number(r['spans_at_end'])} spans ({number(r['spans_per_s'])} spans/s)",
+        ],
+        ["bars drawn at the end", number(r["drawn_at_end"])],
+        [
+            "refresh (poll + redraw), median / p95 / max",
+            f"**{fixed(r['refresh_median_s'], 2)}** / {fixed(r['refresh_p95_s'], 2)} / {fixed(r['refresh_max_s'], 2)} s"
+            f" (poll {fixed(r['poll_median_s'], 3)} s, redraw {fixed(r['redraw_median_s'], 2)} s;"
+            f" last {fixed(r['last_refresh_s'], 2)} s)",
+        ],
+        [
+            "marker span's end → drawn in the widget, median / max",
+            f"**{fixed(r['marker_latency_median_s'], 2)}** / {fixed(r['marker_latency_max_s'], 2)} s"
+            f" ({r['markers_drawn']} of {r['markers']} markers)",
+        ],
+        [
+            "ranks whose longest span is a bar of its own",
+            f"{r['ranks_with_longest_span_drawn']} of {r['ranks']}",
+        ],
+    ]
+    return table(["measure", "value"], ["l", "l"], rows) + "\n\n" + source_line(saved)
+
+
 def render_redraw(saved: Mapping[str, Any]) -> str:
     """Timeline figure build and widget update, decimated and not; a dashboard's first and steady refresh."""
     r = saved["result"]
@@ -372,6 +401,16 @@ def render_browser(saved: Mapping[str, Any]) -> str:
         ],
         ["first event → first bars on screen", f"{fixed(r['first_event_to_first_bars_s'], 2)} s"],
     ]
+    live = r.get("live_64_ranks")
+    if live:
+        rows.append(
+            [
+                f"64 ranks live ({number(live['spans'])} spans in 15 s): marker → on screen, median / max of"
+                f" {live['markers']}; kernel refresh median / max",
+                f"**{number(live['event_to_screen_median_ms'])} ms** / {number(live['event_to_screen_max_ms'])} ms;"
+                f" {fixed(live['kernel_refresh_median_s'], 2)} / {fixed(live['kernel_refresh_max_s'], 2)} s",
+            ]
+        )
     return table(["measure (" + r["browser"] + ")", "value"], ["l", "l"], rows) + "\n\n" + source_line(saved)
 
 
@@ -701,6 +740,7 @@ RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "analysis-categorical": render_analysis,
     "timeline": render_timeline,
     "redraw": render_redraw,
+    "live": render_live,
     "browser": render_browser,
     "eval-frequency-reduced": render_eval_frequency,
     "predict-leak-reduced": render_predict_leak,

@@ -78,6 +78,14 @@ def _cmd_bench_redraw(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench_live(args: argparse.Namespace) -> int:
+    from workbench.bench import live
+
+    result = live.run(ranks=args.ranks, seconds=args.seconds, step_s=args.step_s)
+    _print_json(result) if args.json else print(live.format_result(result))
+    return 0 if not result["dashboard_error"] else 1
+
+
 def _typed(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     """A case option's parser whose ValueError becomes argparse's one-line usage error."""
 
@@ -287,6 +295,12 @@ def build_parser() -> argparse.ArgumentParser:
     redraw.add_argument("--spans-per-rank", type=int, default=10_000)
     redraw.add_argument("--json", action="store_true")
     redraw.set_defaults(handler=_cmd_bench_redraw)
+    live = bench_sub.add_parser("live", help="the live dashboard following a 64-rank synthetic job: refresh, latency")
+    live.add_argument("--ranks", type=int, default=64)
+    live.add_argument("--seconds", type=float, default=30.0, help="how long the dashboard follows the job")
+    live.add_argument("--step-s", type=float, default=0.1, help="each rank's step length (3 spans per step)")
+    live.add_argument("--json", action="store_true")
+    live.set_defaults(handler=_cmd_bench_live)
     projection_bench = bench_sub.add_parser(
         "projection", help="scaling projection checked against saved sweeps (artifacts/) and the seeds"
     )

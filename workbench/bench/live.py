@@ -1,0 +1,261 @@
+"""The live dashboard following a 64-rank job (``workbench bench live``): refresh time and event → widget.
+
+A synthetic job (``SyntheticJob``, run in a process of its own as real ranks are) writes to a run in
+the store as a job's recorders do: every ``flush_s`` each rank appends, as one part file of its own,
+the spans of the steps it finished since its last flush (input, compute, allreduce per step; steps of
+``step_s``, the last rank 10 % slower). Every ``marker_every_s`` one rank, in turn, checkpoints for
+``marker_s`` (1 ms longer each time, so that the newest is its rank's longest span, which the
+decimation keeps as a bar of its own): a span whose end is known. The dashboard follows the run through ``RunTail`` exactly
+as in a notebook, refreshed every ``refresh_s``; each refresh's poll and redraw are timed, and a
+marker's latency is the time from its end until a refresh has drawn its bar. What the browser then
+takes to paint is measured by ``tests/browser`` (the same job and dashboard, ``live_64.ipynb``).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from workbench.events import CHECKPOINT, COMMUNICATION, COMPUTE, INPUT, NS_PER_S
+from workbench.store import RunTail, StreamWriter, create_run
+
+#: Where the feed process is told to stop: a file it checks between flushes.
+STOP_FILE = "feed.stop"
+#: The spans of one step, in order: (phase, name, share of the step).
+STEP_SPANS: tuple[tuple[str, str, float], ...] = (
+    (INPUT, "next_batch", 0.05),
+    (COMPUTE, "train_step", 0.80),
+    (COMMUNICATION, "allreduce", 0.15),
+)
+
+
+class SyntheticJob:
+    """``ranks`` recorders' output at a real job's rate, written by one process into ``run_path``."""
+
+    def __init__(
+        self,
+        run_path: str | Path,
+        *,
+        ranks: int = 64,
+        step_s: float = 0.1,
+        marker_every_s: float = 1.0,
+        marker_s: float = 1.0,
+        flush_s: float = 0.5,
+        seed: int = 0,
+    ) -> None:
+        self.run_path = Path(run_path)
+        self.ranks = ranks
+        self.step_ns = int(step_s * NS_PER_S)
+        self.marker_every_ns = int(marker_every_s * NS_PER_S)
+        self.marker_ns = int(marker_s * NS_PER_S)
+        self.flush_ns = int(flush_s * NS_PER_S)
+        self.rng = np.random.default_rng(seed)
+        self.writers = [StreamWriter(self.run_path, "events", rank) for rank in range(ranks)]
+        started = time.time_ns()
+        self.clock = [started] * ranks  # where each rank's next step starts
+        self.step = [0] * ranks
+        self.next_marker = started + self.marker_every_ns
+        self.markers = 0
+        self.spans = 0
+
+    def _step_length(self, rank: int) -> int:
+        slower = 1.1 if rank == self.ranks - 1 else 1.0
+        return int(self.step_ns * slower * self.rng.uniform(0.9, 1.1))
+
+    def flush(self, now_ns: int | None = None) -> int:
+        """Every rank writes what it finished by ``now_ns`` as one part file; returns the spans written."""
+        now = time.time_ns() if now_ns is None else now_ns
+        marker_rank = -1
+        if now >= self.next_marker:
+            marker_rank = self.markers % self.ranks
+            self.markers += 1
+            self.next_marker += self.marker_every_ns
+        written = 0
+        for rank, writer in enumerate(self.writers):
+            rows: dict[str, list[Any]] = {c: [] for c in ("phase", "name", "step", "start_ns", "end_ns")}
+            if rank == marker_rank:  # it checkpointed, ending some time since its last flush: its steps wait
+                end = now - int(self.rng.uniform(0.0, self.flush_ns))
+                # each marker 1 ms longer than the one before: its rank's longest span, which stays a bar
+                # of its own however dense the timeline (a 1 s span is narrower than a bucket after ~60 s)
+                length = self.marker_ns + self.markers * 1_000_000
+                self._add(rows, CHECKPOINT, "save", -1, end - length, end)
+                self.clock[rank] = max(self.clock[rank], end)
+            while self.clock[rank] + (length := self._step_length(rank)) <= now:
+                begin = self.clock[rank]
+                for phase, name, share in STEP_SPANS:
+                    end = begin + int(length * share)
+                    self._add(rows, phase, name, self.step[rank], begin, end)
+                    begin = end
+                self.clock[rank] += length
+                self.step[rank] += 1
+            n = len(rows["phase"])
+            if n:
+                rows.update(
+                    run_id=[self.run_path.name] * n,
+                    rank=[rank] * n,
+                    host=["node0"] * n,
+                    detail=[""] * n,
+                    epoch=[0] * n,
+                    bytes=[-1] * n,
+                )
+                writer.write(rows)
+                written += n
+        self.spans += written
+        return written
+
+    @staticmethod
+    def _add(rows: dict[str, list[Any]], phase: str, name: str, step: int, start: int, end: int) -> None:
+        rows["phase"].append(phase)
+        rows["name"].append(name)
+        rows["step"].append(step)
+        rows["start_ns"].append(start)
+        rows["end_ns"].append(end)
+
+    def run(self, seconds: float) -> None:
+        """Flush every ``flush_s`` for ``seconds`` or until the stop file appears."""
+        deadline = time.monotonic() + seconds
+        stop = self.run_path / STOP_FILE
+        flush_s = self.flush_ns / NS_PER_S
+        while time.monotonic() < deadline and not stop.exists():
+            time.sleep(max(0.0, flush_s - (time.monotonic() % flush_s)))
+            self.flush()
+
+
+def start_feed(run_path: str | Path, *, ranks: int, seconds: float, step_s: float = 0.1) -> subprocess.Popen:
+    """The synthetic job in a process of its own, as ranks are (``stop_feed`` ends it early)."""
+    code = (
+        "import sys; from workbench.bench.live import SyntheticJob;"
+        "SyntheticJob(sys.argv[1], ranks=int(sys.argv[2]), step_s=float(sys.argv[4])).run(float(sys.argv[3]))"
+    )
+    return subprocess.Popen([sys.executable, "-c", code, str(run_path), str(ranks), str(seconds), str(step_s)])
+
+
+def stop_feed(run_path: str | Path, feed: subprocess.Popen, timeout_s: float = 10.0) -> None:
+    (Path(run_path) / STOP_FILE).touch()
+    try:
+        feed.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        feed.kill()
+        feed.wait()
+
+
+def drawn_checkpoints(dashboard: Any) -> list[tuple[int, float, float]]:
+    """(rank, start, end) in seconds since the dashboard's t0 of every checkpoint-coloured bar drawn."""
+    for trace in dashboard.timeline.data:
+        if trace.name == CHECKPOINT and trace.x is not None and len(trace.x):
+            return [(int(r), float(b), float(b) + float(x)) for r, b, x in zip(trace.y, trace.base, trace.x)]
+    return []
+
+
+def marker_latencies(markers: list[tuple[int, int]], refreshes: list[tuple[int, int, list]]) -> list[float]:
+    """Seconds from each marker's end to the first refresh that drew it.
+
+    ``markers``: (rank, end_ns). ``refreshes``: (wall ns when the refresh ended, its t0 ns, its
+    checkpoint bars). A marker counts as drawn when a checkpoint-coloured bar of its rank covers its
+    end: its own bar, or a bucket it dominates once the run is long enough to be binned.
+    """
+    latencies = []
+    for rank, end_ns in markers:
+        for wall_ns, t0_ns, bars in refreshes:
+            end_s = (end_ns - t0_ns) / NS_PER_S
+            if any(r == rank and lo - 1e-6 <= end_s <= hi + 1e-6 for r, lo, hi in bars):
+                latencies.append((wall_ns - end_ns) / NS_PER_S)
+                break
+    return latencies
+
+
+def run(ranks: int = 64, seconds: float = 30.0, *, step_s: float = 0.1, refresh_s: float = 0.5) -> dict[str, Any]:
+    """Follow a ``ranks``-rank synthetic job for ``seconds`` with the dashboard; its refresh times and latency."""
+    from workbench.widgets.dashboard import Dashboard
+
+    with tempfile.TemporaryDirectory(prefix="workbench-live-") as scratch:
+        run_path = create_run(scratch, "live", ranks=ranks)
+        feed = start_feed(run_path, ranks=ranks, seconds=seconds + 5, step_s=step_s)
+        dashboard = Dashboard(RunTail(run_path), refresh_s=refresh_s)
+        timings: list[dict[str, float]] = []
+        drawn: list[tuple[int, int, list]] = []
+        try:
+            started = time.monotonic()
+            while time.monotonic() - started < seconds:
+                tick = time.monotonic()
+                dashboard.update()
+                drawn.append((time.time_ns(), dashboard._t0_ns or 0, drawn_checkpoints(dashboard)))
+                timings.append(dashboard.timings[-1])
+                time.sleep(max(0.0, refresh_s - (time.monotonic() - tick)))
+        finally:
+            stop_feed(run_path, feed)
+        events = dashboard.events
+        if events is None:
+            raise RuntimeError("the synthetic job wrote nothing the dashboard could read")
+        checkpoints = events[events["phase"] == CHECKPOINT]
+        markers = [(int(r), int(e)) for r, e in zip(checkpoints["rank"], checkpoints["end_ns"])]
+        latencies = marker_latencies(markers, drawn)
+        busy = [t for t in timings if t["new_events"] > 0]
+        total = [t["poll_s"] + t["redraw_s"] for t in busy]
+        return {
+            "ranks": ranks,
+            "seconds": seconds,
+            "step_s": step_s,
+            "spans_at_end": len(events),
+            "spans_per_s": round(len(events) / seconds, 1),
+            "drawn_at_end": int(dashboard._drawn_spans),
+            "refreshes": len(busy),
+            "refresh_median_s": round(statistics.median(total), 4),
+            "refresh_p95_s": round(float(np.percentile(total, 95)), 4),
+            "refresh_max_s": round(max(total), 4),
+            "poll_median_s": round(statistics.median(t["poll_s"] for t in busy), 4),
+            "redraw_median_s": round(statistics.median(t["redraw_s"] for t in busy), 4),
+            "last_refresh_s": round(total[-1], 4),
+            "markers": len(markers),
+            "markers_drawn": len(latencies),
+            "marker_latency_median_s": round(statistics.median(latencies), 3) if latencies else None,
+            "marker_latency_max_s": round(max(latencies), 3) if latencies else None,
+            **_longest_spans_drawn(dashboard, events),
+            "dashboard_error": dashboard.error,
+        }
+
+
+def _longest_spans_drawn(dashboard: Any, events: Any) -> dict[str, Any]:
+    """Whether every rank's longest span (any of them, on a tie) is on the timeline as a bar of its own."""
+    duration = events["end_ns"] - events["start_ns"]
+    longest = events[duration == duration.groupby(events["rank"]).transform("max")]
+    t0 = dashboard._t0_ns or 0
+    bars: dict[int, list[tuple[float, float]]] = {}
+    for trace in dashboard.timeline.data:
+        if trace.x is None:
+            continue
+        for rank, base, width in zip(trace.y, trace.base, trace.x):
+            bars.setdefault(int(rank), []).append((float(base), float(base) + float(width)))
+    found: set[int] = set()
+    for row in longest.itertuples():
+        start_s, end_s = (row.start_ns - t0) / NS_PER_S, (row.end_ns - t0) / NS_PER_S
+        drawn = np.asarray(bars.get(int(row.rank), [(np.nan, np.nan)]))
+        if (np.abs(drawn[:, 0] - start_s) + np.abs(drawn[:, 1] - end_s) < 1e-6).any():
+            found.add(int(row.rank))
+    missing = sorted(set(int(r) for r in longest["rank"]) - found)
+    return {"ranks_with_longest_span_drawn": len(found), "ranks_missing_longest_span": missing}
+
+
+def format_result(result: dict[str, Any]) -> str:
+    """One paragraph a reader compares by eye."""
+    return (
+        f"{result['ranks']} ranks, {result['spans_at_end']} spans after {result['seconds']:.0f} s"
+        f" ({result['spans_per_s']:.0f} spans/s), {result['drawn_at_end']} bars drawn:"
+        f" refresh (poll + redraw) median {result['refresh_median_s']} s, p95 {result['refresh_p95_s']} s,"
+        f" max {result['refresh_max_s']} s; marker → drawn median {result['marker_latency_median_s']} s,"
+        f" max {result['marker_latency_max_s']} s ({result['markers_drawn']} of {result['markers']} markers);"
+        " every rank's longest span drawn:"
+        f" {not result['ranks_missing_longest_span']}"
+    )
+
+
+if __name__ == "__main__":
+    print(json.dumps(run(int(sys.argv[1]) if len(sys.argv) > 1 else 64), indent=1))
