@@ -4,11 +4,11 @@ A synthetic job (``SyntheticJob``, run in a process of its own as real ranks are
 the store as a job's recorders do: every ``flush_s`` each rank appends, as one part file of its own,
 the spans of the steps it finished since its last flush (input, compute, allreduce per step; steps of
 ``step_s``, the last rank 10 % slower). Every ``marker_every_s`` one rank, in turn, checkpoints for
-``marker_s`` (1 ms longer each time, so that the newest is its rank's longest span, which the
-decimation keeps as a bar of its own): a span whose end is known. The dashboard follows the run through ``RunTail`` exactly
-as in a notebook, refreshed every ``refresh_s``; each refresh's poll and redraw are timed, and a
-marker's latency is the time from its end until a refresh has drawn its bar. What the browser then
-takes to paint is measured by ``tests/browser`` (the same job and dashboard, ``live_64.ipynb``).
+``marker_s``, 1 ms longer each time, so that the newest is its rank's longest span (which the
+decimation keeps as a bar of its own): a span whose end is known. The dashboard follows the run
+through ``RunTail`` exactly as in a notebook, refreshed every ``refresh_s``; each refresh's poll and
+redraw are timed, and a marker's latency is the time from its end until a refresh has drawn it.
+What the browser then takes to paint is measured by ``tests/browser`` (the same job and dashboard).
 """
 
 from __future__ import annotations
