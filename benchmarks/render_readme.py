@@ -233,7 +233,9 @@ def render_overhead(saved: Mapping[str, Any]) -> str:
         for r in result["recorder_costs"]
     ]
     summary = (
-        f"{result['repetitions']} paired blocks of {result['steps']} steps (batch {result['batch']}); plain "
+        f"{result['repetitions']} paired blocks of {result['steps']} steps (batch {result['batch']}"
+        + (f", TensorFlow on {result['tf_threads']} intra- and inter-op thread" if result.get("tf_threads") else "")
+        + f"); plain "
         f"{number(plain)} steps/s, so a step is {number(1e3 / plain)} ms. Hot path (one span and one input wait) "
         f"{number(result['hot_path_ns_per_step'] / 1e3)} µs per step; background thread "
         f"{100 * result['background_cpu_share']:.2g} % of a second; analytic ratio {fixed(result['analytic_ratio'])}."

@@ -39,7 +39,7 @@ def _cmd_bench_allreduce(args: argparse.Namespace) -> int:
 def _cmd_bench_overhead(args: argparse.Namespace) -> int:
     from workbench.bench import overhead
 
-    result = overhead.run(repetitions=args.repetitions, steps=args.steps)
+    result = overhead.run(repetitions=args.repetitions, steps=args.steps, tf_threads=args.tf_threads)
     _print_json(result) if args.json else print(overhead.format_result(result))
     return 0
 
@@ -263,8 +263,11 @@ def build_parser() -> argparse.ArgumentParser:
     allreduce.add_argument("--json", action="store_true")
     allreduce.set_defaults(handler=_cmd_bench_allreduce)
     overhead = bench_sub.add_parser("overhead", help="training throughput with and without recording")
-    overhead.add_argument("--repetitions", type=int, default=120, help="paired blocks (120 resolve 1 %%)")
+    overhead.add_argument("--repetitions", type=int, default=120, help="paired blocks (~400 resolve 1 %% here)")
     overhead.add_argument("--steps", type=int, default=100, help="steps per block")
+    overhead.add_argument(
+        "--tf-threads", type=int, default=None, help="TensorFlow's intra/inter-op threads (1: no spin-wait noise)"
+    )
     overhead.add_argument("--json", action="store_true")
     overhead.set_defaults(handler=_cmd_bench_overhead)
     analysis = bench_sub.add_parser(

@@ -154,7 +154,27 @@ def recorder_costs(recorder: Any, steps_per_s: float, spans_per_step: tuple[int,
     return rows
 
 
-def run(repetitions: int = 120, steps: int = 100, batch: int = 64, warmup: int = 20) -> dict[str, Any]:
+def _limit_tensorflow_threads(threads: int | None) -> int | None:
+    """TensorFlow's intra- and inter-op pools of ``threads`` each; None if TF's runtime already started.
+
+    Its pools spin-wait for work, so any disturbance (the recorder's thread waking, a neighbour's
+    job) turns into CPU time in both clocks; one thread each takes that noise out of the ratio.
+    """
+    if threads is None:
+        return None
+    import tensorflow as tf
+
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
+    except RuntimeError:  # already initialised in this process (e.g. a test run): left as it is
+        return None
+    return threads
+
+
+def run(
+    repetitions: int = 120, steps: int = 100, batch: int = 64, warmup: int = 20, *, tf_threads: int | None = None
+) -> dict[str, Any]:
     """Interleaved blocks (plain, recorded, recorded, plain, ...): the median of paired ratios.
 
     Short blocks alternated in ABBA order put plain and recorded steps side by side in time, so
@@ -164,6 +184,7 @@ def run(repetitions: int = 120, steps: int = 100, batch: int = 64, warmup: int =
     from workbench.recorder import Recorder
     from workbench.store import create_run
 
+    applied_threads = _limit_tensorflow_threads(tf_threads)
     train_step, dataset, _model = _model_and_step(batch)
     iterator = iter(dataset)
     for _ in range(warmup):
@@ -234,6 +255,7 @@ def run(repetitions: int = 120, steps: int = 100, batch: int = 64, warmup: int =
         "repetitions": repetitions,
         "steps": steps,
         "batch": batch,
+        "tf_threads": applied_threads,
     }
 
 
