@@ -407,7 +407,7 @@ def render_browser(saved: Mapping[str, Any]) -> str:
     if live:
         rows.append(
             [
-                f"64 ranks live ({number(live['spans'])} spans in 15 s): marker → on screen, median / max of"
+                f"64 ranks live ({number(live['spans'])} spans): marker → on screen, median / max of"
                 f" {live['markers']}; kernel refresh median / max",
                 f"**{number(live['event_to_screen_median_ms'])} ms** / {number(live['event_to_screen_max_ms'])} ms;"
                 f" {fixed(live['kernel_refresh_median_s'], 2)} / {fixed(live['kernel_refresh_max_s'], 2)} s",

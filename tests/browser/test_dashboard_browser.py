@@ -22,7 +22,7 @@ It also measures, in that browser (written to ``artifacts/browser/measurements.j
 * **redraw of 8 x 10 000 spans**: a second dashboard gets 80 000 spans in one ``update()``; time
   from just before that call in the kernel to plotly's ``plotly_afterplot`` with bars in the DOM
   (first) and to the last afterplot of that burst (settled, nothing more for 1.5 s).
-* **64 ranks live**: a third dashboard follows a synthetic 64-rank job (``workbench.bench.live``, 15 s
+* **64 ranks live**: a third dashboard follows a synthetic 64-rank job (``workbench.bench.live``, 10 s
   at a real job's rate); every checkpoint marker must reach the screen, latency as above, and all 64
   rows are drawn (screenshot ``dashboard-64.png``).
 """
@@ -471,7 +471,7 @@ def test_dashboard_in_jupyterlab(tmp_path: Path) -> None:
             },
             "live_64_ranks": {
                 "definition": (
-                    "a synthetic 64-rank job (workbench.bench.live) writing to the store at 0.1 s steps for 15 s,"
+                    "a synthetic 64-rank job (workbench.bench.live) writing to the store at 0.1 s steps for 10 s,"
                     " a dashboard following it: k-th checkpoint bar on screen minus the k-th marker's end_ns"
                 ),
                 "spans": live64["spans"],
