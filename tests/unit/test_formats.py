@@ -175,13 +175,17 @@ def test_other_layouts_fall_back_to_arrow_with_the_same_events(tmp_path):
     spaced.write_text(json.dumps(json.loads(TIMELINE), indent=1))
     reordered = tmp_path / "reordered.json"
     reordered.write_text(TIMELINE.replace('{"ph": "E", "ts": 170, "pid": 1}', '{"ts": 170, "ph": "E", "pid": 1}'))
+    metadata_first = tmp_path / "metadata-first.json"  # "ph" before "name" in a metadata record
+    swapped = ('{"name": "process_name", "ph": "M", "pid": 1,', '{"ph": "M", "name": "process_name", "pid": 1,')
+    metadata_first.write_text(TIMELINE.replace(*swapped))
     quoted = tmp_path / "quoted.json"  # an escaped quote inside a name
     quoted.write_text(TIMELINE.replace('"name": "MPI_ALLREDUCE"', '"name": "MPI_\\"ALLREDUCE"'))
-    for path in (spaced, reordered, quoted):
+    for path in (spaced, reordered, quoted, metadata_first):
         assert any(chunk is None for chunk in _chunks_read_directly(path)), path.name
     expected = read_horovod_timeline(compact)
     pd.testing.assert_frame_equal(read_horovod_timeline(spaced), expected)
     pd.testing.assert_frame_equal(read_horovod_timeline(reordered), expected)
+    pd.testing.assert_frame_equal(read_horovod_timeline(metadata_first), expected)  # "grad_w" kept
     assert 'MPI_"ALLREDUCE' in set(read_horovod_timeline(quoted)["name"])
 
 

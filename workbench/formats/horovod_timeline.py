@@ -237,7 +237,7 @@ def _parse_horovod_layout(data: np.ndarray, starts: np.ndarray) -> _Chunk | None
     events = np.flatnonzero(is_event)
     s = starts[events]
     ph = data[s + 8]
-    if not (data[s + 9] == ord('"')).all():
+    if not (data[s + 9] == ord('"')).all() or (ph == ord("M")).any():  # metadata laid out as an event: Arrow
         return None
     kind[events] = np.select([ph == ord("B"), ph == ord("E"), ph == ord("X")], [_BEGIN, _END, _MARK], 0)
     named = ph != ord("E")
