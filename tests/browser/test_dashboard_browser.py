@@ -419,11 +419,14 @@ def test_dashboard_in_jupyterlab(tmp_path: Path) -> None:
                 page.locator(".lm-MenuBar-item", has_text="File").first.click()
                 page.locator(".lm-Menu-item[data-command='docmanager:save']").click()
                 saved = root / NOTEBOOK.name
-                wait_for(
-                    "the notebook to be saved with outputs",
-                    lambda: "the end: cluster stopped" in saved_outputs_text(saved)[1],
-                    30,
-                )
+
+                def saved_with_outputs() -> bool:
+                    try:
+                        return "the end: cluster stopped" in saved_outputs_text(saved)[1]
+                    except (json.JSONDecodeError, OSError):
+                        return False  # JupyterLab is still writing the file (it does not replace it atomically)
+
+                wait_for("the notebook to be saved with outputs", saved_with_outputs, 30)
                 page.close()
                 time.sleep(2.0)  # the kernel sees the page go; anything it logs now lands in the server log
                 types, text = saved_outputs_text(saved)
