@@ -206,6 +206,10 @@ def _read_parts(parts: list[tuple[int, int, Path]], schema: pa.Schema) -> pd.Dat
     return pa.concat_tables(tables).to_pandas()
 
 
+#: Nanosecond columns that grow along a rank's rows: stored as deltas.
+_DELTA_COLUMNS = ("start_ns", "end_ns", "time_ns")
+
+
 def write_parquet(table: pa.Table, path: Path, *, row_group_size: int | None = None) -> None:
     """One part file as every writer of the store lays it out.
 
@@ -214,9 +218,7 @@ def write_parquet(table: pa.Table, path: Path, *, row_group_size: int | None = N
     dictionary-then-plain), the rest plain; all of it LZ4-compressed.
     """
     strings = [f.name for f in table.schema if f.type == pa.string()]
-    deltas = {name: "DELTA_BINARY_PACKED" for name in TIME_COLUMNS.values() if name in table.schema.names}
-    if "end_ns" in table.schema.names:
-        deltas["end_ns"] = "DELTA_BINARY_PACKED"
+    deltas = {name: "DELTA_BINARY_PACKED" for name in _DELTA_COLUMNS if name in table.schema.names}
     pq.write_table(
         table, path, compression="lz4", use_dictionary=strings, column_encoding=deltas, row_group_size=row_group_size
     )
@@ -503,12 +505,11 @@ def _gather(
     sort_key: str,
     categorical: bool,
 ) -> pd.DataFrame:
-    filter_names = [c for c, _op, _v in filters or ()]
+    read = list(dict.fromkeys([*names, *(c for c, _op, _v in filters or ())]))
     capacity = None if filters else _rows_in(files)
     gathered = _Columns(schema, names, capacity)
     rows = 0
     for entry in files:
-        read = list(dict.fromkeys([*names, *filter_names]))
         try:
             with pq.ParquetFile(entry, read_dictionary=strings) as parquet:
                 groups = _row_groups(parquet, filters)
@@ -661,7 +662,7 @@ class RunTail:
         new_parts = {}
         for rank_dir in sorted(stream_dir.iterdir()) if stream_dir.is_dir() else ():
             seen = self._seen.get((stream, rank_dir.name), (0, 0))[0]
-            new_parts[rank_dir.name] = [part for part in _parts(rank_dir, after=seen) if part[1] > seen]
+            new_parts[rank_dir.name] = _parts(rank_dir, after=seen)
         files = [entry for parts in new_parts.values() for _first, _last, entry in parts]
         if len(files) > 16:  # a tail opened on a running job: its backlog read by threads (Arrow frees the GIL)
             with ThreadPoolExecutor(max_workers=4) as pool:

@@ -452,7 +452,7 @@ def _busy_per_lane(
     for low, high in itertools.pairwise(bounds):
         rows = slice(low, high) if order is None else order[low:high]
         own = _lane_exclusive(start[rows], end[rows])
-        key = np.asarray(cell[rows] if np.ndim(cell) else np.zeros(high - low, np.int64), dtype=np.int64)
+        key = cell[rows].astype(np.int64)
         size = int(key.max()) + 1
         if size <= 4 * len(key) + 1024:
             counted = np.flatnonzero(np.bincount(key, minlength=size))
