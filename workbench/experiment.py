@@ -305,7 +305,10 @@ class PointRun:
                 failure = self.watch.diagnose(error)
             self.experiment.mark_failed(self, error, failure)
             if failure is not None and not isinstance(error, RankFailedError):
-                raise RankFailedError(failure, self.run_path) from error
+                named = RankFailedError(failure, self.run_path)
+                for note in getattr(error, "__notes__", []):
+                    named.add_note(note)
+                raise named from error
             raise
         return self.experiment.mark_finished(self, results)
 
@@ -577,7 +580,10 @@ class Experiment:
         extra = {"failure": failure.as_dict()} if failure is not None else {}
         with contextlib.suppress(Exception):
             update_run_meta(point_run.run_path, status="failed", finished=time.time(), error=reason[:2000], **extra)
-        self._record_point(point_run, status="failed", error=reason[:2000], **extra)
+        try:
+            self._record_point(point_run, status="failed", error=reason[:2000], **extra)
+        except OSError as manifest_error:  # e.g. the disk that filled up: the rank's error is what the user needs
+            error.add_note(f"workbench: the sweep manifest could not record this failure ({manifest_error})")
 
     def run(
         self,

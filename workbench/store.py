@@ -81,8 +81,13 @@ def package_versions() -> dict[str, str]:
 def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
     """Write JSON under a temporary name and rename it into place: readers never see half a file."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True, default=str))
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(payload, indent=2, sort_keys=True, default=str))
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)  # a full disk leaves no half-written temporary behind; the old file stays
+        raise
 
 
 def new_run_id(name: str) -> str:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
 import pytest
 
 from workbench.cases.eval_frequency import EvalFrequencySettings, parse_intervals
-from workbench.experiment import CASE_MODULES, Experiment, Point, case_names, format_value, get_case
+from workbench.experiment import CASE_MODULES, Experiment, Point, PointRun, case_names, format_value, get_case
+from workbench.store import create_run, read_run_meta
 
 
 def test_point_keys_are_stable_and_readable():
@@ -104,3 +106,21 @@ def test_case_options_come_from_the_case(args, message):
         check=False,
     )
     assert completed.returncode == 2 and message in completed.stderr, completed.stderr
+
+
+def test_a_manifest_that_cannot_be_written_keeps_the_ranks_error(tmp_path):
+    """A full disk can refuse the manifest too: the point's own error stays the one raised, with a note."""
+    experiment = Experiment("eval-frequency", preset="ci", ranks=2, out=tmp_path)
+    point = experiment.plan()[0]
+    manifest = experiment._open_manifest(resume=False)
+    before = experiment.manifest_path.read_text()
+    run_path = create_run(tmp_path, "point")
+    point_run = PointRun(experiment, point, run_path, pending=None)
+    # the manifest's temporary name is taken by a directory: its write fails as on a full disk
+    (tmp_path / f".{experiment.manifest_path.name}.{os.getpid()}.tmp").mkdir()
+    error = OSError(28, "No space left on device")
+    experiment.mark_failed(point_run, error)
+    assert any("sweep manifest could not record this failure" in note for note in error.__notes__)
+    assert experiment.manifest_path.read_text() == before and manifest["points"] == {}
+    assert read_run_meta(run_path)["status"] == "failed"
+    assert "No space left on device" in read_run_meta(run_path)["error"]
