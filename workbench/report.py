@@ -132,6 +132,11 @@ def _is_text(values: pd.Series) -> bool:
     return not pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values)
 
 
+def _heading(name: Any) -> str:
+    """A column name that may break after its underscores: long snake_case names set a table's width."""
+    return html.escape(str(name)).replace("_", "_<wbr>")
+
+
 def _cell(value: Any) -> str:
     if value is None or (isinstance(value, float) and value != value):
         return MISSING
@@ -168,7 +173,7 @@ def readable(frame: pd.DataFrame, *, percent: Iterable[str] = (), hide_index: bo
                 wide_columns.append(column)
         else:
             formats[column] = _cell
-    styler = styler.format(formats, na_rep=MISSING, escape="html").format_index(escape="html", axis=1)
+    styler = styler.format(formats, na_rep=MISSING, escape="html").format_index(_heading, axis=1)
     if text_columns:
         styler = styler.set_properties(subset=text_columns, **{"text-align": "left"})
         styler = styler.set_table_styles(

@@ -30,27 +30,34 @@ It also measures, in that browser (written to ``artifacts/browser/measurements.j
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import socket
 import statistics
-import subprocess
-import sys
 import time
-import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
-
-from workbench.cluster import reap_processes
+from jupyterlab_browser import (
+    ARTIFACTS,
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    VIEWPORT,
+    chromium_available,
+    free_port,
+    keep_failure,
+    lab_is_up,
+    run_all,
+    save_and_read,
+    saved_outputs_text,
+    start_lab,
+    stop_processes,
+    tree,
+    wait_for,
+)
 
 pytestmark = pytest.mark.browser
 
-#: Debian's chromium wherever PATH finds it (``make browser`` checks the same way).
-CHROMIUM = Path(shutil.which("chromium") or "/usr/bin/chromium")
 #: Seconds from a marker span's end on its rank to its bar on screen: ~0.5-1 s is usual (flush 0.5 s +
 #: refresh 0.5 s); a dashboard that stopped being live draws the early markers only at the end, 7+ s late.
 LIVE_CEILING_MS = 5_000
@@ -58,27 +65,9 @@ LIVE_CEILING_MS = 5_000
 FIRST_FIGURE_S = 3.0
 HERE = Path(__file__).resolve().parent
 NOTEBOOK = HERE / "dashboard_job.ipynb"
-ARTIFACTS = HERE.parents[1] / "artifacts" / "browser"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--headless",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-    "--disable-quic",
-    "--disable-dev-shm-usage",
-]
 #: Cells of dashboard_job.ipynb (0 is the markdown title).
 LIVE_CELL, WAIT_CELL, BIG_CELL, LIVE64_CELL, LIVE64_WAIT_CELL, LAST_CELL = 2, 3, 4, 5, 6, 7
 N_MARKERS = 8  # as in the notebook
-#: JupyterLab user settings: no network checks, every cell in the DOM (no virtual scrolling).
-LAB_SETTINGS = {
-    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"checkForUpdates": False, "fetchNews": "false"},
-    "@jupyterlab/extensionmanager-extension/plugin.jupyterlab-settings": {"enabled": False},
-    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
-}
 
 # Counts the live timeline's bars every 10 ms; remembers when the first bar appeared (firstBars) and
 # when the k-th bar of the watched colour first appeared (first[k-1]), in ms since the epoch.
@@ -148,79 +137,6 @@ def rgb(colour: str) -> str:
     return "rgb({}, {}, {})".format(*(int(value[i : i + 2], 16) for i in (0, 2, 4)))
 
 
-def free_port() -> int:
-    """A loopback port nobody listens on right now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout_s: float, every_s: float = 0.1) -> Any:
-    """Poll ``check`` until it returns something truthy; fail naming ``what`` after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(every_s)
-
-
-def start_lab(root: Path, port: int, log: Path) -> subprocess.Popen:
-    """JupyterLab on 127.0.0.1:port, no token, settings and workspaces in ``root``'s parent."""
-    home = root.parent
-    settings = home / "lab-settings"
-    for name, values in LAB_SETTINGS.items():
-        target = settings / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(json.dumps(values))
-    bin_dir = str(Path(sys.executable).parent)
-    env = {
-        **os.environ,
-        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-        "JUPYTERLAB_SETTINGS_DIR": str(settings),
-        "JUPYTERLAB_WORKSPACES_DIR": str(home / "lab-workspaces"),
-        "JUPYTER_RUNTIME_DIR": str(home / "jupyter-runtime"),
-        "OMPI_ALLOW_RUN_AS_ROOT": "1",
-        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-        "TF_CPP_MIN_LOG_LEVEL": "2",
-        "PYTHONUNBUFFERED": "1",
-    }
-    command = [
-        sys.executable, "-m", "jupyterlab", "--no-browser",
-        "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
-        "--IdentityProvider.token=", "--ServerApp.password=", f"--ServerApp.root_dir={root}",
-        "--LabApp.news_url=None", "--LabApp.extension_manager=readonly",
-    ]  # fmt: skip
-    if os.geteuid() == 0:
-        command.append("--allow-root")
-    with log.open("w") as out:
-        return subprocess.Popen(command, cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT)
-
-
-def lab_is_up(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status", timeout=2) as response:
-            return response.status == 200
-    except OSError:
-        return False
-
-
-def stop_processes(processes: list[psutil.Process]) -> None:
-    """Terminate, then kill, the given processes (collected before any of them died)."""
-    reap_processes({process.pid for process in processes}, grace_s=0)
-
-
-def tree(pid: int) -> list[psutil.Process]:
-    """A process and all its descendants (kernel, ipyparallel controller, mpiexec, engines)."""
-    try:
-        root = psutil.Process(pid)
-        return [*root.children(recursive=True), root]
-    except psutil.Error:
-        return []
-
-
 def marker_latencies_ms(run_dir: Path, first_seen_ms: list[int]) -> tuple[list[float], float]:
     """Browser time the k-th checkpoint bar appeared minus the k-th marker span's end on its rank.
 
@@ -235,46 +151,10 @@ def marker_latencies_ms(run_dir: Path, first_seen_ms: list[int]) -> tuple[list[f
     return latencies, int(events["end_ns"].min()) / 1e6
 
 
-def saved_outputs_text(path: Path) -> tuple[list[str], str]:
-    """Output types and all output text of a saved notebook."""
-    notebook = json.loads(path.read_text())
-    types, texts = [], []
-    for cell in notebook["cells"]:
-        for output in cell.get("outputs", []):
-            types.append(output["output_type"])
-            texts.append(json.dumps(output))
-    return types, "\n".join(texts)
-
-
-def keep_failure(context: Any) -> None:
-    """Screenshot and cell texts of every open page, to see why a wait failed."""
-    for index, page in enumerate(context.pages):
-        try:
-            page.screenshot(path=str(ARTIFACTS / f"failure-{index}.png"))
-            texts = page.locator(".jp-Notebook .jp-Cell").all_inner_texts()
-            (ARTIFACTS / f"failure-{index}.txt").write_text("\n-----\n".join(texts))
-        except Exception as error:
-            print(f"could not keep the failing page {index}: {error!r}")
-
-
-def accept_kernel_dialog(page: Any, wait_s: float = 2.0) -> None:
-    """Accept JupyterLab's "Select Kernel" dialog (the default Python 3 kernel) if it shows up."""
-    accept = page.locator(".jp-Dialog .jp-mod-accept")
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        if accept.count() and accept.first.is_visible():
-            accept.first.click()
-            return
-        time.sleep(0.1)
-
-
 def test_dashboard_in_jupyterlab(tmp_path: Path) -> None:
     """Run the job notebook in headless Chromium; check the drawn timeline; measure latency and redraw."""
-    if not CHROMIUM.exists():
-        message = "chromium is missing: install Debian's chromium (make browser) to run the browser test"
-        if os.environ.get("WORKBENCH_REQUIRE_BROWSER") == "1" or os.environ.get("CI", "").lower() in ("1", "true"):
-            pytest.fail(message + "; WORKBENCH_REQUIRE_BROWSER/CI says it must be there", pytrace=False)
-        pytest.skip(message)
+    if not chromium_available():
+        pytest.skip("chromium is missing: install Debian's chromium (make browser) to run the browser test")
     from playwright.sync_api import sync_playwright
 
     from workbench.events import PHASE_COLOURS
@@ -298,7 +178,7 @@ def test_dashboard_in_jupyterlab(tmp_path: Path) -> None:
                 executable_path=str(CHROMIUM),
                 headless=True,
                 args=CHROMIUM_ARGS,
-                viewport={"width": 1400, "height": 1000},
+                viewport=VIEWPORT,
             )
             try:
                 page = context.pages[0] if context.pages else context.new_page()
@@ -307,11 +187,8 @@ def test_dashboard_in_jupyterlab(tmp_path: Path) -> None:
                 page.wait_for_selector(".jp-Notebook .jp-Cell >> nth=5", timeout=90_000)
                 page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=90_000)
                 page.evaluate(JS_WATCH, [LIVE_CELL, rgb(PHASE_COLOURS["checkpoint"])])
-                accept_kernel_dialog(page)  # JupyterLab sometimes asks which kernel; Run All then does nothing
-
-                page.locator(".lm-MenuBar-item", has_text="Run").first.click()
-                page.locator(".lm-Menu-item[data-command='runmenu:run-all']").click()
-                run_all = time.monotonic()
+                run_all(page)
+                run_all_at = time.monotonic()
 
                 def live() -> dict[str, Any] | None:
                     return page.evaluate(JS_PLOT_STATE, LIVE_CELL)
@@ -416,17 +293,8 @@ def test_dashboard_in_jupyterlab(tmp_path: Path) -> None:
                 shown = page.locator(".jp-Notebook .jp-OutputArea-output").all_inner_texts()
                 assert not [text for text in shown if "Traceback" in text], shown
 
-                page.locator(".lm-MenuBar-item", has_text="File").first.click()
-                page.locator(".lm-Menu-item[data-command='docmanager:save']").click()
                 saved = root / NOTEBOOK.name
-
-                def saved_with_outputs() -> bool:
-                    try:
-                        return "the end: cluster stopped" in saved_outputs_text(saved)[1]
-                    except (json.JSONDecodeError, OSError):
-                        return False  # JupyterLab is still writing the file (it does not replace it atomically)
-
-                wait_for("the notebook to be saved with outputs", saved_with_outputs, 30)
+                save_and_read(page, saved, lambda nb: "the end: cluster stopped" in json.dumps(nb["cells"]))
                 page.close()
                 time.sleep(2.0)  # the kernel sees the page go; anything it logs now lands in the server log
                 types, text = saved_outputs_text(saved)
@@ -485,8 +353,8 @@ def test_dashboard_in_jupyterlab(tmp_path: Path) -> None:
                 "kernel_refresh_max_s": round(live64["refresh_max_s"], 3),
             },
             "first_event_to_first_bars_s": round((watched["firstBars"] - first_end_ms) / 1e3, 2),
-            "run_all_to_first_bars_s": round(first_bars - run_all, 1),
-            "page_load_to_run_all_s": round(run_all - loaded, 1),
+            "run_all_to_first_bars_s": round(first_bars - run_all_at, 1),
+            "page_load_to_run_all_s": round(run_all_at - loaded, 1),
             "test_s": round(time.monotonic() - began, 1),
         }
         (ARTIFACTS / "measurements.json").write_text(json.dumps(measurements, indent=2))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from notebook_run import check_saved, execute, stream_text
+from notebook_run import check_saved, stream_text
 
 NOTEBOOK = "00_profile_your_training.ipynb"
 
@@ -16,9 +16,9 @@ def test_saved_notebook_is_stripped_and_parametrised():
 
 @pytest.mark.notebook
 @pytest.mark.mpi
-def test_notebook_executes_and_names_the_slow_rank(tmp_path):
+def test_notebook_executes_and_names_the_slow_rank(tmp_path, run_notebook):
     parameters = {"ranks": 2, "out": str(tmp_path / "runs"), "steps": 60, "slow_rank": 1}
-    text = stream_text(execute(NOTEBOOK, tmp_path, parameters))
+    text = stream_text(run_notebook(NOTEBOOK, parameters))
     refreshes = re.search(r"the dashboard refreshed (\d+) times", text)
     assert refreshes and int(refreshes.group(1)) >= 2, text[:2000]  # live while the ranks trained
     assert "Horovod timeline:" in text and "straggler" in text, text[-3000:]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from notebook_run import check_saved, execute, stream_text
+from notebook_run import check_saved, stream_text
 
 NOTEBOOK = "02_predict_leak.ipynb"
 
@@ -16,9 +16,9 @@ def test_saved_notebook_is_stripped_and_parametrised():
 
 @pytest.mark.notebook
 @pytest.mark.mpi
-def test_notebook_executes(tmp_path):
+def test_notebook_executes(tmp_path, run_notebook):
     out = tmp_path / "out"
-    text = stream_text(execute(NOTEBOOK, tmp_path, {"ranks": 2, "preset": "ci", "out": str(out)}))
+    text = stream_text(run_notebook(NOTEBOOK, {"ranks": 2, "preset": "ci", "out": str(out)}))
     # live: refreshes that brought new spans from the ranks before they ended (a failed poll brings none)
     draws = re.search(r"the dashboard drew new spans (\d+) times while the ranks ran \(last error: none\)", text)
     assert draws and int(draws.group(1)) >= 2, text[:2000]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from notebook_run import check_saved, execute
+from notebook_run import check_saved
 
 NOTEBOOK = "04_input_pipeline.ipynb"
 
@@ -16,9 +16,9 @@ def test_saved_notebook_is_stripped_and_parametrised():
 
 @pytest.mark.notebook
 @pytest.mark.mpi
-def test_notebook_executes_and_measures_the_fix(tmp_path):
+def test_notebook_executes_and_measures_the_fix(tmp_path, run_notebook):
     out = tmp_path / "out"
-    execute(NOTEBOOK, tmp_path, {"ranks": 2, "preset": "ci", "out": str(out)})
+    run_notebook(NOTEBOOK, {"ranks": 2, "preset": "ci", "out": str(out)})
     summary = json.loads((out / "summary.json").read_text())
     # the live run was a point of the sweep: reused, not run again
     assert summary["sweep"] == {"points": 3, "ran": 2, "reused": 1, "missing": []}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from notebook_run import check_saved, execute
+from notebook_run import check_saved
 
 from workbench.store import Run
 
@@ -22,9 +22,9 @@ def test_saved_notebook_is_stripped_and_parametrised():
 
 @pytest.mark.notebook
 @pytest.mark.mpi
-def test_notebook_executes_and_compares_the_schemes(tmp_path):
+def test_notebook_executes_and_compares_the_schemes(tmp_path, run_notebook):
     out = tmp_path / "out"
-    execute(NOTEBOOK, tmp_path, {"ranks": 2, "preset": "ci", "out": str(out)}, timeout_s=900)
+    run_notebook(NOTEBOOK, {"ranks": 2, "preset": "ci", "out": str(out)}, timeout_s=900)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["sweep"]["missing"] == [] and summary["sweep"]["reused"] == 1  # the live PS point
     assert summary["method"]["warmup_steps"] == 1 and summary["method"]["repetitions"] == 2

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from notebook_run import check_saved, execute
+from notebook_run import check_saved
 
 NOTEBOOK = "06_cpu_tuning.ipynb"
 
@@ -20,9 +20,9 @@ def test_saved_notebook_is_stripped_and_parametrised():
 
 @pytest.mark.notebook
 @pytest.mark.mpi
-def test_notebook_executes_every_sweep(tmp_path):
+def test_notebook_executes_every_sweep(tmp_path, run_notebook):
     out = tmp_path / "out"
-    execute(NOTEBOOK, tmp_path, {"ranks": 2, "preset": "ci", "out": str(out)}, timeout_s=900)
+    run_notebook(NOTEBOOK, {"ranks": 2, "preset": "ci", "out": str(out)}, timeout_s=900)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["sweep"]["missing"] == [] and summary["sweep"]["reused"] == 1  # the live per-epoch point
     assert summary["best"]["images_per_s"] > 0 and summary["speedup_tuned_vs_default"] >= 1.0

@@ -194,6 +194,7 @@ class Dashboard:
         buttons = w.VBox([self.stop_button, self.stacks_button])
         controls = w.HBox([self.rank_select, w.VBox([self.window_slider, self.phase_box]), buttons])
         self.widget = w.VBox([self.status, controls, self.stacks_view, self.tabs])
+        self.widget.add_class("workbench-dashboard")  # a hook for page styles and the browser tests
 
         self.rank_select.observe(self._guarded(self._on_ranks), names="value")
         self.window_slider.observe(self._guarded(self._on_window), names="value")
