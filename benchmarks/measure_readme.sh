@@ -52,6 +52,8 @@ measure pop-scaling-reduced workbench run pop-scaling --preset reduced --ranks 2
 measure ps-vs-allreduce-reduced workbench run ps-vs-allreduce --preset reduced --ranks 2 --json
 measure cpu-tuning-reduced workbench run cpu-tuning --preset reduced --ranks 2 --json
 measure projection workbench bench projection --allreduce benchmarks/results/allreduce.json --json
+# the reports the reduced sweeps above wrote, opened in headless Chromium
+measure report-open python benchmarks/report_open.py
 # the browser test writes its measurements (event -> screen, first figure, redraw in the browser)
 measure browser python benchmarks/browser_measurements.py
 python benchmarks/render_readme.py --write

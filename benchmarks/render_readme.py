@@ -416,6 +416,24 @@ def render_browser(saved: Mapping[str, Any]) -> str:
     return table(["measure (" + r["browser"] + ")", "value"], ["l", "l"], rows) + "\n\n" + source_line(saved)
 
 
+def render_report_open(saved: Mapping[str, Any]) -> str:
+    """Each case study's HTML report opened in headless Chromium: size, first screen drawn, every figure."""
+    r = saved["result"]
+    rows = [
+        [
+            f"`{row['report']}`",
+            f"{fixed(row['mb'], 2)} MB",
+            str(row["figures"]),
+            f"{fixed(row['text_s'], 2)} s",
+            f"**{fixed(row['open_s'], 2)} s** (max {fixed(row['open_max_s'], 2)})",
+            f"{fixed(row['all_drawn_s'], 2)} s",
+        ]
+        for row in r["reports"]
+    ]
+    header = ["report", "size", "figures", "text and tables shown", "first screen drawn", "every figure (scrolled)"]
+    return table(header, ["l", "r", "r", "r", "r", "r"], rows) + "\n\n" + source_line(saved)
+
+
 def small(value: float) -> str:
     """A signed value with 2 significant figures and no exponent (``+5.7e-05`` -> ``+0.000057``); 0 below 1e-6."""
     if abs(value) < 1e-6:
@@ -744,6 +762,7 @@ RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "redraw": render_redraw,
     "live": render_live,
     "browser": render_browser,
+    "report-open": render_report_open,
     "eval-frequency-reduced": render_eval_frequency,
     "predict-leak-reduced": render_predict_leak,
     "input-pipeline-reduced": render_input_pipeline,

@@ -285,7 +285,8 @@ class LabNotebooks:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         page = self.context.new_page()
         try:
-            page.goto(f"http://127.0.0.1:{self.port}/lab/tree/{folder}/{source.name}")
+            # a workspace of its own: JupyterLab would otherwise reopen the notebooks of earlier tests beside it
+            page.goto(f"http://127.0.0.1:{self.port}/lab/workspaces/{folder}/tree/{folder}/{source.name}")
             page.wait_for_selector(".jp-Notebook .jp-CodeCell", timeout=90_000)
             page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=90_000)
             run_all(page)

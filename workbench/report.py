@@ -60,7 +60,7 @@ h2 { margin-top: 2em; border-bottom: 1px solid #ddd; }
 table { border-collapse: collapse; font-size: .9em; margin: .5em 0 1em; }
 th, td { border: 1px solid #ddd; padding: .25em .6em; text-align: right; white-space: nowrap;
          font-variant-numeric: tabular-nums; vertical-align: top; }
-th { background: #f4f4f4; }
+th { background: #f4f4f4; white-space: normal; }  /* long names break after "_" (<wbr>), not mid-word */
 td.text, th.text { text-align: left; }
 td.wide { white-space: normal; min-width: 24em; max-width: 60em; }
 table.metadata th { text-align: left; }
@@ -69,21 +69,47 @@ details summary { cursor: pointer; color: #0072B2; margin: .5em 0; }
 code { background: #f4f4f4; padding: 0 .2em; border-radius: 3px; }
 .section { margin-bottom: 2em; }
 .figure { width: 100%; min-height: 200px; }
+table.figure-table caption { text-align: left; font-weight: bold; margin-bottom: .3em; }
 """
 
-#: Unpacks the compressed plotly.js, then draws every figure from its JSON block.
+#: Unpacks the compressed plotly.js, then draws each figure from its JSON block when it nears the screen:
+#: the first screen is drawn at once, the rest as the reader scrolls (a report opens in the time of what it shows).
 _LOADER = """
 (async () => {
   const packed = document.getElementById("plotlyjs-gz").textContent.trim();
-  const bytes = Uint8Array.from(atob(packed), (c) => c.charCodeAt(0));
-  const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
-  const source = await new Response(stream).text();
-  (0, eval)(source);
-  for (const block of document.querySelectorAll("script.figure-data")) {
+  let gzipped;
+  try {  // the browser's own base64 decoder, off the main thread's JavaScript
+    gzipped = (await fetch("data:application/gzip;base64," + packed)).body;
+  } catch (error) {
+    gzipped = new Blob([Uint8Array.from(atob(packed), (c) => c.charCodeAt(0))]).stream();
+  }
+  const source = await new Response(gzipped.pipeThrough(new DecompressionStream("gzip"))).text();
+  // as a script of its own (compiled like any page script), not through eval
+  const url = URL.createObjectURL(new Blob([source], {type: "text/javascript"}));
+  await new Promise((loaded, failed) => {
+    const tag = Object.assign(document.createElement("script"), {src: url, onload: loaded, onerror: failed});
+    document.head.appendChild(tag);
+  });
+  URL.revokeObjectURL(url);
+  const draw = (block) => {
+    if (block.dataset.drawn) return;
+    block.dataset.drawn = "1";
     const figure = JSON.parse(block.textContent);
     const target = document.getElementById(block.dataset.target);
     Plotly.newPlot(target, figure.data, figure.layout, {responsive: true, displaylogo: false});
-  }
+  };
+  const blocks = [...document.querySelectorAll("script.figure-data")];
+  const byTarget = new Map(blocks.map((block) => [block.dataset.target, block]));
+  if (!("IntersectionObserver" in window)) return blocks.forEach(draw);
+  const observer = new IntersectionObserver((entries) => {
+    for (const entry of entries) {
+      if (!entry.isIntersecting) continue;
+      observer.unobserve(entry.target);
+      draw(byTarget.get(entry.target.id));
+    }
+  }, {rootMargin: "600px 0px"});
+  for (const block of blocks) observer.observe(document.getElementById(block.dataset.target));
+  window.addEventListener("beforeprint", () => blocks.forEach(draw));
 })().catch((error) => {
   for (const div of document.querySelectorAll("div.figure")) {
     div.textContent = "This browser could not unpack plotly.js (" + error + "): open the report in a current "
@@ -290,10 +316,44 @@ def _packed_plotlyjs(bundle: str) -> str:
 
 def _figure_html(figure: BaseFigure, div_id: str) -> str:
     data = figure.to_json().replace("</", "<\\/")  # a "</script>" in a label must not end the block
+    height = int(figure.layout.height or 450)  # plotly's default: the page keeps its place while figures draw
     return (
-        f'<div class="figure" id="{div_id}"></div>\n'
+        f'<div class="figure" id="{div_id}" style="height: {height}px"></div>\n'
         f'<script type="application/json" class="figure-data" data-target="{div_id}">{data}</script>'
     )
+
+
+def _table_trace_html(trace: Any, title: str | None) -> str:
+    """A plotly table as an HTML table, fills and alignment kept: it needs no plotly.js (nor its full bundle)."""
+    columns = [list(column) for column in (trace.cells.values or [])]
+    header = list(trace.header.values or [])
+    fills, aligns = trace.cells.fill.color, trace.cells.align
+
+    def per_column(value: Any, column: int) -> Any:
+        if isinstance(value, list | tuple):
+            return value[column] if column < len(value) else (value[-1] if value else None)
+        return value
+
+    def per_cell(value: Any, column: int, row: int) -> Any:
+        value = per_column(value, column)
+        return per_column(value, row) if isinstance(value, list | tuple) else value
+
+    def style(column: int, row: int) -> str:
+        fill, align = per_cell(fills, column, row), per_column(aligns, column) or "center"
+        return f' style="text-align: {align}' + (f"; background: {fill}" if fill else "") + '"'
+
+    caption = f"<caption>{html.escape(title)}</caption>" if title else ""
+    head = "".join(f"<th>{html.escape(str(value))}</th>" for value in header)
+    rows = "".join(
+        "<tr>"
+        + "".join(
+            f"<td{style(c, r)}>{html.escape(str(columns[c][r]))}</td>" if r < len(columns[c]) else "<td></td>"
+            for c in range(len(columns))
+        )
+        + "</tr>"
+        for r in range(max((len(column) for column in columns), default=0))
+    )
+    return f'<div class="table-scroll"><table class="figure-table">{caption}<tr>{head}</tr>{rows}</table></div>'
 
 
 def write_report(
@@ -317,7 +377,9 @@ def write_report(
         body.append(f'<section class="section" id="metadata">{_metadata_html(metadata)}</section>')
     for index, (heading, content) in enumerate(sections):
         parts = [f'<section class="section" id="section-{index}"><h2>{html.escape(heading)}</h2>']
-        if isinstance(content, BaseFigure):
+        if isinstance(content, BaseFigure) and content.data and all(t.type == "table" for t in content.data):
+            parts.extend(_table_trace_html(trace, content.layout.title.text) for trace in content.data)
+        elif isinstance(content, BaseFigure):
             parts.append(_figure_html(content, f"figure-{index}"))
             figures += 1
             trace_types |= {trace.type for trace in content.data}

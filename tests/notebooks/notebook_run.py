@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,7 +37,7 @@ def execute(
     if lab is not None:
         folder = re.sub(r"[^A-Za-z0-9_.-]+", "-", tmp_path.name)
         saved = lab.run(NOTEBOOKS / name, folder, parameters, timeout_s=timeout_s * 2)
-        notebook = nbformat.from_dict(saved)
+        notebook = nbformat.reads(json.dumps(saved), as_version=4)  # joins JupyterLab's multi-line lists
     else:
         import papermill
 

@@ -9,6 +9,8 @@ import re
 import pandas as pd
 import plotly.graph_objects as go
 
+from workbench import figures
+from workbench.figures.pop_table import POP_COLOURS
 from workbench.report import Details, readable, run_metadata, text_to_html, write_report
 
 
@@ -42,10 +44,25 @@ def test_report_is_one_self_contained_html_file(tmp_path):
 
 
 def test_a_trace_outside_the_cartesian_bundle_gets_the_full_library(tmp_path):
-    figure = go.Figure(go.Table(header={"values": ["a"]}, cells={"values": [[1]]}))
-    html = write_report(tmp_path / "r.html", title="t", sections=[("Table", figure)]).read_text()
+    figure = go.Figure(go.Sankey(node={"label": ["a", "b"]}, link={"source": [0], "target": [1], "value": [1]}))
+    html = write_report(tmp_path / "r.html", title="t", sections=[("Flow", figure)]).read_text()
     (packed,) = re.findall(r'id="plotlyjs-gz">([^<]+)</script>', html)
     assert re.search(r"\* plotly\.js v\d", gzip.decompress(base64.b64decode(packed)).decode())
+
+
+def test_a_table_figure_becomes_an_html_table_without_plotly(tmp_path):
+    """POP tables are plotly tables in notebooks; in a report they need neither plotly.js nor its full bundle."""
+    frame = pd.DataFrame({"ranks": [1, 2], "parallel_efficiency": [0.9, 0.5], "load_balance": [0.95, None]})
+    figure = figures.pop_table_figure(frame, title="strong <scaling>")
+    html = write_report(tmp_path / "r.html", title="t", sections=[("POP", figure)]).read_text()
+    assert "plotlyjs-gz" not in html and "<caption>strong &lt;scaling&gt;</caption>" in html
+    assert "<tr><th>ranks</th><th>1</th><th>2</th></tr>" in html
+    good, poor, missing = POP_COLOURS["good"], POP_COLOURS["poor"], POP_COLOURS["missing"]
+    assert f'background: {good}">0.90</td><td style="text-align: center; background: {poor}">0.50</td>' in html
+    assert f'background: {missing}">–</td>' in html and "\u2003\u2003Load balance</td>" in html
+    both = write_report(tmp_path / "b.html", title="t", sections=[("POP", figure), ("Bars", go.Figure(go.Bar()))])
+    (packed,) = re.findall(r'id="plotlyjs-gz">([^<]+)</script>', both.read_text())
+    assert "(cartesian - minified)" in gzip.decompress(base64.b64decode(packed)).decode()[:300]
 
 
 def test_text_paragraphs_are_escaped():
