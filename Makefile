@@ -24,7 +24,7 @@ demo: $(VENV)/.ready
 
 test: $(VENV)/.ready browser slurm horovod-mpich
 	$(BIN)/ruff check workbench tests benchmarks
-	WORKBENCH_REQUIRE_SLURM=1 WORKBENCH_REQUIRE_BROWSER=1 $(BIN)/python -m pytest -q --durations=15 tests
+	WORKBENCH_REQUIRE_SLURM=1 WORKBENCH_REQUIRE_BROWSER=1 $(BIN)/python -m pytest -q --durations=30 tests
 
 venv: $(VENV)/.ready
 

@@ -37,11 +37,12 @@ CHROMIUM_ARGS = [
     "--disable-quic",
     "--disable-dev-shm-usage",
 ]
-#: JupyterLab user settings: no network checks, every cell in the DOM (no virtual scrolling).
+#: JupyterLab user settings: no network checks.
 LAB_SETTINGS = {
     "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"checkForUpdates": False, "fetchNews": "false"},
     "@jupyterlab/extensionmanager-extension/plugin.jupyterlab-settings": {"enabled": False},
-    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
+    # every cell in the DOM (no virtual scrolling); each cell's run time kept in the saved notebook
+    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none", "recordTiming": True},
 }
 VIEWPORT = {"width": 1400, "height": 1000}
 
@@ -309,6 +310,7 @@ class LabNotebooks:
             unrun = state["cells"] - state["numbered"]
             assert unrun == 0 or _error_outputs(saved), f"{unrun} cells of {source.name} did not run"
             assert not checks["problems"], f"{source.name} in the browser: " + "; ".join(checks["problems"])
+            (ARTIFACTS / f"notebook-{source.stem}.ipynb").write_text(json.dumps(saved))  # with cell timings
             saved["metadata"]["browser_run"] = {
                 "seconds": round(time.monotonic() - started, 1),
                 "dashboards": checks["dashboards"],

@@ -180,7 +180,7 @@ def test_killed_rank_is_named_within_seconds_and_its_events_are_kept(own_cluster
 def test_hung_rank_is_a_stall_with_stacks_then_a_timeout(own_cluster, tmp_path, backend):
     settings = {"steps": 40, "sleep_rank": 1, "sleep_s": 3600.0, "backend": backend}
     experiment = Experiment(FaultCase(), ranks=2, out=tmp_path, **settings)
-    live = experiment.start(own_cluster, experiment.plan()[0], timeout_s=45, stall_after_s=3)
+    live = experiment.start(own_cluster, experiment.plan()[0], timeout_s=24, stall_after_s=3)
     outcome: dict[str, BaseException] = {}
 
     def wait() -> None:

@@ -1,4 +1,4 @@
-"""Execute notebooks/01_evaluation_frequency.ipynb top to bottom on the reduced preset."""
+"""Execute notebooks/01_evaluation_frequency.ipynb top to bottom on the ci preset (reduced: the benchmarks)."""
 
 from __future__ import annotations
 
@@ -17,13 +17,13 @@ def test_saved_notebook_is_stripped_and_parametrised():
 
 def test_notebook_runs_and_reports_the_fix(tmp_path, run_notebook):
     out_dir = tmp_path / "eval-frequency"
-    outputs = run_notebook(NOTEBOOK, {"ranks": 2, "preset": "reduced", "out": str(out_dir)}, timeout_s=900)
+    outputs = run_notebook(NOTEBOOK, {"ranks": 2, "preset": "ci", "out": str(out_dir)}, timeout_s=900)
     assert "Traceback" not in all_text(outputs)
     summary = json.loads((out_dir / "summary.json").read_text())
     assert summary["ranks"] == 2
-    # 2-2.5x measured on reduced. The slow run here is the live point, recorded while the kernel redraws the
-    # dashboard on the same 2 cores, so the what-if estimate made from it runs high: only its lower side bounds
-    # the fix (at least 65 % of the speedup it predicts)
-    assert summary["speedup_eval_fix"] > 1.5, summary
+    # ~2x on ci (2-2.5x on reduced, benchmarks/results). The slow run here is the live point, recorded while the
+    # kernel redraws the dashboard on the same 2 cores, so the what-if estimate made from it runs high: only its
+    # lower side bounds the fix (at least 65 % of the speedup it predicts), as in the headless ci sweep's test
+    assert summary["speedup_eval_fix"] > 1.3, summary
     assert summary["whatif_estimate_over_measured"]["mpi4py"] > 0.65, summary
     assert (out_dir / "report.html").stat().st_size > 100_000

@@ -237,6 +237,7 @@ class EvalFrequency(Case):
         slow = table[(table["ranks"] == largest) & (table["eval_interval"] == table["eval_interval"].min())].iloc[0]
         return [
             ("Summary", result.text()),
+            ("Runs", self.headline(result)),  # the numbers first, the figures that explain them below
             (
                 "Timeline of the slow run",
                 figures.timeline_figure(
@@ -254,7 +255,6 @@ class EvalFrequency(Case):
                     )
                 ),
             ),
-            ("Runs", self.headline(result)),
             ("Runs: every column", Details(table.drop(columns=["path"]), "show the runs' other columns")),
             (
                 "Throughput scaling (training steps only)",

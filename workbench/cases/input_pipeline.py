@@ -255,7 +255,8 @@ class InputPipeline(Case):
         largest = int(table["ranks"].max())
         contested = table[(table["source"] == "contested") & (table["ranks"] == largest)]
         slow = contested.sort_values(["interval", "threads"]).iloc[0] if len(contested) else None
-        sections: list[tuple[str, Any]] = [("Summary", result.text())]
+        # the numbers first, the figures that explain them below
+        sections: list[tuple[str, Any]] = [("Summary", result.text()), ("Runs", self.headline(result))]
         if len(contested):
             sections.append(("Step time by interval", figures.interval_figure(table[table["ranks"] == largest])))
         depth = result.tables.get("queue_depth")
@@ -278,7 +279,6 @@ class InputPipeline(Case):
                     ),
                 )
             )
-        sections.append(("Runs", self.headline(result)))
         sections.append(
             ("Runs: every column", Details(table.drop(columns=["path", "run_id"]), "show the runs' other columns"))
         )

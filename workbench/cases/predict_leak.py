@@ -276,12 +276,15 @@ def timing_by_rank(timing: pd.DataFrame) -> pd.DataFrame:
 
 
 def report_sections(result: ExperimentResult) -> list[tuple[str, Any]]:
-    """Verdicts, the seed's story, a memory figure per method, growth and timing tables, the method."""
+    """Verdicts, the growth table, the seed's story, a memory figure per method, timing, the method."""
     summary, growth, samples = result.summary, result.tables["growth"], result.tables["samples"]
-    sections: list[tuple[str, Any]] = [("Verdicts", verdict_text(summary)), ("The seed's story", SEED_STORY)]
+    sections: list[tuple[str, Any]] = [
+        ("Verdicts", verdict_text(summary)),
+        ("Growth per rank and method (MB per call)", growth),  # the numbers first, their evidence below
+        ("The seed's story", SEED_STORY),
+    ]
     for method in summary["slope_mb_per_call"]:
         sections.append((f"Memory: {method}", memory_figure_for(samples, growth, method)))
-    sections.append(("Growth per rank and method (MB per call)", growth))
     sections.append(("Time per call", timing_by_rank(result.tables["timing"])))
     order = "\n".join(f"- rank {rank}: {' -> '.join(methods)}" for rank, methods in summary["order"].items())
     sections.append(
