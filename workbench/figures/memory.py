@@ -167,8 +167,9 @@ def _by_label(
             xref="paper",
             yref="paper",
             x=1,
-            y=-0.18 if rows == 1 else -0.1,
+            y=1.04 + 0.04 * rows,  # on the legend's row, at its right end: clear of the x-axis titles
             xanchor="right",
+            yanchor="bottom",
             font={"size": 11, "color": "#555"},
         )
     return fig
