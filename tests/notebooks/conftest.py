@@ -7,7 +7,7 @@ that run their own loop (the widgets' unit tests) must not find.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture
-def run_notebook(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
+def run_notebook(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., list[Any]]]:
     """``run_notebook(name, parameters, timeout_s=600)``: the notebook's outputs after it ran to its end."""
     if _LAB["lab"] is None and chromium_available():
         _LAB["lab"] = LabNotebooks(tmp_path_factory.mktemp("lab-notebooks"))
@@ -31,9 +31,8 @@ def run_notebook(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> An
     def run(name: str, parameters: dict[str, Any], *, timeout_s: int = 600) -> list[Any]:
         return execute(name, tmp_path, parameters, timeout_s=timeout_s, lab=_LAB["lab"])
 
-    runner: Callable[..., list[Any]] = run
     try:
-        yield runner
+        yield run
     finally:
         _LAB["left"] -= 1
         if _LAB["left"] <= 0 and _LAB["lab"] is not None:

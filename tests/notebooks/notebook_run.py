@@ -31,7 +31,7 @@ def execute(
 ) -> list[Any]:
     """Execute ``notebooks/<name>`` with ``parameters``; fail on any error output; return every output.
 
-    With ``lab`` (the ``lab_notebooks`` fixture: Chromium is installed) the notebook runs in JupyterLab
+    With ``lab`` (Chromium is installed: see ``conftest.py``) the notebook runs in JupyterLab
     in the browser, as a user runs it, and the page is checked too; without, papermill runs it.
     """
     if lab is not None:
