@@ -99,6 +99,9 @@ def start_lab(root: Path, port: int, log: Path) -> subprocess.Popen:
         "JUPYTERLAB_SETTINGS_DIR": str(settings),
         "JUPYTERLAB_WORKSPACES_DIR": str(home / "lab-workspaces"),
         "JUPYTER_RUNTIME_DIR": str(home / "jupyter-runtime"),
+        # ipyparallel's lab extension loads every cluster file of the profile: a stale one in the user's
+        # ~/.ipython (a run killed long ago) put its threads' Tracebacks in this server's log
+        "IPYTHONDIR": str(home / "ipython"),
         "OMPI_ALLOW_RUN_AS_ROOT": "1",
         "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
         "TF_CPP_MIN_LOG_LEVEL": "2",
