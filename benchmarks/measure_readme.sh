@@ -38,7 +38,7 @@ measure() {
 }
 
 measure allreduce workbench bench allreduce --ranks 2 --json
-measure overhead workbench bench overhead --tf-threads 1 --repetitions 400 --json
+measure overhead workbench bench overhead --tf-threads 1 --repetitions 1600 --json
 measure analysis-categorical workbench bench analysis --events 10000000 --ranks 64 --strings categorical --json
 measure analysis-object workbench bench analysis --events 10000000 --ranks 64 --strings object --json
 measure timeline workbench bench timeline --mb 300 --json

@@ -215,8 +215,10 @@ def render_overhead(saved: Mapping[str, Any]) -> str:
         ("CPU time, process", "cpu_overhead_ratio"),
         ("CPU time, training thread", "thread_cpu_overhead_ratio"),
     ]
+    by_totals = "cpu_overhead_median_of_pairs" in result  # results before the estimator changed: medians
     ratios = [
         [name, fixed(result[key]), "–".join(fixed(v) for v in result[key.replace("ratio", "ci")])]
+        + ([fixed(result[key.replace("ratio", "median_of_pairs")])] if by_totals else [])
         for name, key in clocks
     ]
     plain = result["steps_per_s_plain"]
@@ -251,7 +253,13 @@ def render_overhead(saved: Mapping[str, Any]) -> str:
             [
                 summary,
                 "",
-                table(["recorded / plain", "median", "95 % interval"], ["l", "r", "r"], ratios),
+                table(
+                    ["recorded / plain", "ratio of totals", "95 % interval (bootstrap)", "median of pairs"]
+                    if by_totals
+                    else ["recorded / plain", "median", "95 % interval"],
+                    ["l", "r", "r", "r"] if by_totals else ["l", "r", "r"],
+                    ratios,
+                ),
                 "",
                 goal,
                 "",

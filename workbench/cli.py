@@ -263,8 +263,10 @@ def build_parser() -> argparse.ArgumentParser:
     allreduce.add_argument("--json", action="store_true")
     allreduce.set_defaults(handler=_cmd_bench_allreduce)
     overhead = bench_sub.add_parser("overhead", help="training throughput with and without recording")
-    overhead.add_argument("--repetitions", type=int, default=120, help="paired blocks (~400 resolve 1 %% here)")
-    overhead.add_argument("--steps", type=int, default=100, help="steps per block")
+    overhead.add_argument(
+        "--repetitions", type=int, default=480, help="paired blocks (1600 of 25 steps resolve ±0.5 %% here)"
+    )
+    overhead.add_argument("--steps", type=int, default=25, help="steps per block (short blocks pair best)")
     overhead.add_argument(
         "--tf-threads", type=int, default=None, help="TensorFlow's intra/inter-op threads (1: no spin-wait noise)"
     )

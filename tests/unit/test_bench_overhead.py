@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from workbench.bench.overhead import SPANS_PER_STEP, median_interval, recorder_costs
+from workbench.bench.overhead import SPANS_PER_STEP, median_interval, ratio_of_totals, recorder_costs
 from workbench.recorder import Recorder
 from workbench.store import Run, create_run
 
@@ -18,6 +18,22 @@ def test_median_interval_uses_order_statistics():
     assert median_interval([3.0, 1.0, 2.0]) == (1.0, 3.0)
     with pytest.raises(ValueError, match="no values"):
         median_interval([])
+
+
+def test_ratio_of_totals_weights_every_block_and_resamples_pairs():
+    # 3 pairs of blocks (plain s, recorded s): totals 3.0 / 3.3, so recorded keeps 0.909 of the
+    # throughput; the one block a flush landed in (1.3 s) counts in full, where the median of
+    # the pair ratios (1.0, 1.0, 0.769) would say 1.0, i.e. no cost at all
+    plain, recorded = [1.0, 1.0, 1.0], [1.0, 1.0, 1.3]
+    estimate, (low, high) = ratio_of_totals(plain, recorded)
+    assert estimate == pytest.approx(3.0 / 3.3)
+    # every resample is a mix of those pairs: between all-flush (1/1.3) and no-flush (1.0)
+    assert 1 / 1.3 - 1e-12 <= low <= estimate <= high <= 1.0
+    assert ratio_of_totals(plain, recorded) == ratio_of_totals(plain, recorded)  # seeded
+    # identical pairs leave nothing to resample: the interval is the point
+    assert ratio_of_totals([2.0] * 5, [2.5] * 5) == (pytest.approx(0.8), (pytest.approx(0.8), pytest.approx(0.8)))
+    with pytest.raises(ValueError, match="paired blocks"):
+        ratio_of_totals([1.0], [1.0, 2.0])
 
 
 def test_recorder_costs_cover_1_8_64_spans_per_step_and_write_the_rows(tmp_path):
