@@ -649,6 +649,13 @@ def render_projection(saved: Mapping[str, Any]) -> str:
             f"{case} median {share(parts['strict']['median_error'])}, max {share(parts['strict']['max_error'])}"
             for case, parts in result["by_case"].items()
         )
+        + (
+            f". With `thread_scaling` fitted on the other runs of each case (leave one out, `error_calibrated`): "
+            f"median {share(calibrated['median_error'])}, max {share(calibrated['max_error'])} "
+            f"({calibrated['within_10_percent']} within 10 %)"
+            if (calibrated := result.get("calibrated")) and calibrated.get("median_error") is not None
+            else ""
+        )
         + f". Network: {result['network']}."
     )
     seed_004 = [

@@ -243,6 +243,37 @@ def test_an_input_bound_run_keeps_its_pipeline_period_unless_the_node_caps_it():
     assert capped["step_s"] == pytest.approx(2 / 25)
 
 
+def test_an_input_bound_runs_period_slows_with_core_sharing_only_when_its_cpu_use_says_so():
+    events = one_rank_run(input_ms=30, evaluation_ms=0)
+    meta = {"ranks": 1, "config": {"cluster": {"threads": 2}}}
+    host = pj.Network(
+        "host",
+        latency_s=0.0,
+        bandwidth_bytes_per_s=1 * GB,
+        ranks_per_node=2,
+        cores_per_node=2,
+        intra_latency_s=0.0,
+        intra_bandwidth_bytes_per_s=1 * GB,
+    )
+
+    def step_with(cpu_percent, thread_scaling=1.0):
+        samples = None
+        if cpu_percent is not None:
+            times = np.linspace(0, int(events["end_ns"].max()), 20).astype(np.int64)
+            samples = pd.DataFrame({"rank": 0, "time_ns": times, "cpu_percent": float(cpu_percent)})
+        profile = pj.profile_run(events, meta, samples, warmup_steps=0)
+        return pj.project(profile, [2], host, thread_scaling=thread_scaling, bootstrap=0).table.iloc[0]["step_s"]
+
+    # readers kept 1.9 cores busy (CPU-bound): on 2 ranks each has 1 core, min(1.9, 2) / min(1.9, 1) = 1.9x
+    assert step_with(190.0) == pytest.approx(0.040 * 1.9)
+    # contention beyond the lost cores (thread_scaling 2): 1.9^2
+    assert step_with(190.0, thread_scaling=2.0) == pytest.approx(0.040 * 1.9**2)
+    # readers waiting on I/O (half a core): min(0.5, 2) / min(0.5, 1) = 1, the pipeline's 40 ms stays
+    assert step_with(50.0) == pytest.approx(0.040)
+    # no samples: nothing says the readers need the cores, so the period is kept (compute 20 + 1 ms is below it)
+    assert step_with(None) == pytest.approx(0.040)
+
+
 def test_error_bars_come_from_the_measured_step_variance():
     events = one_rank_run(evaluation_ms=0)
     steady = pj.project(pj.profile_run(events, warmup_steps=0), [8], NET, bootstrap=50).table.iloc[0]

@@ -21,15 +21,18 @@ fitted to ``workbench bench allreduce`` with ``fit_network``), then evaluated at
 - **Input** overlaps the step (a queue or ``prefetch`` fills while the rank computes). A run whose
   steps waited for input for >= 5 % of their time is input-bound: its step period is the input
   pipeline's period per step, which stays per rank unless ``shared_input_batches_per_s`` caps what
-  all ranks of one node can read together.
+  all ranks of one node can read together. When the run sampled its CPU use, that period slows with
+  core sharing like compute does (readers that kept ``P`` cores busy are CPU-bound; readers that
+  wait on I/O keep ``P`` low and their period); without samples it is kept as measured.
 - **Evaluation** (and checkpoint) per epoch: by the ranks that did it in the measured run. When one
   rank evaluates alone, the others wait (serial time per epoch); sharded evaluation is split over
   all ranks. Weak scaling (per-rank batch fixed, dataset fixed) makes epochs ``n`` times shorter,
   so a serial evaluation weighs more at scale: the seeds' story.
 - **Threads**: on nodes with ``cores_per_node`` cores, ``g`` ranks per node get ``cores/g`` threads
   each (at most what they had); compute scales by ``(threads_measured/threads)^thread_scaling``,
-  or, when the run sampled CPU use, by ``min(P, threads_measured)/min(P, threads)`` with ``P`` the
-  cores a rank really kept busy.
+  or, when the run sampled CPU use, by ``(min(P, threads_measured)/min(P, threads))^thread_scaling``
+  with ``P`` the cores a rank really kept busy (a rank that used one core loses nothing to a
+  neighbour on the other).
 - Whatever the model leaves out of the measured run (start-up, the last barrier) stays as
   measured: ``wall(n) = other_s + epochs · epoch(n)``.
 
@@ -870,7 +873,9 @@ class _Model:
         threads = max(1, min(measured, self.net.cores_per_node // per_node))
         used = self.profile.cores_used
         if used is not None and used > 0:  # a rank that used P cores runs at min(P, threads) cores' speed
-            return min(used, measured) / min(used, threads)
+            # raised to thread_scaling too: ranks contending for a full node (caches, memory, the
+            # collective's threads) can slow more than the cores they lose (1 = exactly that)
+            return (min(used, measured) / min(used, threads)) ** self.thread_scaling
         return (measured / threads) ** self.thread_scaling
 
     def at(self, n: int, compute: np.ndarray, wait: np.ndarray, evaluation: np.ndarray) -> dict[str, Any]:
@@ -900,6 +905,8 @@ class _Model:
         transfer, per_call = _exposed(transfer, per_call, hidden)
         step_compute = slowest + transfer + per_call
         period = float((compute + wait).mean()) + (p.communication_s if n0 == 1 else 0.0) if input_bound else 0.0
+        if input_bound and p.cores_used:  # measured CPU use says how CPU-bound the readers are
+            period *= factor
         period *= batch
         if self.shared_input and self.shared_input > 0:
             per_node = min(self.net.ranks_per_node, n)
@@ -976,11 +983,13 @@ def _assumptions(
     if profile.input_bound:
         items.append(
             "input-bound run: the input pipeline's measured period per step stays per rank"
+            + (", slowed by core sharing as compute is (CPU use sampled)" if profile.cores_used else "")
             + ("" if shared_input is None else f", capped at {shared_input:.3g} batches/s per node")
         )
     if net.cores_per_node is not None and profile.threads_per_rank is not None:
         rule = (
-            f"min(P, threads measured) / min(P, threads) with P = {profile.cores_used:.2g} cores used"
+            f"(min(P, threads measured) / min(P, threads))^{thread_scaling:g}"
+            f" with P = {profile.cores_used:.2g} cores used"
             if profile.cores_used
             else f"(threads measured / threads)^{thread_scaling:g}"
         )

@@ -61,7 +61,7 @@ def measured_rows() -> list[dict[str, Any]]:
 
 
 #: Thread-scaling exponents tried when calibrating on the other runs of a case (leave one out).
-THREAD_SCALING_GRID = tuple(round(x, 2) for x in np.arange(-0.5, 1.51, 0.1))
+THREAD_SCALING_GRID = tuple(round(x, 2) for x in np.arange(-0.5, 2.51, 0.1))
 
 
 def validation_table(
