@@ -274,6 +274,50 @@ def test_an_input_bound_runs_period_slows_with_core_sharing_only_when_its_cpu_us
     assert step_with(None) == pytest.approx(0.040)
 
 
+def test_shared_storage_is_fair_per_reader_and_capped_by_the_node_link():
+    # 16 MB/s shared with 14 other jobs' readers, 1 MB per read: one reader gets 16/15 MB/s,
+    # two readers on a node 2 x 16/16 = 2 MB/s together, unless the link carries only 1.5 MB/s
+    storage = pj.SharedStorage(bandwidth_bytes_per_s=16e6, other_readers=14, readers_per_rank=1, bytes_per_read=1e6)
+    assert storage.node_reads_per_s(1) == pytest.approx(16 / 15)
+    assert storage.node_reads_per_s(2) == pytest.approx(2.0)
+    capped = pj.SharedStorage(16e6, 14, 1, 1e6, node_link_bytes_per_s=1.5e6)
+    assert capped.node_reads_per_s(2) == pytest.approx(1.5)
+    with pytest.raises(ValueError, match="positive bandwidth"):
+        pj.SharedStorage(0.0, 14, 1, 1e6)
+
+
+def test_a_shared_storage_sets_each_ranks_period_from_its_share_at_that_rank_count():
+    # compute 10 ms, no measured input wait: the storage alone makes the step at 1 and 2 ranks
+    profile = pj.profile_run(
+        one_rank_run(evaluation_ms=0), {"ranks": 1, "config": {"cluster": {"threads": 2}}}, warmup_steps=0
+    )
+    host = pj.Network(
+        "host",
+        latency_s=0.0,
+        bandwidth_bytes_per_s=1 * GB,
+        ranks_per_node=2,
+        cores_per_node=2,
+        intra_latency_s=0.0,
+        intra_bandwidth_bytes_per_s=1 * GB,
+    )
+
+    def steps(storage):
+        table = pj.project(profile, [1, 2], host, shared_storage=storage, thread_scaling=0.0, bootstrap=0).table
+        return table["step_s"].tolist()
+
+    # 4 readers per rank, 16 MB/s with 12 others, 0.1 MB per read, one read per 2 steps:
+    # 1 rank: 16 x 4/16 = 4 MB/s = 40 reads/s -> 1/40/2 = 12.5 ms; 2 ranks: 8 readers, 16 x 8/20 = 6.4 MB/s
+    # for the node = 64 reads/s, 32 per rank -> 1/32/2 = 15.6 ms
+    free = pj.SharedStorage(16e6, 12, 4, 1e5, steps_per_read=2)
+    assert steps(free) == pytest.approx([1 / 40 / 2, 1 / 32 / 2])
+    # tf.data-style readers run on TensorFlow's threads: 2 at 1 rank, 1 each at 2 ranks (2 cores)
+    bound = pj.SharedStorage(16e6, 12, 4, 1e5, steps_per_read=2, readers_bound_by_threads=True)
+    # 1 rank: 16 x 2/14 MB/s = 22.9 reads/s; 2 ranks: 2 readers, 16 x 2/14 for the node, half each
+    assert steps(bound) == pytest.approx([14 / (16 * 2 * 10) / 2, 2 * 14 / (16 * 2 * 10) / 2])
+    # no storage: compute (10 ms) and the allreduce (1 ms at 2 ranks) make the step
+    assert steps(None) == pytest.approx([0.010, 0.011])
+
+
 def test_error_bars_come_from_the_measured_step_variance():
     events = one_rank_run(evaluation_ms=0)
     steady = pj.project(pj.profile_run(events, warmup_steps=0), [8], NET, bootstrap=50).table.iloc[0]

@@ -651,6 +651,47 @@ def _batch(meta: Mapping[str, Any]) -> int | None:
 
 
 @dataclass(frozen=True)
+class SharedStorage:
+    """A file system that every reader of every job draws from, read through each node's link.
+
+    Fair by request, as a busy file server is: each reader (a thread with a read outstanding) gets an
+    equal share of ``bandwidth_bytes_per_s`` with the ``other_readers`` of other jobs, and a node's
+    readers together get at most ``node_link_bytes_per_s``. More ranks on a node bring more readers,
+    so the node's share grows until its link is full, then each rank's share shrinks.
+    """
+
+    bandwidth_bytes_per_s: float
+    other_readers: int
+    readers_per_rank: int
+    bytes_per_read: float
+    node_link_bytes_per_s: float | None = None
+    #: One read feeds this many steps (batch repetition k).
+    steps_per_read: int = 1
+    #: Readers that run only on the rank's TensorFlow threads (``tf.numpy_function`` in ``map``): at most those.
+    readers_bound_by_threads: bool = False
+
+    def __post_init__(self) -> None:
+        if self.bandwidth_bytes_per_s <= 0 or self.bytes_per_read <= 0 or self.readers_per_rank < 1:
+            raise ValueError("SharedStorage needs a positive bandwidth, bytes per read and >= 1 reader per rank")
+
+    def node_reads_per_s(self, readers_on_node: int) -> float:
+        """Reads per second all readers of one node get together."""
+        rate = self.bandwidth_bytes_per_s * readers_on_node / (readers_on_node + max(self.other_readers, 0))
+        if self.node_link_bytes_per_s:
+            rate = min(rate, self.node_link_bytes_per_s)
+        return rate / self.bytes_per_read
+
+    def describe(self) -> str:
+        link = f", node link {self.node_link_bytes_per_s / BYTES_PER_MB:.3g} MB/s" if self.node_link_bytes_per_s else ""
+        bound = " (at most its TensorFlow threads)" if self.readers_bound_by_threads else ""
+        return (
+            f"shared storage {self.bandwidth_bytes_per_s / BYTES_PER_MB:.3g} MB/s fair per reader with"
+            f" {self.other_readers} other jobs' readers{link}; {self.readers_per_rank} reader(s) per rank{bound},"
+            f" {self.bytes_per_read / BYTES_PER_MB:.3g} MB per read, one read per {self.steps_per_read} step(s)"
+        )
+
+
+@dataclass(frozen=True)
 class Changes:
     """What-if changes applied on top of the projection (None / defaults: as measured)."""
 
@@ -719,6 +760,7 @@ def project(
     servers: int | None = None,
     thread_scaling: float = 1.0,
     shared_input_batches_per_s: float | None = None,
+    shared_storage: SharedStorage | None = None,
     overlap: float = 0.0,
     input_is_useful: bool = True,
     bootstrap: int = 200,
@@ -731,6 +773,8 @@ def project(
     measured one. ``n0`` is the measured rank count. ``speedup`` and ``efficiency`` are relative to the
     model at ``n0`` (throughput in samples/s when the batch is known, else rank-steps/s).
     ``shared_input_batches_per_s``: what all ranks of one node can read together (None: input is per rank).
+    ``shared_storage``: a contested file system read fairly per reader (``SharedStorage``); the step
+    period is then at least what each rank's share of it allows at that rank count.
     ``overlap``: the share of a step's compute the collective can hide behind (gradients sent while the
     backward pass goes on; ~2/3 when the backward pass is two thirds of the step); 0 = after the step,
     as the workloads here do. ``input_is_useful`` as in ``pop_metrics``: False counts waiting for input
@@ -751,6 +795,8 @@ def project(
         raise ValueError("ranks must be whole numbers >= 1, e.g. 8,16,32,64")
     notes = list(profile.notes)
     assumptions = _assumptions(profile, net, kind, changes, scheme, thread_scaling, shared_input_batches_per_s)
+    if shared_storage is not None:
+        assumptions = (*assumptions, shared_storage.describe())
     if overlap:
         assumptions = (*assumptions, f"the collective hides behind up to {overlap:.0%} of each step's compute")
     if not len(profile.compute_s):
@@ -781,6 +827,7 @@ def project(
         shared_input_batches_per_s,
         overlap,
         input_is_useful,
+        shared_storage,
     )
     reference = model.at(profile.ranks, profile.compute_s, profile.input_s, profile.evaluation_s)
     rng = np.random.default_rng(seed)
@@ -863,14 +910,33 @@ class _Model:
     shared_input: float | None
     overlap: float = 0.0
     input_is_useful: bool = True
+    storage: SharedStorage | None = None
+
+    def threads_at(self, n: int) -> int | None:
+        """TensorFlow threads each rank gets at ``n`` ranks (None: not recorded or no core count)."""
+        measured = self.profile.threads_per_rank
+        if measured is None or self.net.cores_per_node is None:
+            return None
+        return max(1, min(measured, self.net.cores_per_node // min(self.net.ranks_per_node, n)))
+
+    def storage_period(self, n: int) -> float:
+        """Seconds per step each rank's share of the shared storage allows at ``n`` ranks (0: none)."""
+        storage = self.storage
+        if storage is None:
+            return 0.0
+        readers = storage.readers_per_rank
+        threads = self.threads_at(n)
+        if storage.readers_bound_by_threads and threads is not None:
+            readers = min(readers, threads)
+        per_node = min(self.net.ranks_per_node, n)
+        return per_node / storage.node_reads_per_s(per_node * readers) / storage.steps_per_read
 
     def thread_factor(self, n: int) -> float:
         """Compute slowdown when ranks on one node share its cores."""
         measured = self.profile.threads_per_rank
-        if measured is None or self.net.cores_per_node is None:
+        threads = self.threads_at(n)
+        if measured is None or threads is None:
             return 1.0
-        per_node = min(self.net.ranks_per_node, n)
-        threads = max(1, min(measured, self.net.cores_per_node // per_node))
         used = self.profile.cores_used
         if used is not None and used > 0:  # a rank that used P cores runs at min(P, threads) cores' speed
             # raised to thread_scaling too: ranks contending for a full node (caches, memory, the
@@ -911,6 +977,7 @@ class _Model:
         if self.shared_input and self.shared_input > 0:
             per_node = min(self.net.ranks_per_node, n)
             period = max(period, per_node / self.shared_input * batch)
+        period = max(period, self.storage_period(n) * batch)
         step = max(step_compute, period)
         steps_per_epoch = p.steps_per_epoch * (n0 / n if self.kind == "weak" else 1.0) / c.batch_scale
         # evaluation per epoch: serial on the ranks that did it, or split over all ranks

@@ -185,11 +185,22 @@ def _case_inputs(case: str, run: Any, row: Any) -> tuple[dict[str, Any], float, 
         batch = int(settings.get("batch", 256))
         storage = settings.get("storage") or {}
         shared = None
-        if row.source != "memory" and storage.get("node_link_mb_s"):
-            shared = storage["node_link_mb_s"] * BYTES_PER_MB / (batch * MNIST_RECORD_BYTES) * int(row.interval)
+        if row.source != "memory" and storage.get("filesystem_mb_s"):
+            # the workload's contested storage (workloads/contested_io.py): a file system read fairly per
+            # request by every reader, this job's and the other jobs', through the node's link
+            shared = pj.SharedStorage(
+                bandwidth_bytes_per_s=storage["filesystem_mb_s"] * BYTES_PER_MB,
+                other_readers=int(storage.get("other_jobs", 0)),
+                readers_per_rank=int(row.threads),
+                bytes_per_read=batch * MNIST_RECORD_BYTES,
+                node_link_bytes_per_s=(storage.get("node_link_mb_s") or 0) * BYTES_PER_MB or None,
+                steps_per_read=int(row.interval) if row.interval == row.interval else 1,
+                # tf.numpy_function readers in map() run on TensorFlow's threads: at most those at once
+                readers_bound_by_threads=row.source == "tf.data",
+            )
         kwargs = {
             "profile": {"gradient_bytes": 4 * LENET5_PARAMETERS, "batch_per_rank": batch},
-            "shared_input_batches_per_s": shared,
+            "shared_storage": shared,
         }
         return kwargs, float(row.step_ms) / 1e3, "step_s"
     # the mpi4py backend calls MPI.Allreduce directly: no Horovod cost per call
