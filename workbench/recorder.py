@@ -37,6 +37,8 @@ from workbench.store import StreamWriter, read_run_meta, write_rank_meta
 F = TypeVar("F", bound=Callable[..., Any])
 #: ``time.time_ns`` bound once: the hot path saves a module attribute lookup per call.
 _now_ns = time.time_ns
+#: Distinct (phase, name, detail) row heads a recorder keeps prepared; the rest are built per span.
+_MAX_CACHED_HEADS = 1024
 _RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "HOROVOD_RANK", "SLURM_PROCID")
 
 
@@ -154,7 +156,9 @@ class Recorder:
         """``with rec.phase("evaluation"): ...`` records the block as one span."""
         head = self._heads.get((phase, name, detail))
         if head is None:
-            head = self._heads[(phase, name, detail)] = (self._checked(phase), name or phase, detail)
+            head = (self._checked(phase), name or phase, detail)
+            if len(self._heads) < _MAX_CACHED_HEADS:  # a detail per step (f"batch {i}") must not grow it
+                self._heads[(phase, name, detail)] = head
         return _Span(self, head, step, epoch, nbytes)
 
     def record(

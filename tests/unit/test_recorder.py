@@ -48,6 +48,22 @@ def test_user_phase_ok_typo_rejected(recorder):
         recorder.phase("Compute ")
 
 
+def test_spans_with_a_detail_per_step_keep_every_row_and_a_bounded_cache(recorder):
+    from workbench import recorder as recorder_module
+
+    spans = recorder_module._MAX_CACHED_HEADS + 200
+    for step in range(spans):
+        with recorder.phase("compute", "train_step", detail=f"batch {step}", step=step):
+            pass
+    # the prepared heads stop at the cap; spans past it are still recorded, each with its own detail
+    assert len(recorder._heads) == recorder_module._MAX_CACHED_HEADS
+    recorder.close()
+    events = Run.load(recorder.run_path).events
+    assert len(events) == spans
+    assert list(events["detail"][-2:]) == [f"batch {spans - 2}", f"batch {spans - 1}"]
+    assert set(events["phase"]) == {"compute"} and list(events["step"][:3]) == [0, 1, 2]
+
+
 def _wait_until(predicate, ceiling_s: float = 10.0):
     """Poll for what the test needs, with a generous ceiling (a busy 2-core machine), never a fixed sleep."""
     deadline = time.monotonic() + ceiling_s
