@@ -107,6 +107,18 @@ def test_named_networks_state_their_assumptions_and_unknown_names_list_them():
 # -- the model on a hand-built run -------------------------------------------------------------------------
 
 NET = pj.Network("ideal", latency_s=0.0, bandwidth_bytes_per_s=1 * GB)
+#: Two ranks per node on a 2-core host, an ideal network between and inside nodes.
+HOST = pj.Network(
+    "host",
+    latency_s=0.0,
+    bandwidth_bytes_per_s=1 * GB,
+    ranks_per_node=2,
+    cores_per_node=2,
+    intra_latency_s=0.0,
+    intra_bandwidth_bytes_per_s=1 * GB,
+)
+#: A 1-rank run's metadata saying it ran TensorFlow on 2 threads.
+TWO_THREADS = {"ranks": 1, "config": {"cluster": {"threads": 2}}}
 
 
 def one_rank_run(*, compute_ms=10, input_ms=0, evaluation_ms=500, nbytes=1_000_000, epochs=2, steps=8):
@@ -213,18 +225,8 @@ def test_strong_scaling_shrinks_each_ranks_batch():
 
 
 def test_ranks_sharing_a_nodes_cores_slow_compute_down():
-    profile = pj.profile_run(
-        one_rank_run(evaluation_ms=0), {"ranks": 1, "config": {"cluster": {"threads": 2}}}, warmup_steps=0
-    )
-    host = pj.Network(
-        "host",
-        latency_s=0.0,
-        bandwidth_bytes_per_s=1 * GB,
-        ranks_per_node=2,
-        cores_per_node=2,
-        intra_latency_s=0.0,
-        intra_bandwidth_bytes_per_s=1 * GB,
-    )
+    profile = pj.profile_run(one_rank_run(evaluation_ms=0), TWO_THREADS, warmup_steps=0)
+    host = HOST
     linear = pj.project(profile, [2], host, bootstrap=0).table.iloc[0]
     assert linear["step_s"] == pytest.approx(0.020 + 0.001)  # 1 thread instead of 2; ring(1 MB, 2) = 1 ms
     flat = pj.project(profile, [2], host, thread_scaling=0.0, bootstrap=0).table.iloc[0]
@@ -245,16 +247,8 @@ def test_an_input_bound_run_keeps_its_pipeline_period_unless_the_node_caps_it():
 
 def test_an_input_bound_runs_period_slows_with_core_sharing_only_when_its_cpu_use_says_so():
     events = one_rank_run(input_ms=30, evaluation_ms=0)
-    meta = {"ranks": 1, "config": {"cluster": {"threads": 2}}}
-    host = pj.Network(
-        "host",
-        latency_s=0.0,
-        bandwidth_bytes_per_s=1 * GB,
-        ranks_per_node=2,
-        cores_per_node=2,
-        intra_latency_s=0.0,
-        intra_bandwidth_bytes_per_s=1 * GB,
-    )
+    meta = TWO_THREADS
+    host = HOST
 
     def step_with(cpu_percent, thread_scaling=1.0):
         samples = None
@@ -288,18 +282,8 @@ def test_shared_storage_is_fair_per_reader_and_capped_by_the_node_link():
 
 def test_a_shared_storage_sets_each_ranks_period_from_its_share_at_that_rank_count():
     # compute 10 ms, no measured input wait: the storage alone makes the step at 1 and 2 ranks
-    profile = pj.profile_run(
-        one_rank_run(evaluation_ms=0), {"ranks": 1, "config": {"cluster": {"threads": 2}}}, warmup_steps=0
-    )
-    host = pj.Network(
-        "host",
-        latency_s=0.0,
-        bandwidth_bytes_per_s=1 * GB,
-        ranks_per_node=2,
-        cores_per_node=2,
-        intra_latency_s=0.0,
-        intra_bandwidth_bytes_per_s=1 * GB,
-    )
+    profile = pj.profile_run(one_rank_run(evaluation_ms=0), TWO_THREADS, warmup_steps=0)
+    host = HOST
 
     def steps(storage):
         table = pj.project(profile, [1, 2], host, shared_storage=storage, thread_scaling=0.0, bootstrap=0).table
