@@ -286,6 +286,11 @@ def run(
         result[f"{key}_ci"] = list(interval)
         result[f"{key}_median_of_pairs"] = statistics.median(pairs)
         result[f"{key}_median_of_pairs_ci"] = list(median_interval(pairs))
+    # where the recorder's CPU goes: the training thread (hot path) and every other thread (flush, memory)
+    total_steps = steps * len(plain_times)
+    for side, times in (("plain", plain_times), ("recorded", recorded_times)):
+        result[f"training_thread_us_per_step_{side}"] = 1e6 * sum(t[1] for t in times) / total_steps
+        result[f"other_threads_us_per_step_{side}"] = 1e6 * sum(t[2] - t[1] for t in times) / total_steps
     wall_pairs = [p[0] / r[0] for p, r in zip(plain_times, recorded_times)]
     quartiles = statistics.quantiles(wall_pairs, n=4) if len(wall_pairs) >= 2 else [wall_pairs[0]] * 3
     return {
