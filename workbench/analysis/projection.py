@@ -670,6 +670,11 @@ class SharedStorage:
     #: Readers that run only on the rank's TensorFlow threads (``tf.numpy_function`` in ``map``): at most those.
     readers_bound_by_threads: bool = False
 
+    @classmethod
+    def node_cap(cls, reads_per_s: float) -> SharedStorage:
+        """What all ranks of one node can read together, however many readers they have."""
+        return cls(bandwidth_bytes_per_s=reads_per_s, other_readers=0, readers_per_rank=1, bytes_per_read=1.0)
+
     def __post_init__(self) -> None:
         if self.bandwidth_bytes_per_s <= 0 or self.bytes_per_read <= 0 or self.readers_per_rank < 1:
             raise ValueError("SharedStorage needs a positive bandwidth, bytes per read and >= 1 reader per rank")
@@ -795,8 +800,13 @@ def project(
         raise ValueError("ranks must be whole numbers >= 1, e.g. 8,16,32,64")
     notes = list(profile.notes)
     assumptions = _assumptions(profile, net, kind, changes, scheme, thread_scaling, shared_input_batches_per_s)
+    storage = shared_storage
     if shared_storage is not None:
+        if shared_input_batches_per_s:
+            raise ValueError("give shared_storage or shared_input_batches_per_s, not both (a node cap is a storage)")
         assumptions = (*assumptions, shared_storage.describe())
+    elif shared_input_batches_per_s and shared_input_batches_per_s > 0:
+        storage = SharedStorage.node_cap(shared_input_batches_per_s)
     if overlap:
         assumptions = (*assumptions, f"the collective hides behind up to {overlap:.0%} of each step's compute")
     if not len(profile.compute_s):
@@ -824,10 +834,9 @@ def project(
         scheme,
         servers,
         thread_scaling,
-        shared_input_batches_per_s,
         overlap,
         input_is_useful,
-        shared_storage,
+        storage,
     )
     reference = model.at(profile.ranks, profile.compute_s, profile.input_s, profile.evaluation_s)
     rng = np.random.default_rng(seed)
@@ -907,7 +916,6 @@ class _Model:
     scheme: str
     servers: int | None
     thread_scaling: float
-    shared_input: float | None
     overlap: float = 0.0
     input_is_useful: bool = True
     storage: SharedStorage | None = None
@@ -973,11 +981,7 @@ class _Model:
         period = float((compute + wait).mean()) + (p.communication_s if n0 == 1 else 0.0) if input_bound else 0.0
         if input_bound and p.cores_used:  # measured CPU use says how CPU-bound the readers are
             period *= factor
-        period *= batch
-        if self.shared_input and self.shared_input > 0:
-            per_node = min(self.net.ranks_per_node, n)
-            period = max(period, per_node / self.shared_input * batch)
-        period = max(period, self.storage_period(n) * batch)
+        period = max(period, self.storage_period(n)) * batch
         step = max(step_compute, period)
         steps_per_epoch = p.steps_per_epoch * (n0 / n if self.kind == "weak" else 1.0) / c.batch_scale
         # evaluation per epoch: serial on the ranks that did it, or split over all ranks

@@ -194,7 +194,7 @@ def _case_inputs(case: str, run: Any, row: Any) -> tuple[dict[str, Any], float, 
                 readers_per_rank=int(row.threads),
                 bytes_per_read=batch * MNIST_RECORD_BYTES,
                 node_link_bytes_per_s=(storage.get("node_link_mb_s") or 0) * BYTES_PER_MB or None,
-                steps_per_read=int(row.interval) if row.interval == row.interval else 1,
+                steps_per_read=int(row.interval) if pd.notna(row.interval) else 1,
                 # tf.numpy_function readers in map() run on TensorFlow's threads: at most those at once
                 readers_bound_by_threads=row.source == "tf.data",
             )
