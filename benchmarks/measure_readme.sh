@@ -2,8 +2,9 @@
 # Re-measure the README's figures: every command's --json is saved as benchmarks/results/NAME.json
 # (with the command and when it ran), then the README's tables are rendered from them.
 #
-#   benchmarks/measure_readme.sh            # all of them, about 25 minutes on 2 cores
+#   benchmarks/measure_readme.sh            # all of them, about 40 minutes on 2 cores
 #   benchmarks/measure_readme.sh overhead   # only the named ones
+#   benchmarks/measure_readme.sh projection-sweeps projection   # the projection's validation, ~15 minutes
 #
 # Run it on a quiet machine and nothing else beside it: these are timings.
 set -uo pipefail
@@ -37,6 +38,17 @@ measure() {
     rm -f "$out"
 }
 
+# a sweep whose runs a later table reads (its own JSON is not a table)
+sweep() {
+    local name=$1
+    shift
+    if ((${#wanted[@]})) && [[ " ${wanted[*]} " != *" $name "* ]]; then
+        return
+    fi
+    echo "== $name: $*" >&2
+    "$@" >/dev/null || { echo "   $name failed" >&2; failed=1; }
+}
+
 measure allreduce workbench bench allreduce --ranks 2 --json
 measure overhead workbench bench overhead --tf-threads 1 --repetitions 1600 --json
 measure analysis-categorical workbench bench analysis --events 10000000 --ranks 64 --strings categorical --json
@@ -51,6 +63,13 @@ measure input-pipeline-reduced workbench run input-pipeline --preset reduced --r
 measure pop-scaling-reduced workbench run pop-scaling --preset reduced --ranks 2 --out artifacts/pop-scaling-reduced --json
 measure ps-vs-allreduce-reduced workbench run ps-vs-allreduce --preset reduced --ranks 2 --json
 measure cpu-tuning-reduced workbench run cpu-tuning --preset reduced --ranks 2 --json
+# the projection's validation: both cases with one core per rank at every rank count, three repetitions
+for repetition in "" -r2 -r3; do
+    for case in eval-frequency input-pipeline; do
+        sweep projection-sweeps workbench run $case --preset reduced --ranks 2 --threads-per-rank 1 \
+            --out artifacts/$case-reduced-1thread$repetition --json
+    done
+done
 measure projection workbench bench projection --allreduce benchmarks/results/allreduce.json --json
 # the reports the reduced sweeps above wrote, opened in headless Chromium
 measure report-open python benchmarks/report_open.py

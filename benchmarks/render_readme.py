@@ -204,7 +204,15 @@ def render_allreduce(saved: Mapping[str, Any]) -> str:
         for r in saved["result"]
     ]
     header = ["bytes", "MPI busbw GB/s", "Horovod busbw GB/s", "Horovod / MPI", "MPI ms", "Horovod ms"]
-    return table(header, ["r"] * 6, rows) + "\n\n" + source_line(saved)
+    idle = [r["horovod_thread_cores"] for r in saved["result"] if r.get("horovod_thread_cores") is not None]
+    thread_line = (
+        f"Horovod's background thread, idle beside a busy rank (a convolution step on the rank's one core, "
+        f"Horovod stopped vs running, 3 interleaved rounds): it took **{fixed(idle[0], 2)} of a core** per rank."
+        "\n\n"
+        if idle
+        else ""
+    )
+    return table(header, ["r"] * 6, rows) + "\n\n" + thread_line + source_line(saved)
 
 
 def render_overhead(saved: Mapping[str, Any]) -> str:
@@ -638,26 +646,54 @@ def render_projection(saved: Mapping[str, Any]) -> str:
     def seconds(value: float) -> str:
         return f"{number(value * 1e3)} ms" if value < 1 else f"{number(value)} s"
 
+    def cores(value: str | None) -> str:
+        return "same" if value in (None, "same") else value.replace("->", "→") + " threads"
+
     checked = [
-        [r["case"], r["point"], seconds(r["measured_s"]), seconds(r["predicted_s"]), signed(r["error"])]
+        [
+            r["case"],
+            r["point"],
+            cores(r.get("cores")),
+            str(r.get("repetitions", 1)),
+            seconds(r["measured_s"]),
+            share(r["measured_spread"]) if r.get("repetitions", 1) > 1 else "–",
+            seconds(r["predicted_s"]),
+            signed(r["error"]),
+        ]
         for r in result["validation"]
-    ]
-    summary = (
-        f"Median |error| **{share(result['median_error'])}**, max **{share(result['max_error'])}** over "
-        f"{result['runs']} runs ({result['within_10_percent']} within 10 %); by case: "
+    ]  # fmt: skip
+
+    def line(title: str, strict: Mapping[str, Any], calibrated: Mapping[str, Any] | None) -> str:
+        text = (
+            f"{title}: median |error| **{share(strict['median_error'])}**, max **{share(strict['max_error'])}** "
+            f"over {strict['runs']} points ({strict['within_5_percent']} within 5 %, "
+            f"{strict['within_10_percent']} within 10 %)"
+        )
+        if calibrated and calibrated.get("median_error") is not None:
+            text += (
+                f"; with `thread_scaling` fitted on the other points (leave one out, `error_calibrated`): median "
+                f"{share(calibrated['median_error'])}, max {share(calibrated['max_error'])}"
+            )
+        return text + "."
+
+    lines = [line("Same cores per rank (the goal), medians of the repetitions", result, result.get("calibrated"))]
+    if (single := result.get("single_repetitions")) and single.get("median_error") is not None:
+        lines.append(
+            f"Same cores, each repetition predicted alone (one run against one run): median |error| "
+            f"{share(single['median_error'])}, max {share(single['max_error'])} over {single['runs']} runs "
+            f"({single['within_10_percent']} within 10 %)."
+        )
+    if (shared := result.get("shared_cores")) and shared["strict"].get("median_error") is not None:
+        lines.append(line("Cores shared out (2 → 1 threads per rank)", shared["strict"], shared["calibrated"]))
+    lines.append(
+        "By case: "
         + "; ".join(
             f"{case} median {share(parts['strict']['median_error'])}, max {share(parts['strict']['max_error'])}"
             for case, parts in result["by_case"].items()
         )
-        + (
-            f". With `thread_scaling` fitted on the other runs of each case (leave one out, `error_calibrated`): "
-            f"median {share(calibrated['median_error'])}, max {share(calibrated['max_error'])} "
-            f"({calibrated['within_10_percent']} within 10 %)"
-            if (calibrated := result.get("calibrated")) and calibrated.get("median_error") is not None
-            else ""
-        )
         + f". Network: {result['network']}."
     )
+    summary = "\n\n".join(lines)
     seed_004 = [
         [
             r["system"],
@@ -694,7 +730,18 @@ def render_projection(saved: Mapping[str, Any]) -> str:
         "\n".join(
             [
                 table(
-                    ["case", "point (2 ranks)", "measured", "predicted", "error"], ["l", "l", "r", "r", "r"], checked
+                    [
+                        "case",
+                        "point (2 ranks)",
+                        "cores per rank",
+                        "runs",
+                        "measured",
+                        "spread",
+                        "predicted",
+                        "error",
+                    ],
+                    ["l", "l", "l", "r", "r", "r", "r", "r"],
+                    checked,
                 ),
                 "",
                 summary,

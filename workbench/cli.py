@@ -121,6 +121,14 @@ def case_parser(case: Any) -> argparse.ArgumentParser:
         "--oversubscribe", action="store_true", help="allow more ranks than this machine's cores (ranks share cores)"
     )
     parser.add_argument(
+        "--threads-per-rank",
+        type=int,
+        default=None,
+        metavar="T",
+        help="cores each rank gets at every rank count (default: this machine's cores shared out between the "
+        "ranks); 1 binds each rank to a core, so 1 rank runs on what each rank of the largest count has",
+    )
+    parser.add_argument(
         "--timeout",
         type=float,
         default=None,
@@ -159,7 +167,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     if options.ranks is not None and options.ranks > physical_cores() and not options.oversubscribe:
         raise ValueError(oversubscription_refused(options.ranks, "--oversubscribe"))
-    cluster_config = ClusterConfig(oversubscribe=True) if options.oversubscribe else None
+    if options.threads_per_rank is not None and options.threads_per_rank < 1:
+        raise ValueError(f"--threads-per-rank {options.threads_per_rank}: use a whole number >= 1")
+    cluster_config = ClusterConfig(
+        oversubscribe=True if options.oversubscribe else None, threads_per_rank=options.threads_per_rank
+    )
     experiment = Experiment(
         case, preset=options.preset, ranks=options.ranks, out=options.out, cluster_config=cluster_config, **overrides
     )

@@ -377,11 +377,12 @@ class Experiment:
         return self.out / MANIFEST
 
     def identity(self) -> dict[str, Any]:
-        """What a manifest must match to be resumed: the case, preset and settings."""
+        """What a manifest must match to be resumed: the case, preset, settings and threads per rank."""
         return {
             "case": self.case.name,
             "preset": self.preset,
             "settings": json.loads(json.dumps(dataclasses.asdict(self.settings), default=str)),
+            "threads_per_rank": self.cluster_config.threads_per_rank,
         }
 
     def read_manifest(self) -> dict[str, Any] | None:
@@ -404,7 +405,7 @@ class Experiment:
         existing = self.read_manifest()
         identity = self.identity()
         if existing is not None and resume:
-            mismatch = [k for k in ("case", "preset", "settings") if existing.get(k) != identity[k]]
+            mismatch = [k for k in ("case", "preset", "settings", "threads_per_rank") if existing.get(k) != identity[k]]
             if mismatch:
                 raise ExperimentError(
                     f"{self.manifest_path} holds a sweep of case {existing.get('case')!r} preset "

@@ -124,3 +124,28 @@ def test_a_manifest_that_cannot_be_written_keeps_the_ranks_error(tmp_path):
     assert experiment.manifest_path.read_text() == before and manifest["points"] == {}
     assert read_run_meta(run_path)["status"] == "failed"
     assert "No space left on device" in read_run_meta(run_path)["error"]
+
+
+def test_threads_per_rank_is_part_of_what_a_resumed_sweep_must_match(tmp_path):
+    from workbench.config import ClusterConfig
+    from workbench.experiment import ExperimentError
+
+    shared = Experiment("eval-frequency", preset="ci", ranks=2, out=tmp_path)
+    shared._open_manifest(resume=False)
+    one_core = Experiment(
+        "eval-frequency", preset="ci", ranks=2, out=tmp_path, cluster_config=ClusterConfig(threads_per_rank=1)
+    )
+    assert one_core.identity()["threads_per_rank"] == 1
+    with pytest.raises(ExperimentError, match="with other threads_per_rank"):
+        one_core._open_manifest(resume=True)
+    shared._open_manifest(resume=True)  # the same settings resume
+
+
+def test_threads_per_rank_option_is_checked():
+    completed = subprocess.run(
+        [sys.executable, "-m", "workbench.cli", "run", "eval-frequency", "--threads-per-rank", "0"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert completed.returncode != 0 and "--threads-per-rank 0: use a whole number >= 1" in completed.stderr

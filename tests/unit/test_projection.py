@@ -233,6 +233,49 @@ def test_ranks_sharing_a_nodes_cores_slow_compute_down():
     assert flat["step_s"] == pytest.approx(0.010 + 0.001)
 
 
+def test_horovods_background_thread_takes_its_share_of_a_busy_ranks_core_from_2_ranks_on():
+    one_thread = {"ranks": 1, "config": {"cluster": {"threads": 1}}}
+    events = one_rank_run(evaluation_ms=100)
+    host = pj.network(HOST, horovod_thread_cores=0.35)
+
+    def at_2(scheme="allreduce", cpu_percent=None):
+        samples = None
+        if cpu_percent is not None:
+            times = np.linspace(0, int(events["end_ns"].max()), 20).astype(np.int64)
+            samples = pd.DataFrame({"rank": 0, "time_ns": times, "cpu_percent": float(cpu_percent)})
+        profile = pj.profile_run(events, one_thread, samples, warmup_steps=0)
+        return pj.project(profile, [1, 2], host, scheme=scheme, bootstrap=0)
+
+    table = at_2().table.set_index("ranks")
+    # 1 core each at both counts: no sharing; 0.35 of the core goes to Horovod, 10 ms of compute take 10 / 0.65
+    assert table.loc[1, "compute_s"] == pytest.approx(8 * 0.010)
+    assert table.loc[2, "step_s"] == pytest.approx(0.010 / 0.65 + 0.001)  # ring(1 MB, 2 ranks) = 1 ms
+    # evaluation keeps its speed (a rank evaluating while the others wait in the collective did, measured)
+    assert table.loc[2, "evaluation_s"] == pytest.approx(0.100)
+    assert any("0.35 of a core" in text for text in at_2().assumptions)
+    # parameter servers: no Horovod thread
+    assert at_2("ps").table.set_index("ranks").loc[2, "compute_s"] == pytest.approx(4 * 0.010)
+    # a rank that kept only half its core busy has room for the thread: 0.5 <= 1 - 0.35
+    assert at_2(cpu_percent=50.0).table.set_index("ranks").loc[2, "compute_s"] == pytest.approx(4 * 0.010)
+    # 0.8 of the core busy: 0.8 / 0.65 of the time
+    busy = at_2(cpu_percent=80.0).table.set_index("ranks").loc[2, "compute_s"]
+    assert busy == pytest.approx(4 * 0.010 * 0.8 / 0.65)
+    with pytest.raises(ValueError, match="horovod_thread_cores"):
+        pj.network(HOST, horovod_thread_cores=-0.1)
+
+
+def test_fit_network_takes_horovods_thread_cores_from_the_bench_rows():
+    rows = [
+        {"bytes": size, "ranks": 2, "mpi_seconds": size / GB, "horovod_seconds": size / GB + 1e-3}
+        for size in (1024, 2**20, 2**22)
+    ]
+    assert pj.fit_network(rows).horovod_thread_cores == 0.0  # benches before it was measured
+    measured = [{**row, "horovod_thread_cores": 0.3} for row in rows]
+    net = pj.fit_network(measured)
+    assert net.horovod_thread_cores == pytest.approx(0.3)
+    assert "0.3 of a core per rank" in net.describe()
+
+
 def test_an_input_bound_run_keeps_its_pipeline_period_unless_the_node_caps_it():
     profile = pj.profile_run(one_rank_run(input_ms=30, evaluation_ms=0), {"ranks": 1}, warmup_steps=0)
     assert profile.input_bound

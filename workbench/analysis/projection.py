@@ -32,7 +32,9 @@ fitted to ``workbench bench allreduce`` with ``fit_network``), then evaluated at
   each (at most what they had); compute scales by ``(threads_measured/threads)^thread_scaling``,
   or, when the run sampled CPU use, by ``(min(P, threads_measured)/min(P, threads))^thread_scaling``
   with ``P`` the cores a rank really kept busy (a rank that used one core loses nothing to a
-  neighbour on the other).
+  neighbour on the other). From 2 ranks on, Horovod's background thread takes ``horovod_thread_cores``
+  of each rank's cores (``Network``; measured by ``workbench bench allreduce``): training compute that
+  kept ``b`` of ``t`` cores busy runs ``max(1, b / (t - h))`` times longer (allreduce scheme only).
 - Whatever the model leaves out of the measured run (start-up, the last barrier) stays as
   measured: ``wall(n) = other_s + epochs · epoch(n)``.
 
@@ -111,6 +113,10 @@ class Network:
     ``latency_s`` / ``bandwidth_bytes_per_s`` are between nodes, ``intra_*`` between the ranks of one
     node; ``ranks_per_node`` ranks share a node (and its network card). ``cores_per_node`` (None:
     each rank keeps the threads it was measured with) lets ranks on one node share its cores.
+    ``horovod_thread_cores``: the cores' worth of CPU each rank's compute loses to Horovod's background
+    thread once there are 2 ranks or more (it negotiates every cycle, busy or not); measured by
+    ``workbench bench allreduce``, 0 for the named networks (their ranks compute on GPUs, and the
+    thread takes CPU the GPU does not need).
     """
 
     name: str
@@ -124,6 +130,7 @@ class Network:
     algorithm: str = "ring"
     hierarchical: bool = True
     assumptions: str = ""
+    horovod_thread_cores: float = 0.0
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
@@ -132,6 +139,8 @@ class Network:
             raise ValueError(f"network {self.name!r}: bandwidths must be > 0 bytes/s")
         if self.latency_s < 0 or self.intra_latency_s < 0 or self.per_call_s < 0:
             raise ValueError(f"network {self.name!r}: latencies and per-call cost must be >= 0 s")
+        if not self.horovod_thread_cores >= 0:
+            raise ValueError(f"network {self.name!r}: horovod_thread_cores must be >= 0 cores")
         if self.ranks_per_node < 1:
             raise ValueError(f"network {self.name!r}: ranks_per_node must be >= 1")
 
@@ -141,7 +150,13 @@ class Network:
         intra = f"{self.intra_bandwidth_bytes_per_s / BYTES_PER_GB:.3g} GB/s, α {self.intra_latency_s * 1e3:.3g} ms"
         text = (
             f"{self.name}: between nodes {inter}; inside a node ({self.ranks_per_node} rank(s)) {intra};"
-            f" Horovod {self.per_call_s * 1e3:.3g} ms per fused call; {self.algorithm} allreduce"
+            f" Horovod {self.per_call_s * 1e3:.3g} ms per fused call"
+            + (
+                f" and {self.horovod_thread_cores:.2g} of a core per rank for its background thread"
+                if self.horovod_thread_cores
+                else ""
+            )
+            + f"; {self.algorithm} allreduce"
         )
         return f"{text}. {self.assumptions}" if self.assumptions else text
 
@@ -230,7 +245,8 @@ def fit_network(
     the median time of messages <= 64 KiB (less their bandwidth part). Horovod's fixed cost per call
     is the median of Horovod's time minus MPI's over messages <= 1 MiB, where transfer is small (past
     its 64 MB fusion buffer Horovod splits a message: that size is left out). The fitted links are
-    used inside a node and between nodes alike (more hosts like this one).
+    used inside a node and between nodes alike (more hosts like this one). ``horovod_thread_cores``
+    is taken from the rows when the bench measured it.
     """
     frame = pd.DataFrame(list(rows))
     needed = {"bytes", "ranks", "mpi_seconds"}
@@ -257,6 +273,7 @@ def fit_network(
         both = frame[(frame["bytes"] <= 1024 * 1024) & frame["horovod_seconds"].notna()]
         if len(both):
             per_call = max(float((both["horovod_seconds"] - both["mpi_seconds"]).median()), 0.0)
+    idle = frame["horovod_thread_cores"].astype(float).dropna() if "horovod_thread_cores" in frame else ()
     node = ranks_per_node or ranks
     return Network(
         name,
@@ -267,6 +284,7 @@ def fit_network(
         intra_latency_s=latency,
         intra_bandwidth_bytes_per_s=bandwidth,
         cores_per_node=cores_per_node,
+        horovod_thread_cores=max(float(np.median(idle)), 0.0) if len(idle) else 0.0,
         assumptions=f"fitted to the allreduce bench on {ranks} ranks of this host; more nodes are assumed"
         f" to be hosts like it, {node} rank(s) each, joined by the same bandwidth",
     )
@@ -940,6 +958,10 @@ class _Model:
         return per_node / storage.node_reads_per_s(per_node * readers) / storage.steps_per_read
 
     def thread_factor(self, n: int) -> float:
+        """Compute slowdown at ``n`` ranks from the CPU a rank has: cores shared on a node, Horovod's thread."""
+        return self._sharing_factor(n) * self.horovod_factor(n)
+
+    def _sharing_factor(self, n: int) -> float:
         """Compute slowdown when ranks on one node share its cores."""
         measured = self.profile.threads_per_rank
         threads = self.threads_at(n)
@@ -951,6 +973,19 @@ class _Model:
             # collective's threads) can slow more than the cores they lose (1 = exactly that)
             return (min(used, measured) / min(used, threads)) ** self.thread_scaling
         return (measured / threads) ** self.thread_scaling
+
+    def horovod_factor(self, n: int) -> float:
+        """Compute slowdown from Horovod's background thread at ``n`` ranks (1 on one rank or without it).
+
+        A rank whose compute keeps ``busy`` of its ``threads`` cores busy keeps that speed while the
+        thread's ``h`` cores fit beside it, and otherwise runs at ``(threads - h) / busy`` of it.
+        """
+        h = self.net.horovod_thread_cores if self.scheme == "allreduce" and n >= 2 else 0.0
+        threads = self.threads_at(n) or self.profile.threads_per_rank
+        if h <= 0 or threads is None:
+            return 1.0
+        busy = min(self.profile.cores_used or threads, threads)
+        return max(1.0, busy / max(threads - h, 0.05 * threads))
 
     def at(self, n: int, compute: np.ndarray, wait: np.ndarray, evaluation: np.ndarray) -> dict[str, Any]:
         """Every projected quantity at ``n`` ranks from one sample of the measured costs."""
@@ -986,7 +1021,9 @@ class _Model:
         steps_per_epoch = p.steps_per_epoch * (n0 / n if self.kind == "weak" else 1.0) / c.batch_scale
         # evaluation per epoch: serial on the ranks that did it, or split over all ranks
         each = float(evaluation.mean()) if len(evaluation) else 0.0
-        each *= self.thread_factor(n) / self.thread_factor(n0)
+        # core sharing slows evaluation as it slows compute; Horovod's thread does not: measured here, a
+        # rank evaluating while the others wait in the next collective kept its 1-rank speed
+        each *= self._sharing_factor(n) / self._sharing_factor(n0)
         measured_sharded = n0 > 1 and len(p.evaluating_ranks) == n0
         if measured_sharded:
             each *= n0  # measured per rank on its shard: the whole evaluation's work
@@ -1065,6 +1102,12 @@ def _assumptions(
             else f"(threads measured / threads)^{thread_scaling:g}"
         )
         items.append(f"ranks on one node share its {net.cores_per_node} cores; compute grows as {rule}")
+    if net.horovod_thread_cores and scheme == "allreduce":
+        items.append(
+            f"from 2 ranks on, Horovod's background thread takes {net.horovod_thread_cores:.2g} of a core from"
+            " each rank's training compute where it keeps every core busy"
+            + ("" if profile.threads_per_rank is not None else " (not applied: the run recorded no thread count)")
+        )
     if len(profile.evaluation_s) and (len(profile.evaluating_ranks) < profile.ranks or profile.ranks == 1):
         items.append("evaluation by one rank while the others wait (serial), unless sharded")
     return tuple(items)

@@ -5,6 +5,12 @@ loop between barriers; the time of a call is the slowest rank's mean. algbw = by
 busbw = algbw · 2(n−1)/n, the bandwidth each link must sustain in a ring allreduce, comparable
 across rank counts. Both libraries run on the same ranks in the same process, interleaved per size.
 
+Beside the collectives it measures what Horovod costs a rank that is *not* communicating: its background
+thread wakes every cycle (``HOROVOD_CYCLE_TIME``) to negotiate with the other ranks, and on CPU-only
+training it takes that time from the rank's compute. A small TF convolution step is timed on every rank
+with Horovod stopped and running idle, interleaved; ``horovod_thread_cores`` is the share of the rank's
+cores the compute lost (0.35: a third of one core). The projection charges it at 2 ranks and more.
+
 Run as ``workbench bench allreduce --ranks N``; this module is also the program mpiexec starts.
 """
 
@@ -61,6 +67,68 @@ def _time_calls(call: Any, comm: Any, min_seconds: float, min_iterations: int, m
     return comm.allreduce(elapsed, op=MPI.MAX) / iterations
 
 
+#: Interleaved rounds (Horovod stopped, then running) and seconds of compute timed in each.
+IDLE_ROUNDS, IDLE_BLOCK_S = 3, 0.6
+
+
+def _compute_step(batch: int = 256) -> Any:
+    """A LeNet-sized convolution training step (batch 256, ~15 ms on one core) as a ``tf.function``."""
+    import numpy as np
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    x = tf.constant(rng.random((batch, 28, 28, 1), dtype=np.float32))
+    kernels = [tf.Variable(rng.normal(0, 0.1, shape).astype(np.float32)) for shape in ((5, 5, 1, 6), (5, 5, 6, 16))]
+
+    @tf.function
+    def step() -> Any:
+        with tf.GradientTape() as tape:
+            h = tf.nn.relu(tf.nn.conv2d(x, kernels[0], 1, "VALID"))
+            h = tf.nn.relu(tf.nn.conv2d(tf.nn.max_pool2d(h, 2, 2, "VALID"), kernels[1], 1, "VALID"))
+            loss = tf.reduce_mean(h * h)
+        for kernel, gradient in zip(kernels, tape.gradient(loss, kernels)):
+            kernel.assign_sub(0.01 * gradient)
+        return loss
+
+    return step
+
+
+def _steps_per_s(step: Any, comm: Any, seconds: float) -> float:
+    """This rank's compute rate over ``seconds``, all ranks starting together."""
+    comm.Barrier()
+    start = time.perf_counter()
+    count = 0
+    while time.perf_counter() - start < seconds:
+        step()
+        count += 1
+    return count / (time.perf_counter() - start)
+
+
+def horovod_thread_cores(comm: Any, threads: int, rounds: int = IDLE_ROUNDS, seconds: float = IDLE_BLOCK_S) -> float:
+    """Cores' worth of compute each rank loses while Horovod runs idle beside it (0 on one rank).
+
+    ``threads`` × (1 − rate with Horovod / rate without), medians of interleaved rounds, the slowest
+    rank's loss (a step waits for it). Leaves Horovod running.
+    """
+    import statistics
+
+    import horovod.tensorflow as hvd
+
+    step = _compute_step()
+    for _ in range(5):
+        step()
+    stopped, running = [], []
+    for _ in range(rounds):
+        if hvd.is_initialized():
+            hvd.shutdown()
+        stopped.append(_steps_per_s(step, comm, seconds))
+        hvd.init()
+        time.sleep(0.05)  # the background thread's first cycles
+        running.append(_steps_per_s(step, comm, seconds))
+    lost = max(0.0, 1.0 - statistics.median(running) / statistics.median(stopped))
+    return threads * max(comm.allgather(lost))
+
+
 def measure(
     sizes: tuple[int, ...] = DEFAULT_SIZES, min_seconds: float = 0.25, with_horovod: bool = True
 ) -> list[dict[str, Any]]:
@@ -113,6 +181,11 @@ def measure(
                 "horovod_over_mpi": mpi_seconds / horovod_seconds,
             }
         )
+    if with_horovod:  # last: stopping and starting Horovod must not touch the collectives' timings
+        from workbench.workloads.training import intra_op_threads
+
+        idle_cores = horovod_thread_cores(comm, intra_op_threads())
+        rows = [{**row, "horovod_thread_cores": idle_cores} for row in rows]
     return rows if comm.Get_rank() == 0 else []
 
 
