@@ -473,3 +473,56 @@ def test_waiting_for_input_can_count_as_lost_in_the_pop_metrics():
     # step 40 ms: 10 ms compute + 30 ms waiting for input (the allreduce hides in the wait)
     assert useful["parallel_efficiency"] == pytest.approx(1 - 0.001 / 0.040)
     assert lost["parallel_efficiency"] == pytest.approx(0.010 / 0.040)
+
+
+def test_validation_compares_medians_of_repetitions_and_keeps_each_ones_error(tmp_path):
+    from workbench.bench.projection import validation_table
+    from workbench.store import Run, StreamWriter, create_run, update_run_meta
+
+    def recorded(directory, name, ranks, threads, compute_ms):
+        path = create_run(directory, name, ranks=ranks, config={"cluster": {"threads": threads}}, extra={"cores": 2})
+        events = one_rank_run(compute_ms=compute_ms, steps=6)
+        events = pd.concat([events.assign(rank=rank) for rank in range(ranks)], ignore_index=True)
+        for rank, part in events.assign(run_id=path.name).groupby("rank"):
+            StreamWriter(path, "events", int(rank)).write(part.to_dict(orient="list"))
+        update_run_meta(path, status="finished")
+        return str(path)
+
+    # two repetitions of an mpi4py sweep (no Horovod costs), the 1-rank compute 10 and 12 ms, the 2-rank wall 1 and 3 s
+    for repetition, (compute_ms, wall_s) in enumerate(((10, 1.0), (12, 3.0))):
+        directory = tmp_path / f"sweep-1thread-r{repetition}"
+        rows = [
+            {"point": "n1/backend=mpi4py/k=1", "ranks": 1, "backend": "mpi4py", "wall_s": 9.9},
+            {"point": "n2/backend=mpi4py/k=1", "ranks": 2, "backend": "mpi4py", "wall_s": wall_s},
+        ]
+        for row in rows:
+            row["path"] = recorded(directory / "runs", row["point"].replace("/", "-"), row["ranks"], 1, compute_ms)
+        pd.DataFrame(rows).to_parquet(directory / "runs.parquet")
+    # one sweep whose 1-rank run had 2 threads
+    shared = tmp_path / "sweep-shared"
+    rows = [
+        {"point": "n1/backend=mpi4py/k=1", "ranks": 1, "backend": "mpi4py", "wall_s": 9.9},
+        {"point": "n2/backend=mpi4py/k=1", "ranks": 2, "backend": "mpi4py", "wall_s": 2.0},
+    ]
+    for row, threads in zip(rows, (2, 1)):
+        row["path"] = recorded(shared / "runs", row["point"].replace("/", "-"), row["ranks"], threads, 10)
+    pd.DataFrame(rows).to_parquet(shared / "runs.parquet")
+
+    net = pj.network(HOST, horovod_thread_cores=0.35)
+    table = validation_table(
+        [("eval-frequency", str(tmp_path / "sweep-1thread*")), ("eval-frequency", str(shared))], net=net
+    )
+    same, other = table.iloc[0], table.iloc[1]
+    assert (same["cores"], same["repetitions"], other["cores"], other["repetitions"]) == ("same", 2, "2 -> 1", 1)
+    # each repetition predicted from its own 1-rank run; no Horovod thread charged to mpi4py
+    predicted = []
+    for repetition in (0, 1):
+        base = pd.read_parquet(tmp_path / f"sweep-1thread-r{repetition}" / "runs.parquet")["path"].iloc[0]
+        run = Run.load(base)
+        profile = pj.profile_run(run.events, run.meta, run.memory)
+        no_horovod = pj.network(net, per_call_s=0.0, horovod_thread_cores=0.0)
+        predicted.append(float(pj.project(profile, [2], no_horovod, bootstrap=0).table["wall_s"].iloc[0]))
+    assert same["measured_s"] == pytest.approx(2.0) and same["measured_spread"] == pytest.approx(2.0)
+    assert same["predicted_s"] == pytest.approx(np.median(predicted))
+    assert same["error"] == pytest.approx(np.median(predicted) / 2.0 - 1)
+    assert same["errors_each"] == pytest.approx([predicted[0] / 1.0 - 1, predicted[1] / 3.0 - 1])
