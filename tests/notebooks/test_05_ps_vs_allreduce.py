@@ -41,4 +41,8 @@ def test_notebook_executes_and_compares_the_schemes(tmp_path, run_notebook):
     events = Run.load(next((out / "runs").glob("*n2-scheme-ps-data-synthetic*"))).events
     assert sorted(events["rank"].unique()) == [0, 1]
     assert set(events["name"]) == {"next_batch", "train_step", "push_gradients"}
+    # the real-data PS point ran after the allreduce points on the same engines: it found Horovod's idle
+    # thread running there and stopped it on every rank before the PS job started
+    after_allreduce = Run.load(next((out / "runs").glob("*n2-scheme-ps-data-real*"))).meta["rank_results"]
+    assert [r["horovod_stopped"] for r in after_allreduce] == [True, True]
     assert (out / "report.html").is_file()

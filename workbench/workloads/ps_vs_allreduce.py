@@ -196,12 +196,17 @@ def train_ps(run_path: str, settings: InceptionSettings) -> dict[str, Any]:
     from mpi4py import MPI
 
     from workbench.workloads.ps_job import run_job
+    from workbench.workloads.training import stop_idle_horovod
 
+    # an allreduce point before this one left Horovod running in the engines: its background thread would
+    # take about a third of a core per rank from the PS job's processes (measured: bench allreduce)
+    stopped = stop_idle_horovod()
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
     if rank != 0:  # the rank stands for a worker process that rank 0 starts; it has nothing to run itself
-        return {"rank": rank, "size": size, "role": "placeholder", "workers": size}
-    return {"rank": 0, "size": size, "role": "launcher", **run_job(run_path, settings, workers=size)}
+        return {"rank": rank, "size": size, "role": "placeholder", "workers": size, "horovod_stopped": stopped}
+    job = run_job(run_path, settings, workers=size)
+    return {"rank": 0, "size": size, "role": "launcher", "horovod_stopped": stopped, **job}
 
 
 def train_on_rank(run_path: str, settings_dict: dict[str, Any]) -> dict[str, Any]:
