@@ -51,6 +51,11 @@ def test_the_plan_has_each_configuration_once_and_its_own_cluster_settings():
     by_key = {p.key: p for p in points}
     none = CASE.cluster_overrides(settings, by_key["n2/intra=1/inter=1/set=bind-none/eval=fixed/mpi=openmpi"])
     assert none == {"threads_per_rank": 1, "inter_op_threads": 1, "bind_to": "none"}
+    cycle = CASE.cluster_overrides(settings, by_key["n2/intra=1/inter=1/set=horovod-cycle-5ms/eval=fixed/mpi=openmpi"])
+    assert cycle == {"threads_per_rank": 1, "inter_op_threads": 1, "horovod_cycle_time_ms": 5.0}
+    from workbench.config import ClusterConfig
+
+    assert ClusterConfig(n=2, **cycle).engine_environment()["HOROVOD_CYCLE_TIME"] == "5.0"
     gloo = CASE.cluster_overrides(settings, by_key["n2/intra=1/inter=1/set=default/eval=fixed/mpi=gloo"])
     assert gloo["env"] == {"HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo"}
     # points whose settings differ get clusters of their own; an env dict is part of the group's identity
