@@ -16,7 +16,7 @@ export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: demo test venv horovod mpich horovod-mpich browser slurm lint clean-venv
+.PHONY: demo test test-fresh test-busy venv horovod mpich horovod-mpich browser slurm lint clean-venv
 
 demo: $(VENV)/.ready
 	$(BIN)/workbench doctor
@@ -25,6 +25,22 @@ demo: $(VENV)/.ready
 test: $(VENV)/.ready browser slurm horovod-mpich
 	$(BIN)/ruff check workbench tests benchmarks
 	WORKBENCH_REQUIRE_SLURM=1 WORKBENCH_REQUIRE_BROWSER=1 $(BIN)/python -m pytest -q --durations=30 tests
+
+# What a fresh machine runs (CI): a clean clone of the committed HEAD (uncommitted changes are not in it), with
+# ../shared beside it as CI has, a new venv, then `make test`. Only the Horovod wheel cache is kept, so the build
+# is the pip install (~3 min) and not the compile. The clone stays in $(FRESH) for a look afterwards.
+FRESH ?= $(or $(TMPDIR),/tmp)/workbench-fresh
+test-fresh:
+	rm -rf $(FRESH) && mkdir -p $(FRESH) && git clone -q $(CURDIR) $(FRESH)/main
+	if test -d $(CURDIR)/../shared; then ln -s $(CURDIR)/../shared $(FRESH)/shared; fi
+	cd $(FRESH)/main && time env -u VIRTUAL_ENV PATH=$(subst $(CURDIR)/$(BIN):,,$(PATH)) $(MAKE) test
+
+# The tests that start ranks, notebooks and browsers, with one of the cores kept busy by an unrelated process
+# (a shared machine): they must pass so too.
+BUSY_TESTS ?= tests/mpi tests/notebooks tests/browser tests/slurm
+test-busy: $(VENV)/.ready browser slurm horovod-mpich
+	$(BIN)/python -c 'while True: pass' & busy=$$!; trap "kill $$busy" EXIT; \
+	  WORKBENCH_REQUIRE_SLURM=1 WORKBENCH_REQUIRE_BROWSER=1 $(BIN)/python -m pytest -q --durations=15 $(BUSY_TESTS)
 
 venv: $(VENV)/.ready
 

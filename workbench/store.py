@@ -674,6 +674,9 @@ class RunTail:
         self.path = Path(path)
         read_run_meta(self.path)  # fail early on a directory that is not a run
         self._seen: dict[tuple[str, str], tuple[int, int]] = {}
+        #: One empty frame per stream, converted once: a poll that finds nothing new is most polls of a live
+        #: view, and Arrow's conversion of an empty table to pandas was 70 % of such a refresh's CPU
+        self._empty: dict[str, pd.DataFrame] = {}
 
     def poll(self) -> tuple[pd.DataFrame, pd.DataFrame]:
         """Rows written since the previous call: (events, memory)."""
@@ -719,7 +722,9 @@ class RunTail:
             self._seen[key] = (seen, rows_read)
         tables = [table for table in tables if table.num_rows]
         if not tables:
-            return schema.empty_table().to_pandas()
+            if stream not in self._empty:
+                self._empty[stream] = schema.empty_table().to_pandas()
+            return self._empty[stream].copy(deep=False)
         return pa.concat_tables(tables).to_pandas()
 
     @property

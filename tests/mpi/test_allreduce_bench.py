@@ -22,4 +22,7 @@ def test_two_ranks_give_rows_the_network_fit_reads_with_horovods_thread_cost():
     assert math.isfinite(cores) and 0.0 <= cores <= 1.0
     net = fit_network(rows, cores_per_node=2)
     assert net.horovod_thread_cores == pytest.approx(cores)
-    assert net.per_call_s > 0 and net.bandwidth_bytes_per_s > 0
+    # Horovod's cost per call over raw MPI is a median of differences, clipped at zero: on a busy machine it can
+    # legitimately come out as 0, so it is checked for range; its size is the bench's (README allreduce table)
+    assert math.isfinite(net.per_call_s) and 0.0 <= net.per_call_s < 1.0
+    assert math.isfinite(net.bandwidth_bytes_per_s) and net.bandwidth_bytes_per_s > 0

@@ -40,14 +40,13 @@ def test_headless_run_writes_json_parquet_and_report(tmp_path):
     summary = json.loads(completed.stdout)
     assert summary["ranks"] == 2 and summary["backend"] == "mpi4py" and summary["preset"] == "ci"
     assert summary["sweep"] == {"points": 8, "ran": 8, "reused": 0, "missing": []}
-    # evaluating every 6 epochs instead of every epoch: ~2x here on ci (2-2.5x on reduced). The bound comes
-    # from the case's own what-if estimate, made from the slow run alone: the headline backend's fix must give
-    # at least 65 % of the speedup it predicts, whatever the machine's load (a fall from 2x to 1.2x does not).
-    # One-sided: a fixed run faster than predicted is no regression of the fix. Horovod's short ci runs move
-    # too much for a bound of their own (0.65-1.1 here); they must still be faster with the fix.
-    assert summary["speedup_eval_fix"] > 1.3, summary
+    # Evaluating once instead of every epoch (20 evaluations against 1). Its size (1.2-2.7x on 2 ranks, quiet or
+    # with one core busy) belongs to the benchmarks; what the runs themselves bound is asserted: with the fix every
+    # backend is faster, and the headline backend's fixed run keeps at least 65 % of the speedup that the case's
+    # what-if estimate, made from the slow run alone, predicts (0.76-1.7 measured, quiet and loaded). One-sided: a
+    # fixed run faster than predicted is no regression of the fix.
+    assert all(speedup > 1.0 for speedup in summary["speedup_eval_fix_by_backend"].values()), summary
     assert summary["whatif_estimate_over_measured"]["mpi4py"] > 0.65, summary
-    assert summary["speedup_eval_fix_by_backend"]["horovod"] > 1.0, summary
     assert set(summary["speedup_eval_fix_by_backend"]) == {"mpi4py", "horovod"}
     table = pd.read_parquet(tmp_path / "runs.parquet")
     assert len(table) == 2 * 2 * 2  # ranks 1..2 x backends x intervals {1, 6}

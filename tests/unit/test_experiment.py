@@ -52,7 +52,7 @@ def test_eval_frequency_plan_is_ranks_by_backend_by_interval():
 
 def test_settings_overrides_are_checked():
     experiment = Experiment("eval-frequency", preset="ci", ranks=1, backends=("horovod",), intervals=(1, 3))
-    expected = EvalFrequencySettings(epochs=6, dataset_repeat=1, intervals=(1, 3), backends=("horovod",))
+    expected = EvalFrequencySettings(epochs=20, dataset_repeat=1, intervals=(1, 3), backends=("horovod",))
     assert experiment.settings == expected
     with pytest.raises(ValueError, match="case eval-frequency has no setting 'epoch'"):
         Experiment("eval-frequency", preset="ci", epoch=3)

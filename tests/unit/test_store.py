@@ -103,6 +103,20 @@ def test_tail_delivers_every_row_exactly_once_across_compaction(tmp_path):
     assert len(list((run_path / "events" / "rank-00000").glob("*.parquet"))) == 1
 
 
+def test_tail_poll_with_nothing_new_gives_empty_frames_of_the_schema_that_callers_may_change(tmp_path):
+    run_path = create_run(tmp_path, "quiet", ranks=1)
+    tail = RunTail(run_path)
+    StreamWriter(run_path, "events", 0).write(_rows(0, 2))
+    assert len(tail.poll()[0]) == 2
+    first, memory = tail.poll()
+    assert len(first) == 0 and len(memory) == 0
+    assert {"rank", "phase", "start_ns", "end_ns"} <= set(first.columns)
+    first["added"] = 1  # a caller's change to one empty result does not reach the next
+    second, _ = tail.poll()
+    assert "added" not in second.columns and list(second.columns) == list(first.columns[:-1])
+    assert second.dtypes["start_ns"] == first.dtypes["start_ns"]
+
+
 @pytest.mark.parametrize(("status", "finished"), [("running", False), ("finished", True), ("failed", True)])
 def test_tail_knows_when_the_run_ended(tmp_path, status, finished):
     run_path = create_run(tmp_path, "ending", ranks=1)

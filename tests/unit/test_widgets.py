@@ -186,6 +186,24 @@ def test_time_window_and_zoom(source, tail, clock):
     assert dash.timeline.layout.meta["drawn"] <= 50 and dash.timeline.layout.meta["resolution_s"] > 0
 
 
+def test_spans_outside_a_zoomed_view_do_not_redraw_the_timeline(source, tail, clock):
+    dash = Dashboard(tail, analyse=phase_breakdown, clock=clock)
+    for i in range(20):
+        source.add(0, "compute", float(i), i + 0.5)
+    dash.update()
+    dash.timeline.plotly_relayout({"xaxis.range[0]": 2.0, "xaxis.range[1]": 4.0})
+    drawn = dash.timeline.to_json()
+    source.add(0, "communication", 30.0, 31.0)  # later than the view: nothing on screen changes
+    dash.update()
+    assert dash.timeline.to_json() == drawn and "21 events" in dash.status_text()
+    assert "communication" in dash.phase_checks  # the controls and the count still follow the data
+    source.add(1, "communication", 3.0, 3.5)  # inside the view: drawn
+    dash.update()
+    assert ranks_drawn(dash) == {0, 1}
+    dash.timeline.plotly_relayout({"xaxis.autorange": True})  # back to following the job: everything drawn
+    assert max(max(trace.base) + max(trace.x) for trace in dash.timeline.data if len(trace.x)) >= 31.0 - 1e-6
+
+
 def test_stale_rank_is_reported(dash, source, clock):
     source.add(0, "compute", 0.0, 1.0)
     source.add(1, "compute", 0.0, 1.0)

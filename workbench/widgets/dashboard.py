@@ -341,7 +341,9 @@ class Dashboard:
                 ids = [r for r in pd.unique(events["run_id"]) if r]
                 self.run_id = str(ids[0]) if ids else None
             self._sync_controls(pd.unique(events["phase"].astype(str)))
-            self._stale_tabs.update((TAB_TIMELINE, TAB_BREAKDOWN))
+            self._stale_tabs.add(TAB_BREAKDOWN)
+            if self._in_view(events):  # a zoomed view that the new spans miss would be redrawn unchanged
+                self._stale_tabs.add(TAB_TIMELINE)
         if memory is not None and len(memory):
             self._memory_chunks.append(memory)
             self._memory = None
@@ -349,6 +351,13 @@ class Dashboard:
                 self._t0_ns = int(memory["time_ns"].min())
             self._stale_tabs.add(TAB_MEMORY)
         return n_new
+
+    def _in_view(self, events: pd.DataFrame) -> bool:
+        """Whether any of ``events`` falls in the time range the user zoomed to (always, without a zoom)."""
+        if self._view is None or self._t0_ns is None:
+            return True
+        low, high = (self._t0_ns + int(edge * NS_PER_S) for edge in self._view)
+        return bool(((events["end_ns"].to_numpy() >= low) & (events["start_ns"].to_numpy() <= high)).any())
 
     def _sync_controls(self, new_phases: Any) -> None:
         """Add newly seen ranks (shown unless hidden before) and phases (checked) to the controls."""
