@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Re-measure the README's figures: every command's --json is saved as benchmarks/results/NAME.json
-# (with the command and when it ran), then the README's tables are rendered from them.
+# Re-measure the documented figures: every command's --json is saved as benchmarks/results/NAME.json
+# (with the command and when it ran), then the tables in README.md and docs/*.md are rendered from them
+# (the blocks between <!-- table: NAME --> and <!-- /table -->; see benchmarks/render_readme.py).
 #
 #   benchmarks/measure_readme.sh            # all of them, about 40 minutes on 2 cores
 #   benchmarks/measure_readme.sh overhead   # only the named ones

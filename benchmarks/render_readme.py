@@ -1,6 +1,6 @@
-"""README tables rendered from saved results, so that a figure and its source cannot disagree.
+"""Measured tables in the docs rendered from saved results, so that a figure and its source cannot disagree.
 
-Each measured table in README.md sits between two markers::
+Each measured table in README.md and docs/*.md sits between two markers::
 
     <!-- table: NAME -->
     ...generated...
@@ -8,7 +8,9 @@ Each measured table in README.md sits between two markers::
 
 and is rendered from ``benchmarks/results/NAME.json``, which holds what a command printed with
 ``--json`` plus the command itself and when it ran (``save`` writes that file). ``--check`` (what
-the tests run) fails when a block differs from what its JSON renders; ``--write`` rewrites them.
+the tests run) fails when a block in any of those files differs from what its JSON renders;
+``--write`` rewrites them. A case study's prose comes from the case itself (``Case.text``), and a
+case with no renderer of its own here gets its headline table and text: a new case needs no code here.
 
     workbench run ps-vs-allreduce --preset reduced --ranks 2 --json > out.json
     python benchmarks/render_readme.py save ps-vs-allreduce-reduced out.json \\
@@ -57,6 +59,34 @@ def source_line(saved: Mapping[str, Any]) -> str:
         else ""
     )
     return f"*From `{saved['command']}`, {saved['measured']} on {saved['machine']}{busy} ({where}).*"
+
+
+def case_text(saved: Mapping[str, Any]) -> str:
+    """The case's own plain-language result (``Case.text``) from its saved summary: one wording, in the
+    notebook, the report, ``workbench run`` and here. The case is found through the registry
+    (``workbench.experiment.CASE_MODULES``) by the name its summary carries."""
+    from workbench.experiment import get_case
+
+    result = saved["result"]
+    return get_case(result["case"]).text(result).strip()
+
+
+def cell(value: Any) -> str:
+    """One value of a headline record as a table cell: numbers to 3 significant figures, nothing as ``–``."""
+    if value is None or (isinstance(value, float) and value != value):
+        return "–"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value).replace("|", "\\|")
+    return number(value)
+
+
+def render_case(saved: Mapping[str, Any]) -> str:
+    """Any case study's sweep with no renderer of its own: its headline table as saved, then its own text."""
+    records = saved["result"]["headline"]
+    header = list(records[0]) if records else []
+    align = ["r" if any(isinstance(r.get(c), (int, float)) for r in records) else "l" for c in header]
+    rows = [[cell(r.get(c)) for c in header] for r in records]
+    return table(header, align, rows) + "\n\n" + case_text(saved) + "\n\n" + source_line(saved)
 
 
 # -- one renderer per saved result ---------------------------------------------------------------------------
@@ -492,24 +522,7 @@ def render_eval_frequency(saved: Mapping[str, Any]) -> str:
         "backend", "ranks", "eval every", "wall s", "fix speedup", "what-if estimate s", "train samples/s",
         "wall speedup vs 1 rank", "PE",
     ]  # fmt: skip
-    ranks = result["largest_ranks"]
-    bullets = [
-        f"- Evaluating every {max(result['intervals'])} epochs instead of every epoch: **"
-        + " / ".join(
-            f"{times(v)}** ({k})" if i == 0 else f"{times(v)} ({k})"
-            for i, (k, v) in enumerate(result["speedup_eval_fix_by_backend"].items())
-        )
-        + f" faster on {ranks} ranks; the seed measured {result['seed_speedup_eval_fix']}×.",
-        "- What-if estimate (from the every-epoch run alone) over the measured fixed run: "
-        + ", ".join(f"{fixed(v, 2)} ({k})" for k, v in result["whatif_estimate_over_measured"].items())
-        + ".",
-        f"- Training throughput, {ranks} ranks over 1: "
-        + ", ".join(f"{times(v)} ({k})" for k, v in result["throughput_speedup_vs_1_rank"].items())
-        + ".",
-    ]
-    body = table(header, ["l"] + ["r"] * 8, rows) + "\n\n" + "\n".join(bullets)
-    caveats = [f"- Caveat: {text}" for text in result.get("caveats", [])]
-    return body + ("\n" + "\n".join(caveats) if caveats else "") + "\n\n" + source_line(saved)
+    return table(header, ["l"] + ["r"] * 8, rows) + "\n\n" + case_text(saved) + "\n\n" + source_line(saved)
 
 
 def render_predict_leak(saved: Mapping[str, Any]) -> str:
@@ -563,19 +576,12 @@ def render_input_pipeline(saved: Mapping[str, Any]) -> str:
     ]
     header = ["ranks", "source", "enqueue threads", "k", "ms / step", "vs in memory", "input share",
               "queue empty at dequeue", "test accuracy after the run"]  # fmt: skip
-    by_ranks = " and ".join(
-        f"{times(v)} on {k} rank{'s' if k != '1' else ''}" for k, v in result["speedup_in_memory_by_ranks"].items()
-    )
-    line = (
-        f"Data in memory made steps faster than the contested queue by {by_ranks} (the seed: "
-        f"~{result['seed_speedup_in_memory']:g}×)."
-    )
     return (
         table(header, ["r", "l", "r", "r", "r", "r", "r", "r", "r"], rows)
         + "\n\n"
-        + line
+        + case_text(saved)
         + "\n\n"
-        + (source_line(saved))
+        + source_line(saved)
     )
 
 
@@ -610,30 +616,7 @@ def render_pop_scaling(saved: Mapping[str, Any]) -> str:
         for r in sorted(result["headline"], key=lambda r: (r["ranks"], r["scaling"] != "strong", change(r) != "–"))
     ]
     header = ["ranks", "scaling", "change", "wall s", "test share", "input wait", "LB", "CommE", "PE"]
-    fixes = {
-        "test sharded": result.get("speedup_sharded_test"),
-        "more input workers": result.get("speedup_input_workers"),
-        "offline preprocessing": result.get("speedup_offline_preprocessing"),
-    }
-    projected = {(r["ranks"], r["test"]): r for r in result.get("projection", [])}
-    seed_64 = next((r for r in result["seed_pop"] if r["ranks"] == 64), None)
-    if (64, "sequential") in projected and (64, "sharded") in projected and seed_64:
-        sequential, sharded = projected[(64, "sequential")], projected[(64, "sharded")]
-        projection_line = (
-            f"Projected from the 1-rank run to 64 ranks: PE **{fixed(sequential['parallel_efficiency'], 2)}** with "
-            f"the sequential test phase (limited by {sequential['limiter']}), "
-            f"**{fixed(sharded['parallel_efficiency'], 2)}** with it sharded; the seed measured "
-            f"{seed_64['parallel_efficiency']} (LB {seed_64['load_balance']}, "
-            f"CommE {seed_64['communication_efficiency']})."
-        )
-    else:
-        projection_line = "No projection in this result."
-    line = (
-        f"Wall-time speedup of each fix on {result['largest_ranks']} ranks (strong scaling): "
-        + ", ".join(f"{name} {times(value)}" for name, value in fixes.items() if value is not None)
-        + "."
-    )
-    return "\n\n".join([table(header, ["r", "l", "l"] + ["r"] * 6, rows), line, projection_line, source_line(saved)])
+    return "\n\n".join([table(header, ["r", "l", "l"] + ["r"] * 6, rows), case_text(saved), source_line(saved)])
 
 
 def render_projection(saved: Mapping[str, Any]) -> str:
@@ -746,7 +729,7 @@ def render_projection(saved: Mapping[str, Any]) -> str:
                 "",
                 summary,
                 "",
-                "Seed 004, InceptionV3 with parameter servers (scaling efficiency):",
+                "The ps-vs-allreduce seed (004), InceptionV3 with parameter servers (scaling efficiency):",
                 "",
                 table(
                     ["system", "GPUs", "seed", "model, 1 PS per node", "model, fitted PS"],
@@ -754,11 +737,13 @@ def render_projection(saved: Mapping[str, Any]) -> str:
                     seed_004,
                 ),
                 "",
-                "Seed 001, ResNet-50 on BigEarthNet (seed / model; the serial test phase fitted at 64 GPUs):",
+                "The pop-scaling seed (001), ResNet-50 on BigEarthNet (seed / model; the serial test phase fitted at "
+                "64 GPUs):",
                 "",
                 table(["GPUs", "PE", "LB", "CommE"], ["r", "r", "r", "r"], seed_001),
                 "",
-                "Seed 000, evaluating every 30 epochs instead of every epoch (from this machine's 1-rank run):",
+                "The eval-frequency seed (000), evaluating every 30 epochs instead of every epoch (from this "
+                "machine's 1-rank run):",
                 "",
                 table(
                     ["backend", "ranks", "seed", "model", "evaluation share (model)", "evaluation share (seed)"],
@@ -816,6 +801,39 @@ def render_clock_alignment(saved: Mapping[str, Any]) -> str:
     )
 
 
+def render_headline(saved: Mapping[str, Any]) -> str:
+    """The README's three lines of key figures, each from the saved result its docs page renders in full."""
+    overhead = saved["result"]
+    analysis, browser, live = load("analysis-categorical")["result"], load("browser")["result"], load("live")["result"]
+    evaluation, pipeline = load("eval-frequency-reduced")["result"], load("input-pipeline-reduced")["result"]
+    projection = load("projection")["result"]
+    low, high = overhead["cpu_overhead_ci"]
+    lines = [
+        f"- **Cost of recording:** {share(1 - overhead['cpu_overhead_ratio'])} of CPU time on a "
+        f"{number(1e3 / overhead['steps_per_s_plain'])} ms training step (recorded / plain "
+        f"{fixed(overhead['cpu_overhead_ratio'])}, 95 % interval {fixed(low)}–{fixed(high)}); analysing "
+        f"{analysis['events'] / 1e6:.3g} M events of {analysis['ranks']} ranks takes {fixed(analysis['seconds'], 2)} s "
+        f"and {analysis['peak_rss_mb'] / 1024:.2f} GB on one core.",
+        f"- **Live:** an event on a rank is on screen in JupyterLab {number(browser['event_to_screen_ms']['median'])} "
+        f"ms later (median); a {live['ranks']}-rank job is followed with a "
+        f"{fixed(live['refresh_median_s'], 2)} s refresh (median).",
+        f"- **Case studies:** evaluating every {max(evaluation['intervals'])} epochs instead of every epoch made "
+        f"training {times(evaluation['speedup_eval_fix'])} faster on {evaluation['largest_ranks']} ranks (the "
+        f"eval-frequency seed: {evaluation['seed_speedup_eval_fix']}×); data in memory made steps "
+        f"{times(pipeline['speedup_in_memory_by_ranks']['1'])} faster than the contested queue on 1 rank (the "
+        f"input-pipeline seed: ~{pipeline['seed_speedup_in_memory']:g}×); the scaling projection is within "
+        f"{share(projection['median_error'])} (median) and {share(projection['max_error'])} (max) of measured "
+        "2-rank runs.",
+    ]
+    sources = (
+        "overhead, analysis-categorical, browser, live, eval-frequency-reduced, input-pipeline-reduced, projection"
+    )
+    return (
+        "\n".join(lines)
+        + f"\n\n*Rendered from `benchmarks/results/` ({sources}); the commands and dates are on the docs pages.*"
+    )
+
+
 RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "allreduce": render_allreduce,
     "overhead": render_overhead,
@@ -834,12 +852,19 @@ RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "ps-vs-allreduce-reduced": render_ps_vs_allreduce,
     "cpu-tuning-reduced": render_cpu_tuning,
     "clock-alignment": render_clock_alignment,
+    "headline": render_headline,
 }
 #: Blocks rendered from another block's saved result (block name -> result name).
-SOURCES: dict[str, str] = {"clock-alignment": "eval-frequency-reduced"}
+SOURCES: dict[str, str] = {"clock-alignment": "eval-frequency-reduced", "headline": "overhead"}
 
 
-# -- the README ---------------------------------------------------------------------------------------------
+# -- the documents --------------------------------------------------------------------------------------------
+def documents(root: Path | None = None) -> list[Path]:
+    """Every file whose blocks are rendered: README.md, then docs/*.md (a new page is found, not listed)."""
+    base = ROOT if root is None else root
+    return [base / "README.md", *sorted((base / "docs").glob("*.md"))]
+
+
 def load(name: str) -> dict[str, Any]:
     path = RESULTS / f"{name}.json"
     if not path.is_file():
@@ -847,20 +872,42 @@ def load(name: str) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
+def renderer(name: str, saved: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], str]:
+    """The block's own renderer, else the generic one for a case study's saved sweep."""
+    if name in RENDERERS:
+        return RENDERERS[name]
+    result = saved.get("result")
+    if isinstance(result, Mapping) and result.get("case") and "headline" in result:
+        from workbench.experiment import CASE_MODULES
+
+        if result["case"] in CASE_MODULES:
+            return render_case
+    raise SystemExit(f"block {name!r} has no renderer in benchmarks/render_readme.py and is not a case's sweep")
+
+
 def rendered(text: str) -> tuple[str, list[str]]:
-    """README text with every block rendered from its JSON, and the names of the blocks that changed."""
+    """A document's text with every block rendered from its JSON, and the names of the blocks that changed."""
     changed: list[str] = []
 
     def replace(match: re.Match[str]) -> str:
         name = match["name"]
-        if name not in RENDERERS:
-            raise SystemExit(f"README block {name!r} has no renderer in benchmarks/render_readme.py")
-        body = RENDERERS[name](load(SOURCES.get(name, name))) + "\n"
+        saved = load(SOURCES.get(name, name))
+        body = renderer(name, saved)(saved) + "\n"
         if body != match["body"]:
             changed.append(name)
         return match.group(1) + body + match.group(4)
 
     return BLOCK.sub(replace, text), changed
+
+
+def render_files(paths: Sequence[Path]) -> dict[Path, tuple[str, list[str]]]:
+    """Each file's rendered text and its changed blocks; a file without blocks is left out."""
+    out: dict[Path, tuple[str, list[str]]] = {}
+    for path in paths:
+        text = path.read_text()
+        if BLOCK.search(text):
+            out[path] = rendered(text)
+    return out
 
 
 def save(name: str, output: Path, command: str, seconds: float | None = None) -> Path:
@@ -887,8 +934,12 @@ def save(name: str, output: Path, command: str, seconds: float | None = None) ->
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 when a README table differs from its JSON")
-    parser.add_argument("--write", action="store_true", help="rewrite the README tables from their JSON")
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 when a table in README.md or docs/*.md differs from its JSON"
+    )
+    parser.add_argument(
+        "--write", action="store_true", help="rewrite the tables in README.md and docs/*.md from their JSON"
+    )
     sub = parser.add_subparsers(dest="action")
     saver = sub.add_parser("save", help="store a command's --json output as benchmarks/results/NAME.json")
     saver.add_argument("name")
@@ -899,14 +950,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.action == "save":
         print(save(args.name, args.output, args.command, args.seconds))
         return 0
-    text = README.read_text()
-    new, changed = rendered(text)
-    if args.write and changed:
-        README.write_text(new)
-    if changed:
-        print(("rewrote: " if args.write else "out of date: ") + ", ".join(changed))
+    stale: list[str] = []
+    for path, (new, changed) in render_files(documents()).items():
+        if not changed:
+            continue
+        stale.append(f"{path.relative_to(ROOT)}: {', '.join(changed)}")
+        if args.write:
+            path.write_text(new)
+    if stale:
+        print(("rewrote " if args.write else "out of date: ") + "; ".join(stale))
         return 0 if args.write else 1
-    print("README tables match benchmarks/results")
+    print("tables in README.md and docs/*.md match benchmarks/results")
     return 0
 
 

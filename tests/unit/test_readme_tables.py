@@ -1,9 +1,12 @@
-"""README tables are rendered from saved results: a figure and its source cannot disagree."""
+"""The measured tables in README.md and docs/*.md are rendered from saved results: a figure and its source
+cannot disagree."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -18,31 +21,91 @@ def renderer():
     return module
 
 
-def test_every_readme_table_matches_its_saved_result():
+def test_every_table_matches_its_saved_result():
     module = renderer()
-    text = (ROOT / "README.md").read_text()
-    blocks = module.BLOCK.findall(text)
-    assert blocks, "README has no rendered tables"
-    _new, changed = module.rendered(text)
-    assert changed == [], f"README tables out of date: run python benchmarks/render_readme.py --write ({changed})"
+    files = module.render_files(module.documents())
+    assert ROOT / "README.md" in files, "README has no rendered block (its headline of key figures)"
+    assert any(path.parent.name == "docs" for path in files), "docs/ has no rendered tables"
+    stale = {str(path.relative_to(ROOT)): changed for path, (_new, changed) in files.items() if changed}
+    assert stale == {}, f"tables out of date: run python benchmarks/render_readme.py --write ({stale})"
+    names = [name for path in files for name in module.BLOCK.findall(path.read_text())]
+    names = [match[1] for match in names]
+    assert len(names) == len(set(names)), f"a block appears twice: {names}"
     for name in module.RENDERERS:
         source = module.SOURCES.get(name, name)
         saved = json.loads((ROOT / "benchmarks" / "results" / f"{source}.json").read_text())
         # a command a reader can run again: the workbench CLI, or the script that runs the browser test
         assert saved["command"].startswith(("workbench ", "python benchmarks/")), name
-        assert f"<!-- table: {name} -->" in text, f"{name} has a renderer but no block in the README"
+        assert name in names, f"{name} has a renderer but no block in README.md or docs/*.md"
+
+
+def block_file(module, name: str) -> Path:
+    """The document that holds block ``name``."""
+    return next(path for path in module.documents() if f"<!-- table: {name} -->" in path.read_text())
 
 
 def test_a_changed_number_is_caught(tmp_path, monkeypatch):
     module = renderer()
-    text = (ROOT / "README.md").read_text()
     name = "ps-vs-allreduce-reduced"
+    text = block_file(module, name).read_text()
     saved = module.load(name)
     saved["result"]["efficiency"][0]["images_per_s"] += 1.0
     real_load = module.load
     monkeypatch.setattr(module, "load", lambda asked: saved if asked == name else real_load(asked))
     _new, changed = module.rendered(text)
     assert changed == [name]
+
+
+def test_a_tampered_block_fails_the_check_in_any_document(tmp_path, monkeypatch, capsys):
+    """A number edited by hand inside a docs page's block: ``--check`` exits 1 naming it, ``--write`` restores it."""
+    module = renderer()
+    shutil.copy(ROOT / "README.md", tmp_path / "README.md")
+    shutil.copytree(ROOT / "docs", tmp_path / "docs")
+    monkeypatch.setattr(module, "ROOT", tmp_path)  # results are still read from the real benchmarks/results
+    page = tmp_path / "docs" / block_file(module, "allreduce").name
+    original = page.read_text()
+    block = re.search(r"<!-- table: allreduce -->\n.*?<!-- /table -->", original, re.S)
+    assert block and "| 1 024 |" in block[0]
+    page.write_text(original.replace(block[0], block[0].replace("| 1 024 |", "| 2 048 |", 1)))
+    assert module.main(["--check"]) == 1
+    assert f"docs/{page.name}: allreduce" in capsys.readouterr().out
+    assert module.main(["--write"]) == 0 and page.read_text() == original
+    assert module.main(["--check"]) == 0
+
+
+def test_case_prose_is_the_case_own_text():
+    """A case's bullets are its ``Case.text`` (via the registry), so the docs and the notebook say the same."""
+    module = renderer()
+    from workbench.experiment import get_case
+
+    for name in ("eval-frequency-reduced", "input-pipeline-reduced", "pop-scaling-reduced"):
+        saved = module.load(name)
+        text = get_case(saved["result"]["case"]).text(saved["result"]).strip()
+        assert text and text in module.RENDERERS[name](saved), name
+
+
+def test_a_case_without_a_renderer_gets_its_headline_and_text(monkeypatch):
+    """A new case needs no code in the renderer: its block renders its saved headline table and its text."""
+    module = renderer()
+    name = "predict-leak-reduced"
+    monkeypatch.delitem(module.RENDERERS, name)
+    saved = module.load(name)
+    body = module.renderer(name, saved)(saved)
+    header = "| " + " | ".join(saved["result"]["headline"][0]) + " |"
+    assert body.startswith(header) and "**leak**" in body and body.endswith(module.source_line(saved))
+    with pytest.raises(SystemExit, match="no renderer"):
+        module.renderer("not-a-case", {"result": [1, 2]})
+
+
+def test_readme_is_short_and_its_links_resolve():
+    """The README stays a front page (its topics live in docs/), and no link between the pages is broken."""
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 250
+    for path in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]:
+        for target in re.findall(r"\]\(([^)#\s]+)", path.read_text()):
+            # the dashboard screenshot is added by hand (docs/images/), and web links are not checked here
+            if target.startswith(("http://", "https://")) or "images/" in target:
+                continue
+            assert (path.parent / target).exists(), f"{path.relative_to(ROOT)} links to a missing {target}"
 
 
 def test_number_formats():
