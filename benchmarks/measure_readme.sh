@@ -57,6 +57,7 @@ measure analysis-object workbench bench analysis --events 10000000 --ranks 64 --
 measure timeline workbench bench timeline --mb 300 --json
 measure redraw workbench bench redraw --json
 measure live workbench bench live --ranks 64 --seconds 120 --json
+measure dashboard-cost python benchmarks/dashboard_cost.py --preset reduced --repetitions 5
 measure horovod-step workbench bench horovod-step --json
 measure eval-frequency-reduced workbench run eval-frequency --preset reduced --ranks 2 --out artifacts/eval-frequency-reduced --json
 measure predict-leak-reduced workbench run predict-leak --preset reduced --ranks 2 --out artifacts/predict-leak-reduced --json

@@ -402,6 +402,37 @@ def render_live(saved: Mapping[str, Any]) -> str:
     return table(["measure", "value"], ["l", "l"], rows) + "\n\n" + source_line(saved)
 
 
+def render_dashboard_cost(saved: Mapping[str, Any]) -> str:
+    """The live dashboard's CPU (kernel, Jupyter server, Chromium) and the live point against headless."""
+    r = saved["result"]
+    live, headless = r["live"], r["headless"]
+
+    def cores(name: str) -> list[str]:
+        extra = live[f"{name}_cpu_per_s"] - headless[f"{name}_cpu_per_s"]
+        return [fixed(headless[f"{name}_cpu_per_s"], 3), fixed(live[f"{name}_cpu_per_s"], 3), f"**{fixed(extra, 3)}**"]
+
+    rows = [
+        ["notebook kernel", *cores("kernel")],
+        ["Jupyter server", *cores("server")],
+        ["Chromium (every process)", *cores("browser")],
+    ]
+    walls = " / ".join(fixed(w, 2) for w in live["walls_s"]) + " s live; " + " / ".join(
+        fixed(w, 2) for w in headless["walls_s"]
+    )
+    refresh_new, refresh_idle = r["refresh_with_new_events"], r["refresh_without_new_events"]
+    lines = [
+        table(["CPU seconds per second of the point", "headless", "live", "the dashboard's"], ["l", "r", "r", "r"], rows),
+        "",
+        f"- The point on {r['ranks']} ranks ({r['preset']} preset, {r['repetitions']} repetitions each way, alternating):"
+        f" **{fixed(r['slowdown_live_over_headless'], 3)}x** the headless wall time with the dashboard live"
+        f" (medians; {walls} s headless).",
+        f"- A refresh that brought new events: {fixed(refresh_new['median_ms'], 1)} ms in the kernel (median of"
+        f" {refresh_new['count']}); one that brought none: {fixed(refresh_idle['median_ms'], 2)} ms (median of"
+        f" {refresh_idle['count']}).",
+    ]
+    return "\n".join(lines) + "\n\n" + source_line(saved)
+
+
 def render_redraw(saved: Mapping[str, Any]) -> str:
     """Timeline figure build and widget update, decimated and not; a dashboard's first and steady refresh."""
     r = saved["result"]
@@ -840,6 +871,7 @@ RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "analysis-categorical": render_analysis,
     "timeline": render_timeline,
     "redraw": render_redraw,
+    "dashboard-cost": render_dashboard_cost,
     "live": render_live,
     "browser": render_browser,
     "report-open": render_report_open,
