@@ -33,9 +33,9 @@ _LAZY: dict[str, str] = {
     "RunTail": "workbench.store",
     "analyse_run": "workbench.analysis",
     "create_run": "workbench.store",
-    "format_analysis": "workbench.inspection",
+    "format_analysis": "workbench.text",
     "list_runs": "workbench.store",
-    "profile_command": "workbench.profile",
+    "profile_command": "workbench.commands.profile",
     "profile_function": "workbench.api",
     "readable": "workbench.report",
 }

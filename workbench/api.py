@@ -33,13 +33,13 @@ class Run(store.Run):
 
     def report(self, path: str | Path, result: RunAnalysis | None = None) -> Path:
         """The analysis as one self-contained HTML file (what ``workbench analyse --html`` writes)."""
-        from workbench.inspection import write_analysis_report
+        from workbench.commands.analyse import write_analysis_report
 
         return write_analysis_report(path, result if result is not None else self.analyse(), self)
 
     def summary(self, result: RunAnalysis | None = None) -> str:
         """The analysis as text, as ``workbench analyse`` prints it."""
-        from workbench.inspection import format_analysis
+        from workbench.text import format_analysis
 
         return format_analysis(result if result is not None else self.analyse())
 

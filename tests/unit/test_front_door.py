@@ -147,7 +147,6 @@ def test_the_cycle_check_finds_a_circle():
     assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-@pytest.mark.xfail(strict=True, reason="report <-> inspection, ps_job <-> ps_vs_allreduce: broken in issue 32 step 2")
 def test_no_import_circle_in_workbench():
     assert import_cycles(import_graph()) == []
 

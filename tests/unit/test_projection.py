@@ -402,7 +402,7 @@ def test_cli_parses_project_and_bench_projection():
     assert args.run_dirs == ["a", "b"] and args.ranks == "8,16" and args.network == "nvlink" and args.json
     bench = build_parser().parse_args(["bench", "projection", "--json"])
     assert bench.json and bench.handler.__name__ == "_cmd_bench_projection"
-    from workbench.projecting import parse_ranks
+    from workbench.commands.project import parse_ranks
 
     assert parse_ranks("8,16,32") == [8, 16, 32]
     with pytest.raises(ValueError, match=">= 1"):
@@ -434,7 +434,7 @@ def test_overlap_hides_the_collective_behind_compute():
 def test_workbench_project_on_recorded_runs_prints_text_and_json(tmp_path, capsys):
     import json
 
-    from workbench.projecting import project_command
+    from workbench.commands.project import project_command
     from workbench.store import StreamWriter, create_run, update_run_meta
 
     paths = []
