@@ -1,29 +1,70 @@
 """workbench: see and fix what slows down distributed TensorFlow + Horovod training.
 
-The names users import; everything heavy (TensorFlow, ipyparallel) loads on first use.
+The front door: every name a notebook needs, importable from ``workbench``. Each one loads on
+first use (module ``__getattr__``), so ``import workbench`` stays light: no TensorFlow, pandas
+or plotly until a name that needs them is touched.
+
+- start ranks and watch them: ``Cluster``, ``Dashboard``, ``RunTail``
+- record: ``profile_function`` (a function on every rank), ``profile_command`` (a script), ``Recorder``
+- case studies: ``Experiment``
+- recorded runs: ``Run`` (``.analyse()``, ``.report(path)``, ``.summary()``), ``list_runs``, ``analyse_run``
+- the layers as namespaces: ``analysis`` (tables), ``figures`` (plotly), ``widgets``, ``cases``
+- tables for reading: ``readable``
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["Cluster", "ClusterConfig", "Dashboard", "Recorder", "Run", "__version__", "create_run", "list_runs"]
 
-_LAZY = {
+#: Exported name -> the module that defines it (loaded on first access).
+_LAZY: dict[str, str] = {
     "Cluster": "workbench.cluster",
     "ClusterConfig": "workbench.config",
-    "Recorder": "workbench.recorder",
-    "Run": "workbench.store",
-    "create_run": "workbench.store",
-    "list_runs": "workbench.store",
     "Dashboard": "workbench.widgets",
+    "Experiment": "workbench.experiment",
+    "PROFILE_ENVIRONMENT": "workbench.profile",
+    "ProfiledCall": "workbench.api",
+    "Recorder": "workbench.recorder",
+    "Run": "workbench.api",
+    "RunAnalysis": "workbench.analysis",
+    "RunTail": "workbench.store",
+    "analyse_run": "workbench.analysis",
+    "create_run": "workbench.store",
+    "format_analysis": "workbench.text",
+    "list_runs": "workbench.store",
+    "profile_command": "workbench.commands.profile",
+    "profile_function": "workbench.api",
+    "readable": "workbench.report",
 }
+#: Exported namespaces: the layers, used as ``workbench.analysis.phase_breakdown`` and so on.
+_NAMESPACES = ("analysis", "cases", "figures", "widgets")
+
+__all__ = ["__version__", *_NAMESPACES, *_LAZY]
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        import importlib
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+    elif name == "cases":
+        value = _cases()
+    elif name in _NAMESPACES:
+        value = importlib.import_module(f"workbench.{name}")
+    else:
+        raise AttributeError(f"module 'workbench' has no attribute {name!r}")
+    globals()[name] = value  # later lookups skip this function
+    return value
 
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'workbench' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+def _cases() -> Any:
+    """``workbench.cases`` with every case module loaded, so ``cases.predict_leak.live_growth`` resolves."""
+    cases = importlib.import_module("workbench.cases")
+    for module in cases.CASE_MODULES.values():
+        importlib.import_module(module)
+    return cases

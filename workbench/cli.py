@@ -17,7 +17,7 @@ def _print_json(payload: Any) -> None:
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
-    from workbench import doctor
+    from workbench.commands import doctor
 
     return doctor.main(as_json=args.json, quiet=args.quiet)
 
@@ -203,7 +203,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_profile(args: argparse.Namespace) -> int:
-    from workbench.profile import profile_command
+    from workbench.commands.profile import profile_command
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     return profile_command(
@@ -218,13 +218,13 @@ def _cmd_profile(args: argparse.Namespace) -> int:
 
 
 def _cmd_analyse(args: argparse.Namespace) -> int:
-    from workbench.inspection import analyse_command
+    from workbench.commands.analyse import analyse_command
 
     return analyse_command(args.run_dir, as_json=args.json, html=args.html)
 
 
 def _cmd_project(args: argparse.Namespace) -> int:
-    from workbench.projecting import project_command
+    from workbench.commands.project import project_command
 
     return project_command(
         args.run_dirs,
@@ -250,7 +250,7 @@ def _cmd_bench_projection(args: argparse.Namespace) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from workbench.inspection import compare_command
+    from workbench.commands.compare import compare_command
 
     return compare_command(args.run_a, args.run_b, as_json=args.json, html=args.html)
 

@@ -15,8 +15,8 @@ import textwrap
 import pytest
 
 from workbench import analysis
+from workbench.commands.profile import profile_command
 from workbench.config import ClusterConfig
-from workbench.profile import profile_command
 from workbench.store import Run, list_runs
 
 pytestmark = pytest.mark.mpi

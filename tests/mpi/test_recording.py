@@ -11,10 +11,10 @@ import pandas as pd
 import pytest
 
 from workbench.analysis import analyse_run
+from workbench.commands.profile import profile_command
 from workbench.formats import horovod_timeline, read_horovod_timeline
-from workbench.inspection import format_analysis
-from workbench.profile import profile_command
 from workbench.store import Run, list_runs
+from workbench.text import format_analysis
 
 pytestmark = pytest.mark.mpi
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # engines cannot import test modules

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from workbench.doctor import collect_facts, diagnose, render
+from workbench.commands.doctor import collect_facts, diagnose, render
 
 
 @pytest.fixture(scope="module")

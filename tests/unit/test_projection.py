@@ -180,7 +180,7 @@ def one_rank_run(*, compute_ms=10, input_ms=0, evaluation_ms=500, nbytes=1_000_0
 
 
 def test_profile_reads_per_step_costs_bytes_and_evaluation():
-    profile = pj.profile_run(one_rank_run(), {"ranks": 1}, warmup_steps=0, batch_per_rank=32)
+    profile = pj.step_costs(one_rank_run(), {"ranks": 1}, warmup_steps=0, batch_per_rank=32)
     assert profile.steps == 16 and profile.epochs == 2 and profile.steps_per_epoch == 8
     assert profile.compute_s == pytest.approx(np.full(16, 0.010))
     assert profile.gradient_bytes == 1_000_000
@@ -190,7 +190,7 @@ def test_profile_reads_per_step_costs_bytes_and_evaluation():
 
 
 def test_weak_scaling_shortens_epochs_and_a_serial_evaluation_weighs_more():
-    profile = pj.profile_run(one_rank_run(), {"ranks": 1}, warmup_steps=0, batch_per_rank=32)
+    profile = pj.step_costs(one_rank_run(), {"ranks": 1}, warmup_steps=0, batch_per_rank=32)
     table = pj.project(profile, [1, 4], NET, bootstrap=0).table.set_index("ranks")
     # 4 ranks: step = 10 ms + ring(1 MB, 4) = 10 + 2·3/4·1 ms = 11.5 ms; 8/4 = 2 steps per epoch + 0.5 s
     assert table.loc[4, "step_s"] == pytest.approx(0.0115)
@@ -204,7 +204,7 @@ def test_weak_scaling_shortens_epochs_and_a_serial_evaluation_weighs_more():
 
 
 def test_what_ifs_evaluation_interval_sharding_batch_and_fusion():
-    profile = pj.profile_run(one_rank_run(), {"ranks": 1}, warmup_steps=0)
+    profile = pj.step_costs(one_rank_run(), {"ranks": 1}, warmup_steps=0)
     rare = pj.project(profile, [4], NET, changes=pj.Changes(eval_interval=2), bootstrap=0).table.iloc[0]
     assert rare["evaluation_s"] == pytest.approx(0.25)
     sharded = pj.project(profile, [4], NET, changes=pj.Changes(shard_evaluation=True), bootstrap=0).table.iloc[0]
@@ -217,7 +217,7 @@ def test_what_ifs_evaluation_interval_sharding_batch_and_fusion():
 
 
 def test_strong_scaling_shrinks_each_ranks_batch():
-    profile = pj.profile_run(one_rank_run(evaluation_ms=0), {"ranks": 1}, warmup_steps=0)
+    profile = pj.step_costs(one_rank_run(evaluation_ms=0), {"ranks": 1}, warmup_steps=0)
     row = pj.project(profile, [4], NET, kind="strong", bootstrap=0).table.iloc[0]
     assert row["step_s"] == pytest.approx(0.0025 + 0.0015)
     assert row["epoch_s"] == pytest.approx(8 * 0.004)
@@ -225,7 +225,7 @@ def test_strong_scaling_shrinks_each_ranks_batch():
 
 
 def test_ranks_sharing_a_nodes_cores_slow_compute_down():
-    profile = pj.profile_run(one_rank_run(evaluation_ms=0), TWO_THREADS, warmup_steps=0)
+    profile = pj.step_costs(one_rank_run(evaluation_ms=0), TWO_THREADS, warmup_steps=0)
     host = HOST
     linear = pj.project(profile, [2], host, bootstrap=0).table.iloc[0]
     assert linear["step_s"] == pytest.approx(0.020 + 0.001)  # 1 thread instead of 2; ring(1 MB, 2) = 1 ms
@@ -243,7 +243,7 @@ def test_horovods_background_thread_takes_its_share_of_a_busy_ranks_core_from_2_
         if cpu_percent is not None:
             times = np.linspace(0, int(events["end_ns"].max()), 20).astype(np.int64)
             samples = pd.DataFrame({"rank": 0, "time_ns": times, "cpu_percent": float(cpu_percent)})
-        profile = pj.profile_run(events, one_thread, samples, warmup_steps=0)
+        profile = pj.step_costs(events, one_thread, samples, warmup_steps=0)
         return pj.project(profile, [1, 2], host, scheme=scheme, bootstrap=0)
 
     table = at_2().table.set_index("ranks")
@@ -277,7 +277,7 @@ def test_fit_network_takes_horovods_thread_cores_from_the_bench_rows():
 
 
 def test_an_input_bound_run_keeps_its_pipeline_period_unless_the_node_caps_it():
-    profile = pj.profile_run(one_rank_run(input_ms=30, evaluation_ms=0), {"ranks": 1}, warmup_steps=0)
+    profile = pj.step_costs(one_rank_run(input_ms=30, evaluation_ms=0), {"ranks": 1}, warmup_steps=0)
     assert profile.input_bound
     row = pj.project(profile, [2], NET, bootstrap=0).table.iloc[0]
     assert row["step_s"] == pytest.approx(0.040)  # the pipeline's 40 ms, not compute + allreduce
@@ -298,7 +298,7 @@ def test_an_input_bound_runs_period_slows_with_core_sharing_only_when_its_cpu_us
         if cpu_percent is not None:
             times = np.linspace(0, int(events["end_ns"].max()), 20).astype(np.int64)
             samples = pd.DataFrame({"rank": 0, "time_ns": times, "cpu_percent": float(cpu_percent)})
-        profile = pj.profile_run(events, meta, samples, warmup_steps=0)
+        profile = pj.step_costs(events, meta, samples, warmup_steps=0)
         return pj.project(profile, [2], host, thread_scaling=thread_scaling, bootstrap=0).table.iloc[0]["step_s"]
 
     # readers kept 1.9 cores busy (CPU-bound): on 2 ranks each has 1 core, min(1.9, 2) / min(1.9, 1) = 1.9x
@@ -325,7 +325,7 @@ def test_shared_storage_is_fair_per_reader_and_capped_by_the_node_link():
 
 def test_a_shared_storage_sets_each_ranks_period_from_its_share_at_that_rank_count():
     # compute 10 ms, no measured input wait: the storage alone makes the step at 1 and 2 ranks
-    profile = pj.profile_run(one_rank_run(evaluation_ms=0), TWO_THREADS, warmup_steps=0)
+    profile = pj.step_costs(one_rank_run(evaluation_ms=0), TWO_THREADS, warmup_steps=0)
     host = HOST
 
     def steps(storage):
@@ -347,23 +347,23 @@ def test_a_shared_storage_sets_each_ranks_period_from_its_share_at_that_rank_cou
 
 def test_error_bars_come_from_the_measured_step_variance():
     events = one_rank_run(evaluation_ms=0)
-    steady = pj.project(pj.profile_run(events, warmup_steps=0), [8], NET, bootstrap=50).table.iloc[0]
+    steady = pj.project(pj.step_costs(events, warmup_steps=0), [8], NET, bootstrap=50).table.iloc[0]
     assert steady["step_s_low"] == pytest.approx(steady["step_s"]) == pytest.approx(steady["step_s_high"])
     noisy = events.copy()
     compute = noisy["phase"] == "compute"
     noisy.loc[compute, "end_ns"] = noisy.loc[compute, "start_ns"] + np.tile([5, 15], 8)[: compute.sum()] * MS
-    row = pj.project(pj.profile_run(noisy, warmup_steps=0), [8], NET, bootstrap=200).table.iloc[0]
+    row = pj.project(pj.step_costs(noisy, warmup_steps=0), [8], NET, bootstrap=200).table.iloc[0]
     assert row["step_s_low"] < row["step_s"] <= row["step_s_high"]
     # slowest of 8 ranks: 15 ms unless all 8 drew 5 ms (1/256); weak: 8 steps/epoch / 8 ranks = 1 step
     assert row["waiting_s"] == pytest.approx((5 / 256 + 15 * 255 / 256) / 1000 - 0.010)
 
 
 def test_missing_data_become_notes_not_exceptions():
-    empty = pj.profile_run(events_frame([{"rank": 0, "phase": "compute", "start_ns": 0, "end_ns": 0}]).iloc[:0])
+    empty = pj.step_costs(events_frame([{"rank": 0, "phase": "compute", "start_ns": 0, "end_ns": 0}]).iloc[:0])
     assert any("step" in note for note in empty.notes)
     result = pj.project(empty, [8], NET)
     assert result.table["step_s"].isna().all() and any("nothing to project" in n for n in result.notes)
-    no_bytes = pj.profile_run(one_rank_run(nbytes=-1), warmup_steps=0)
+    no_bytes = pj.step_costs(one_rank_run(nbytes=-1), warmup_steps=0)
     assert no_bytes.gradient_bytes == 0 and any("gradient bytes" in note for note in no_bytes.notes)
     assert any("1 rank" in note for note in no_bytes.notes)
     assert pj.project(no_bytes, [8], NET, bootstrap=0).table.iloc[0]["communication_s"] == 0.0
@@ -372,7 +372,7 @@ def test_missing_data_become_notes_not_exceptions():
 def test_projection_to_dict_is_json_ready_and_limits_sum_to_the_epoch():
     import json
 
-    profile = pj.profile_run(one_rank_run(), warmup_steps=0)
+    profile = pj.step_costs(one_rank_run(), warmup_steps=0)
     result = pj.project(profile, [1, 2, 8], NET, bootstrap=0)
     json.dumps(result.to_dict(), allow_nan=False)
     sums = result.limits.groupby("ranks")["seconds"].sum()
@@ -387,7 +387,7 @@ def test_projection_to_dict_is_json_ready_and_limits_sum_to_the_epoch():
 def test_figures_mark_measured_points_and_stack_the_limits():
     from workbench.figures.projection import limits_figure, projection_figure
 
-    result = pj.project(pj.profile_run(one_rank_run(), warmup_steps=0), [1, 2, 8], NET, bootstrap=10)
+    result = pj.project(pj.step_costs(one_rank_run(), warmup_steps=0), [1, 2, 8], NET, bootstrap=10)
     measured = pd.DataFrame({"ranks": [2], "epoch_s": [0.6]})
     figure = projection_figure(result.table, measured)
     assert [trace.name for trace in figure.data].count("measured") == 1
@@ -402,7 +402,7 @@ def test_cli_parses_project_and_bench_projection():
     assert args.run_dirs == ["a", "b"] and args.ranks == "8,16" and args.network == "nvlink" and args.json
     bench = build_parser().parse_args(["bench", "projection", "--json"])
     assert bench.json and bench.handler.__name__ == "_cmd_bench_projection"
-    from workbench.projecting import parse_ranks
+    from workbench.commands.project import parse_ranks
 
     assert parse_ranks("8,16,32") == [8, 16, 32]
     with pytest.raises(ValueError, match=">= 1"):
@@ -419,7 +419,7 @@ def test_validation_summary_is_median_and_max_of_absolute_errors():
 
 
 def test_overlap_hides_the_collective_behind_compute():
-    profile = pj.profile_run(one_rank_run(evaluation_ms=0), warmup_steps=0)
+    profile = pj.step_costs(one_rank_run(evaluation_ms=0), warmup_steps=0)
     calls = pj.network(NET, per_call_s=1.5e-3)
     # 1.5 ms transfer + 1.5 ms per call behind at most 20 % of 10 ms = 2 ms: 1 ms stays exposed
     row = pj.project(profile, [4], calls, overlap=0.2, bootstrap=0).table.iloc[0]
@@ -434,7 +434,7 @@ def test_overlap_hides_the_collective_behind_compute():
 def test_workbench_project_on_recorded_runs_prints_text_and_json(tmp_path, capsys):
     import json
 
-    from workbench.projecting import project_command
+    from workbench.commands.project import project_command
     from workbench.store import StreamWriter, create_run, update_run_meta
 
     paths = []
@@ -458,7 +458,7 @@ def test_workbench_project_on_recorded_runs_prints_text_and_json(tmp_path, capsy
 def test_a_measured_imbalance_carries_over_to_more_ranks():
     fast, slow = one_rank_run(evaluation_ms=0), one_rank_run(compute_ms=20, evaluation_ms=0)
     events = pd.concat([fast, slow.assign(rank=1)], ignore_index=True)
-    profile = pj.profile_run(events, {"ranks": 2}, warmup_steps=0)
+    profile = pj.step_costs(events, {"ranks": 2}, warmup_steps=0)
     assert profile.load_balance == pytest.approx(15 / 20)
     row = pj.project(profile, [4], NET, bootstrap=0).table.iloc[0]
     # E[max of 4 draws from {10, 20} ms] = 10/16 + 20·15/16 = 19.4 ms < mean / LB = 20 ms; + ring(1 MB, 4) 1.5 ms
@@ -467,7 +467,7 @@ def test_a_measured_imbalance_carries_over_to_more_ranks():
 
 
 def test_waiting_for_input_can_count_as_lost_in_the_pop_metrics():
-    profile = pj.profile_run(one_rank_run(input_ms=30, evaluation_ms=0), warmup_steps=0)
+    profile = pj.step_costs(one_rank_run(input_ms=30, evaluation_ms=0), warmup_steps=0)
     useful = pj.project(profile, [2], NET, bootstrap=0).table.iloc[0]
     lost = pj.project(profile, [2], NET, input_is_useful=False, bootstrap=0).table.iloc[0]
     # step 40 ms: 10 ms compute + 30 ms waiting for input (the allreduce hides in the wait)
@@ -519,7 +519,7 @@ def test_validation_compares_medians_of_repetitions_and_keeps_each_ones_error(tm
     for repetition in (0, 1):
         base = pd.read_parquet(tmp_path / f"sweep-1thread-r{repetition}" / "runs.parquet")["path"].iloc[0]
         run = Run.load(base)
-        profile = pj.profile_run(run.events, run.meta, run.memory)
+        profile = pj.step_costs(run.events, run.meta, run.memory)
         no_horovod = pj.network(net, per_call_s=0.0, horovod_thread_cores=0.0)
         predicted.append(float(pj.project(profile, [2], no_horovod, bootstrap=0).table["wall_s"].iloc[0]))
     assert same["measured_s"] == pytest.approx(2.0) and same["measured_spread"] == pytest.approx(2.0)

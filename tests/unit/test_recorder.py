@@ -147,7 +147,7 @@ def test_detect_rank_prefers_the_mpi_launchers_variables(monkeypatch, environmen
 
 
 def test_profile_names_a_missing_script(tmp_path):
-    from workbench.profile import profile_command
+    from workbench.commands.profile import profile_command
 
     with pytest.raises(FileNotFoundError, match=r"script '.*nope.py' does not exist: check the path"):
         profile_command(["python", str(tmp_path / "nope.py")], ranks=2, out=tmp_path)

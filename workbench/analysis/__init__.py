@@ -8,6 +8,7 @@ missing column, two runs where one is expected) raises ValueError saying what is
 
 from __future__ import annotations
 
+from workbench.analysis import projection
 from workbench.analysis.breakdown import (
     effective_phase,
     lane_table,
@@ -92,6 +93,7 @@ __all__ = [
     "phase_order",
     "pop_metrics",
     "pop_scaling",
+    "projection",
     "queue_exhaustion",
     "rank_list",
     "rank_wall_time",

@@ -12,7 +12,8 @@ have ``seconds_lost`` NaN (the cost cannot be measured) and sort last.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -95,6 +96,266 @@ def _short_step_collectives(events: pd.DataFrame, n_ranks: int) -> tuple[str, fl
     return text, lost
 
 
+@dataclass(frozen=True)
+class RunTimes:
+    """What every kind of finding reads: one run's seconds per rank and phase, its wall time, POP, thresholds."""
+
+    events: pd.DataFrame
+    #: Seconds per rank (index) and phase (columns), from ``phase_breakdown``.
+    seconds: pd.DataFrame
+    #: ``W``: the longest rank's total seconds.
+    wall: float
+    #: The run's row of ``pop_metrics``.
+    pop: pd.Series
+    min_fraction: float
+    efficiency_target: float
+
+    @property
+    def n_ranks(self) -> int:
+        """``R``."""
+        return len(self.seconds)
+
+    def phase(self, name: str) -> pd.Series:
+        """Seconds per rank in one phase (zeros when no rank recorded it)."""
+        return self.seconds[name] if name in self.seconds else pd.Series(0.0, index=self.seconds.index)
+
+    def matters(self, lost: float) -> bool:
+        """A loss is reported when it is at least ``min_fraction`` of the wall time."""
+        return lost / self.wall >= self.min_fraction
+
+    @property
+    def useful(self) -> str:
+        return str(self.pop.get("useful_phases") or "+".join(useful_phase_set()))
+
+    @property
+    def efficiency(self) -> float:
+        return float(self.pop["parallel_efficiency"])
+
+    @property
+    def elsewhere(self) -> str:
+        return _time_outside(self.seconds, self.useful.split("+"), self.wall)
+
+    def found(self, kind: str, text: str, lost: float, involved: Iterable[int] | str) -> dict[str, Any]:
+        """A finding's row: what it costs, in seconds and as a share of the wall time."""
+        ranks = involved if isinstance(involved, str) else rank_list(involved)
+        return {
+            "kind": kind,
+            "text": text,
+            "seconds_lost": float(lost),
+            "fraction_of_wall": float(lost) / self.wall,
+            "ranks": ranks,
+        }
+
+
+def _note(kind: str, text: str, involved: Iterable[int] | str = "all") -> dict[str, Any]:
+    """A row saying what the run lacks: its cost cannot be measured (NaN)."""
+    ranks = involved if isinstance(involved, str) else rank_list(involved)
+    return {"kind": kind, "text": text, "seconds_lost": np.nan, "fraction_of_wall": np.nan, "ranks": ranks}
+
+
+Finding = dict[str, Any]
+
+
+def serial_evaluation(run: RunTimes) -> Finding | None:
+    """Some ranks evaluate, others wait: ``max(eval) - sum(eval) / R``, the time even sharing would save.
+
+    Serial evaluation is imbalance, not presence: ranks that evaluate for under half the busiest
+    rank's time (often an empty span around a skipped evaluation) count as waiting for it.
+    """
+    evaluation = run.phase(ev.EVALUATION)
+    evaluators = evaluation.index[(evaluation > 0) & (evaluation >= 0.5 * evaluation.max())]
+    if not 0 < len(evaluators) < run.n_ranks:
+        return None
+    lost = float(evaluation.max() - evaluation.sum() / run.n_ranks)
+    if not run.matters(lost):
+        return None
+    others = run.seconds.index.difference(evaluators)
+    waiting = run.phase(ev.COMMUNICATION) + run.phase(ev.COMMUNICATION_WAIT) + run.phase(ev.IDLE)
+    wait_share = float(waiting[others].mean()) / run.wall
+    verb = "evaluates" if len(evaluators) == 1 else "evaluate"
+    wait = "waits" if len(others) == 1 else "wait"
+    return run.found(
+        "serial_evaluation",
+        f"{_ranks_word(evaluators)} {rank_list(evaluators)} {verb} for {evaluation.max() / run.wall:.0%}"
+        f" of wall time while {_ranks_word(others)} {rank_list(others)} {wait} (communication or idle:"
+        f" {wait_share:.0%} of their time); sharing evaluation over all ranks would save about"
+        f" {lost:.1f} s",
+        lost,
+        evaluators,
+    )
+
+
+def load_imbalance(run: RunTimes) -> Finding | None:
+    """2 or more ranks: ``max(compute) - mean(compute)``, the time ranks wait for the slowest."""
+    compute = run.phase(ev.COMPUTE)
+    if run.n_ranks < 2 or compute.max() <= 0:
+        return None
+    lost = float(compute.max() - compute.mean())
+    if not run.matters(lost):
+        return None
+    most, least = compute.idxmax(), compute.idxmin()
+    shortfall = 1 - compute.min() / compute.max()
+    return run.found(
+        "load_imbalance",
+        f"load imbalance: rank {least} computes {shortfall:.0%} less than rank {most}"
+        f" ({compute.min():.1f} s vs {compute.max():.1f} s); the others wait for rank {most}",
+        lost,
+        [least, most],
+    )
+
+
+def communication(run: RunTimes) -> Finding | None:
+    """Mean over ranks of communication seconds (transfer + waiting)."""
+    transfer, waiting = run.phase(ev.COMMUNICATION), run.phase(ev.COMMUNICATION_WAIT)
+    lost = float((transfer + waiting).mean())
+    if not run.matters(lost):
+        return None
+    detail = f" ({waiting.mean() / run.wall:.0%} waiting)" if waiting.max() > 0 else ""
+    return run.found("communication", f"communication takes {lost / run.wall:.0%} of wall time{detail}", lost, "all")
+
+
+def per_call_cost(run: RunTimes) -> Finding | None:
+    """Steps of a few ms whose allreduce calls move little data: mean over ranks of the communication
+    seconds beyond what the bytes need at ``REFERENCE_GBPS``; the text says why (a collective's fixed
+    cost per call, Horovod's cycle) and what to change."""
+    short = _short_step_collectives(run.events, run.n_ranks)
+    if short is None or not run.matters(short[1]):
+        return None
+    return run.found("per_call_cost", short[0], short[1], "all")
+
+
+def input_pipeline(run: RunTimes) -> Finding | None:
+    """Mean over ranks of input seconds (waiting for the next batch)."""
+    input_s = run.phase(ev.INPUT)
+    lost = float(input_s.mean())
+    if not run.matters(lost):
+        return None
+    return run.found(
+        "input_pipeline",
+        f"input pipeline: ranks wait {lost / run.wall:.0%} of time for the next batch"
+        f" (most: rank {input_s.idxmax()}, {input_s.max() / run.wall:.0%})",
+        lost,
+        _busy_ranks(input_s),
+    )
+
+
+def host_work(run: RunTimes) -> Finding | None:
+    """Mean over ranks of ``host`` seconds (outside any training step)."""
+    host = run.phase(ev.HOST)
+    lost = float(host.mean())
+    if not run.matters(lost):
+        return None
+    return run.found(
+        "host_work",
+        f"host work between steps: ranks spend {lost / run.wall:.0%} of wall time outside their training"
+        f" steps (most: rank {host.idxmax()}, {host.max() / run.wall:.0%}): Python between the step calls,"
+        " callbacks, logging; a rank that does more of it than the others makes them wait (see straggler)",
+        lost,
+        _busy_ranks(host),
+    )
+
+
+def idle(run: RunTimes) -> Finding | None:
+    """Mean over ranks of idle seconds (time in no span)."""
+    idle_s = run.phase(ev.IDLE)
+    lost = float(idle_s.mean())
+    if not run.matters(lost):
+        return None
+    return run.found(
+        "idle",
+        f"idle: ranks spend {lost / run.wall:.0%} of wall time in no recorded span"
+        f" (most: rank {idle_s.idxmax()}, {idle_s.max() / run.wall:.0%})",
+        lost,
+        _busy_ranks(idle_s),
+    )
+
+
+def no_useful_time(run: RunTimes) -> Finding | None:
+    """Missing data (NaN): no span in a useful phase, so no POP metrics."""
+    if not np.isnan(run.efficiency):
+        return None
+    elsewhere = run.elsewhere
+    return _note(
+        "no_useful_time",
+        f"no time in the useful phases ({run.useful}), so there are no POP metrics: {RECORD_COMPUTE}"
+        + (f"; recorded instead: {elsewhere}" if elsewhere else ""),
+    )
+
+
+def outside_useful_phases(run: RunTimes) -> Finding | None:
+    """One rank whose share of time in useful phases (POP PE) is below ``efficiency_target``:
+    ``W * (1 - PE)``, named for what it is: on one rank nothing is lost to parallelism, the time
+    went to evaluation, idle and the like. Reported whatever ``min_fraction``."""
+    if run.n_ranks != 1 or not run.efficiency < run.efficiency_target:
+        return None
+    return run.found(
+        "outside_useful_phases",
+        f"rank {run.seconds.index[0]} spends {1 - run.efficiency:.0%} of wall time outside the useful phases"
+        f" ({run.useful}): {run.elsewhere}",
+        float(run.pop["runtime_s"]) * (1.0 - run.efficiency),
+        run.seconds.index,
+    )
+
+
+def low_parallel_efficiency(run: RunTimes) -> Finding | None:
+    """POP parallel efficiency below ``efficiency_target`` on 2 or more ranks: ``W * (1 - PE)``; the
+    text names the useful phases and where the rest of the time went. Reported whatever ``min_fraction``."""
+    if run.n_ranks < 2 or not run.efficiency < run.efficiency_target:
+        return None
+    metrics = run.pop
+    return run.found(
+        "low_parallel_efficiency",
+        f"parallel efficiency is {run.efficiency:.2f} (below {run.efficiency_target:.2f}): load balance"
+        f" {metrics['load_balance']:.2f} x communication efficiency"
+        f" {metrics['communication_efficiency']:.2f}; useful phases: {run.useful}; the rest of wall"
+        f" time, mean over ranks: {run.elsewhere}",
+        float(metrics["runtime_s"]) * (1.0 - run.efficiency),
+        "all",
+    )
+
+
+def single_rank(run: RunTimes) -> Finding | None:
+    """Missing data (NaN): one rank, so no parallel losses to measure."""
+    if run.n_ranks != 1:
+        return None
+    return _note(
+        "single_rank",
+        f"1 rank: no parallel losses to measure (load balance is 1 by definition, and POP's"
+        f" communication efficiency is only the share of wall time in the useful phases, {run.useful});"
+        " record a run on 2 or more ranks to measure parallel efficiency",
+        run.seconds.index,
+    )
+
+
+def no_communication(run: RunTimes) -> Finding | None:
+    """Missing data (NaN): several ranks but no communication span (nor collectives in flight)."""
+    communicated = float((run.phase(ev.COMMUNICATION) + run.phase(ev.COMMUNICATION_WAIT)).max()) > 0
+    if run.n_ranks < 2 or communicated or run.events["phase"].isin(ev.OVERLAP_PHASES).any():
+        return None
+    return _note(
+        "no_communication",
+        f"no communication recorded on {run.n_ranks} ranks: waiting for other ranks shows as idle or"
+        f" inside other phases; {RECORD_COMMUNICATION}",
+    )
+
+
+#: Every kind of finding ``findings`` looks for, each a function of the run's times (formula in its docstring).
+FINDING_KINDS: tuple[Callable[[RunTimes], Finding | None], ...] = (
+    serial_evaluation,
+    load_imbalance,
+    communication,
+    per_call_cost,
+    input_pipeline,
+    host_work,
+    idle,
+    no_useful_time,
+    outside_useful_phases,
+    low_parallel_efficiency,
+    single_rank,
+    no_communication,
+)
+
+
 def findings(
     events: pd.DataFrame,
     *,
@@ -106,28 +367,10 @@ def findings(
 ) -> pd.DataFrame:
     """Findings for one run, largest ``seconds_lost`` first (columns ``FINDING_COLUMNS``).
 
-    Kinds and what their ``seconds_lost`` is (``W`` = wall time, ``R`` = ranks, per-rank seconds
-    from ``phase_breakdown``):
-
-    - ``serial_evaluation``: some ranks evaluate, others do not. ``max(eval) - sum(eval) / R``:
-      the time saved if evaluation were shared evenly.
-    - ``load_imbalance``: ``max(compute) - mean(compute)``: the time ranks wait for the slowest.
-    - ``communication``: mean over ranks of communication (transfer + waiting) seconds.
-    - ``per_call_cost``: steps of a few ms whose allreduce calls move little data: mean over ranks of
-      the communication seconds beyond what the bytes need at ``REFERENCE_GBPS``; the text says why
-      (a collective's fixed cost per call, Horovod's cycle) and what to change.
-    - ``input_pipeline``: mean over ranks of input seconds (waiting for the next batch).
-    - ``host_work``: mean over ranks of ``host`` seconds (outside any training step).
-    - ``idle``: mean over ranks of idle seconds (time in no span).
-    - ``low_parallel_efficiency`` (POP PE below ``efficiency_target``, 2 or more ranks):
-      ``W * (1 - PE)``; the text names the useful phases and where the rest of the time went.
-    - ``outside_useful_phases`` (one rank whose share of time in useful phases is below
-      ``efficiency_target``): ``W * (1 - PE)``, the same number, but named for what it is: on one
-      rank nothing is lost to parallelism, the time went to evaluation, idle and the like.
-
-    Missing data (``seconds_lost`` NaN): ``no_events``, ``zero_wall_time``, ``no_useful_time`` (no
-    span in a useful phase: no POP metrics), ``single_rank`` (no parallel losses to measure),
-    ``no_communication`` (several ranks but no communication span).
+    Each kind is a function in ``FINDING_KINDS`` whose docstring gives its ``seconds_lost`` (``W`` =
+    wall time, ``R`` = ranks, per-rank seconds from ``phase_breakdown``). Missing data (``seconds_lost``
+    NaN): ``no_events``, ``zero_wall_time`` (then nothing else is looked at), ``no_useful_time``,
+    ``single_rank``, ``no_communication``.
 
     A finding is reported when its ``seconds_lost / W`` is at least ``min_fraction`` (low
     parallel efficiency: whenever PE is below the target). ``pop`` is ``pop_metrics`` of the same
@@ -145,177 +388,24 @@ def findings(
     runs = breakdown["run_id"].unique()
     if len(runs) > 1:
         raise ValueError(f"events hold {len(runs)} runs: select one (events[events.run_id == ...])")
-    seconds = breakdown.pivot_table(
-        index="rank", columns="phase", values="seconds", aggfunc="sum", fill_value=0.0
-    )
-    phase = {p: seconds[p] if p in seconds else pd.Series(0.0, index=seconds.index) for p in _PHASES}
+    seconds = breakdown.pivot_table(index="rank", columns="phase", values="seconds", aggfunc="sum", fill_value=0.0)
     wall = float(seconds.sum(axis=1).max())
     if wall <= 0:
         return missing_data_finding(
             "zero_wall_time",
-            "the run has zero wall time: every span is zero-length; record spans with their real"
-            " start and end times",
+            "the run has zero wall time: every span is zero-length; record spans with their real start and end times",
         )
-    n_ranks = len(seconds)
-    rows: list[dict] = []
-
-    def add(kind: str, text: str, lost: float, involved: Iterable[int] | str) -> None:
-        rows.append(
-            {
-                "kind": kind,
-                "text": text,
-                "seconds_lost": float(lost),
-                "fraction_of_wall": float(lost) / wall,
-                "ranks": involved if isinstance(involved, str) else rank_list(involved),
-            }
-        )
-
-    def note(kind: str, text: str, involved: Iterable[int] | str = "all") -> None:
-        rows.append(
-            {
-                "kind": kind,
-                "text": text,
-                "seconds_lost": np.nan,
-                "fraction_of_wall": np.nan,
-                "ranks": involved if isinstance(involved, str) else rank_list(involved),
-            }
-        )
-
-    evaluation = phase[ev.EVALUATION]
-    # Serial evaluation is imbalance, not presence: ranks that evaluate for under half the busiest
-    # rank's time (often an empty span around a skipped evaluation) count as waiting for it.
-    evaluators = evaluation.index[(evaluation > 0) & (evaluation >= 0.5 * evaluation.max())]
-    if 0 < len(evaluators) < n_ranks:
-        lost = float(evaluation.max() - evaluation.sum() / n_ranks)
-        others = seconds.index.difference(evaluators)
-        waiting = phase[ev.COMMUNICATION] + phase[ev.COMMUNICATION_WAIT] + phase[ev.IDLE]
-        wait_share = float(waiting[others].mean()) / wall
-        if lost / wall >= min_fraction:
-            verb = "evaluates" if len(evaluators) == 1 else "evaluate"
-            wait = "waits" if len(others) == 1 else "wait"
-            add(
-                "serial_evaluation",
-                f"{_ranks_word(evaluators)} {rank_list(evaluators)} {verb} for {evaluation.max() / wall:.0%}"
-                f" of wall time while {_ranks_word(others)} {rank_list(others)} {wait} (communication or idle:"
-                f" {wait_share:.0%} of their time); sharing evaluation over all ranks would save about"
-                f" {lost:.1f} s",
-                lost,
-                evaluators,
-            )
-
-    compute = phase[ev.COMPUTE]
-    if n_ranks > 1 and compute.max() > 0:
-        lost = float(compute.max() - compute.mean())
-        if lost / wall >= min_fraction:
-            most, least = compute.idxmax(), compute.idxmin()
-            shortfall = 1 - compute.min() / compute.max()
-            add(
-                "load_imbalance",
-                f"load imbalance: rank {least} computes {shortfall:.0%} less than rank {most}"
-                f" ({compute.min():.1f} s vs {compute.max():.1f} s); the others wait for rank {most}",
-                lost,
-                [least, most],
-            )
-
-    transfer, waiting = phase[ev.COMMUNICATION], phase[ev.COMMUNICATION_WAIT]
-    lost = float((transfer + waiting).mean())
-    if lost / wall >= min_fraction:
-        detail = f" ({waiting.mean() / wall:.0%} waiting)" if waiting.max() > 0 else ""
-        add("communication", f"communication takes {lost / wall:.0%} of wall time{detail}", lost, "all")
-
-    short = _short_step_collectives(events, n_ranks)
-    if short is not None and short[1] / wall >= min_fraction:
-        add("per_call_cost", short[0], short[1], "all")
-
-    input_s = phase[ev.INPUT]
-    lost = float(input_s.mean())
-    if lost / wall >= min_fraction:
-        add(
-            "input_pipeline",
-            f"input pipeline: ranks wait {lost / wall:.0%} of time for the next batch"
-            f" (most: rank {input_s.idxmax()}, {input_s.max() / wall:.0%})",
-            lost,
-            _busy_ranks(input_s),
-        )
-
-    host = phase[ev.HOST]
-    lost = float(host.mean())
-    if lost / wall >= min_fraction:
-        add(
-            "host_work",
-            f"host work between steps: ranks spend {lost / wall:.0%} of wall time outside their training"
-            f" steps (most: rank {host.idxmax()}, {host.max() / wall:.0%}): Python between the step calls,"
-            " callbacks, logging; a rank that does more of it than the others makes them wait (see straggler)",
-            lost,
-            _busy_ranks(host),
-        )
-
-    idle = phase[ev.IDLE]
-    lost = float(idle.mean())
-    if lost / wall >= min_fraction:
-        add(
-            "idle",
-            f"idle: ranks spend {lost / wall:.0%} of wall time in no recorded span"
-            f" (most: rank {idle.idxmax()}, {idle.max() / wall:.0%})",
-            lost,
-            _busy_ranks(idle),
-        )
-
     if pop is None:
         pop = pop_metrics(events, ranks=ranks, breakdown=breakdown)
     if len(pop) != 1:
         raise ValueError(f"pop has {len(pop)} rows: pass pop_metrics of this one run")
-    metrics = pop.iloc[0]
-    useful = str(metrics.get("useful_phases") or "+".join(useful_phase_set()))
-    efficiency = float(metrics["parallel_efficiency"])
-    runtime = float(metrics["runtime_s"])
-    elsewhere = _time_outside(seconds, useful.split("+"), wall)
-    if np.isnan(efficiency):
-        note(
-            "no_useful_time",
-            f"no time in the useful phases ({useful}), so there are no POP metrics: {RECORD_COMPUTE}"
-            + (f"; recorded instead: {elsewhere}" if elsewhere else ""),
-        )
-    elif n_ranks == 1 and efficiency < efficiency_target:
-        add(
-            "outside_useful_phases",
-            f"rank {seconds.index[0]} spends {1 - efficiency:.0%} of wall time outside the useful phases"
-            f" ({useful}): {elsewhere}",
-            runtime * (1.0 - efficiency),
-            seconds.index,
-        )
-    elif n_ranks > 1 and efficiency < efficiency_target:
-        add(
-            "low_parallel_efficiency",
-            f"parallel efficiency is {efficiency:.2f} (below {efficiency_target:.2f}): load balance"
-            f" {metrics['load_balance']:.2f} x communication efficiency"
-            f" {metrics['communication_efficiency']:.2f}; useful phases: {useful}; the rest of wall"
-            f" time, mean over ranks: {elsewhere}",
-            runtime * (1.0 - efficiency),
-            "all",
-        )
-    if n_ranks == 1:
-        note(
-            "single_rank",
-            f"1 rank: no parallel losses to measure (load balance is 1 by definition, and POP's"
-            f" communication efficiency is only the share of wall time in the useful phases, {useful});"
-            " record a run on 2 or more ranks to measure parallel efficiency",
-            seconds.index,
-        )
-    elif float((transfer + waiting).max()) <= 0 and not events["phase"].isin(ev.OVERLAP_PHASES).any():
-        note(
-            "no_communication",
-            f"no communication recorded on {n_ranks} ranks: waiting for other ranks shows as idle or"
-            f" inside other phases; {RECORD_COMMUNICATION}",
-        )
-    return _ranked(rows)
+    run = RunTimes(events, seconds, wall, pop.iloc[0], min_fraction, efficiency_target)
+    return _ranked([row for kind in FINDING_KINDS if (row := kind(run)) is not None])
 
 
 def missing_data_finding(kind: str, text: str, ranks: str = "all") -> pd.DataFrame:
     """One finding that says what a run lacks and what to record; its cost is unknown (NaN)."""
-    return _ranked(
-        [{"kind": kind, "text": text, "seconds_lost": np.nan, "fraction_of_wall": np.nan, "ranks": ranks}]
-    )
+    return _ranked([{"kind": kind, "text": text, "seconds_lost": np.nan, "fraction_of_wall": np.nan, "ranks": ranks}])
 
 
 def combine_findings(*frames: pd.DataFrame) -> pd.DataFrame:
@@ -397,9 +487,6 @@ def oversubscription_finding_from_meta(meta: Mapping[str, Any], *, wall_s: float
 
 def _whole_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and value >= 1 and int(value) == value
-
-
-_PHASES = (ev.COMPUTE, ev.COMMUNICATION, ev.COMMUNICATION_WAIT, ev.EVALUATION, ev.INPUT, ev.HOST, ev.IDLE)
 
 
 def _time_outside(seconds: pd.DataFrame, useful: list[str], wall: float) -> str:

@@ -1,7 +1,7 @@
 """Scaling projection: from a run on a few ranks to 8–128, with a network model and what-ifs.
 
 Users ask what N ranks will give them before they have N ranks. The model is built from one
-recorded run (``profile_run``) and a network (``Network``: a named one from ``NETWORKS`` or one
+recorded run (``step_costs``) and a network (``Network``: a named one from ``NETWORKS`` or one
 fitted to ``workbench bench allreduce`` with ``fit_network``), then evaluated at other rank counts
 (``project``). Every piece is a formula a reader can check by hand:
 
@@ -407,7 +407,7 @@ def expected_max(samples: np.ndarray, n: int) -> float:
 
 
 @dataclass(frozen=True)
-class RunProfile:
+class StepCosts:
     """Per-rank phase costs of one measured run (seconds), the inputs of ``project``."""
 
     ranks: int
@@ -482,7 +482,7 @@ class RunProfile:
         }
 
 
-def profile_run(
+def step_costs(
     events: pd.DataFrame,
     meta: Mapping[str, Any] | None = None,
     memory: pd.DataFrame | None = None,
@@ -491,8 +491,8 @@ def profile_run(
     gradient_bytes: float | None = None,
     tensor_bytes: Sequence[int] | None = None,
     batch_per_rank: int | None = None,
-) -> RunProfile:
-    """Reduce one recorded run to per-step phase costs (``RunProfile``); never raises on a real run.
+) -> StepCosts:
+    """Reduce one recorded run to per-step phase costs (``StepCosts``); never raises on a real run.
 
     Steps are the spans with ``step >= warmup_steps``: compute, input and communication seconds per
     (rank, step). Evaluation and checkpoint spans are counted per epoch. Gradient bytes come from
@@ -619,7 +619,7 @@ def profile_run(
     steps_total = steps * (float(compute.mean() + wait.mean()) + communication) if len(compute) else 0.0
     evaluated = float(evaluation_s.sum()) * (epochs * evaluations_per_epoch / max(len(evaluation_s), 1))
     other = max(wall_s - steps_total - evaluated - checkpoint_per_epoch * epochs, 0.0)
-    return RunProfile(
+    return StepCosts(
         ranks=ranks,
         compute_s=compute,
         input_s=wait,
@@ -773,7 +773,7 @@ class Projection:
 
 
 def project(
-    profile: RunProfile,
+    profile: StepCosts,
     ranks: Iterable[int],
     net: Network | str,
     *,
@@ -927,7 +927,7 @@ def project(
 
 @dataclass(frozen=True)
 class _Model:
-    profile: RunProfile
+    profile: StepCosts
     net: Network
     kind: str
     changes: Changes
@@ -1070,7 +1070,7 @@ def _exposed(transfer: float, per_call: float, hidden: float) -> tuple[float, fl
 
 
 def _assumptions(
-    profile: RunProfile,
+    profile: StepCosts,
     net: Network,
     kind: str,
     changes: Changes,
@@ -1130,7 +1130,7 @@ __all__ = [
     "Changes",
     "Network",
     "Projection",
-    "RunProfile",
+    "StepCosts",
     "allreduce_seconds",
     "expected_max",
     "fit_network",
@@ -1138,8 +1138,13 @@ __all__ = [
     "limits_table",
     "network",
     "parameter_server_seconds",
-    "profile_run",
     "project",
     "ring_allreduce_seconds",
+    "step_costs",
     "tree_allreduce_seconds",
 ]
+
+#: Old names of ``StepCosts`` / ``step_costs`` ("profile" now means only recording a run, as
+#: ``workbench profile`` does); ``workbench/cases`` still calls ``profile_run``.
+RunProfile = StepCosts
+profile_run = step_costs

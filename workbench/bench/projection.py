@@ -218,7 +218,7 @@ def _validation_entries(sweeps: Sequence[tuple[str, str | Path]], net: pj.Networ
                     "cores": SAME_CORES if threads[0] == threads[1] else f"{threads[0]} -> {threads[1]}",
                     "quantity": quantity,
                     "measured_s": measured,
-                    "profile": pj.profile_run(run.events, run.meta, run.memory, **kwargs.pop("profile", {})),
+                    "profile": pj.step_costs(run.events, run.meta, run.memory, **kwargs.pop("profile", {})),
                     "network": network,
                     "kwargs": kwargs,
                 }
@@ -327,10 +327,10 @@ def synthetic_profile(
     steps_per_epoch: float = 1000.0,
     evaluation_s: float = 0.0,
     spread: float = 0.0,
-) -> pj.RunProfile:
+) -> pj.StepCosts:
     """A one-rank profile from published numbers: a step time (± ``spread`` uniform), gradient bytes."""
     compute = np.linspace(step_s * (1 - spread), step_s * (1 + spread), 101)
-    return pj.RunProfile(
+    return pj.StepCosts(
         ranks=1,
         compute_s=compute,
         input_s=np.zeros_like(compute),
@@ -374,7 +374,7 @@ def seed_004_table() -> pd.DataFrame:
         counts = [1, *published]
 
         def efficiency(
-            servers: int | None, profile: pj.RunProfile = profile, net: pj.Network = net, counts: list[int] = counts
+            servers: int | None, profile: pj.StepCosts = profile, net: pj.Network = net, counts: list[int] = counts
         ) -> pd.Series:
             table = pj.project(profile, counts, net, scheme="ps", servers=servers, bootstrap=0).table
             return table.set_index("ranks")["efficiency"]
@@ -467,7 +467,7 @@ def seed_000_table(ranks: int = 32) -> pd.DataFrame:
         if slow.empty:
             continue
         run = Run.load(slow["path"].iloc[0])
-        profile = pj.profile_run(run.events, run.meta)
+        profile = pj.step_costs(run.events, run.meta)
         net = pj.network("10gbe")
         fixed = int(group["eval_interval"].max())
         base = pj.project(profile, [ranks], net, bootstrap=0).table.iloc[0]

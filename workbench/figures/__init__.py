@@ -14,6 +14,7 @@ from workbench.figures.heatmap import heatmap_figure
 from workbench.figures.input import interval_figure
 from workbench.figures.memory import memory_figure
 from workbench.figures.pop_table import POP_COLOURS, pop_colour, pop_table_figure
+from workbench.figures.projection import limits_figure, projection_figure
 from workbench.figures.ps import efficiency_figure, ps_load_figure
 from workbench.figures.scaling import scaling_figure
 from workbench.figures.style import PHASE_ORDER, colours_for, phase_order
@@ -31,10 +32,12 @@ __all__ = [
     "efficiency_figure",
     "heatmap_figure",
     "interval_figure",
+    "limits_figure",
     "memory_figure",
     "phase_order",
     "pop_colour",
     "pop_table_figure",
+    "projection_figure",
     "ps_load_figure",
     "rate_vs_time_figure",
     "scaling_figure",

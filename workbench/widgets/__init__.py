@@ -6,10 +6,23 @@ callables (a source with ``poll()``, an ``analyse`` function), never computed he
 
 from __future__ import annotations
 
-from workbench.widgets.dashboard import WAITING, Dashboard, default_analyse, sync_figure
+from workbench.widgets.dashboard import (
+    TAB_BREAKDOWN,
+    TAB_COUNTERS,
+    TAB_MEMORY,
+    TAB_TIMELINE,
+    WAITING,
+    Dashboard,
+    default_analyse,
+    sync_figure,
+)
 from workbench.widgets.progress import ProgressBar, ProgressState, in_notebook, progress
 
 __all__ = [
+    "TAB_BREAKDOWN",
+    "TAB_COUNTERS",
+    "TAB_MEMORY",
+    "TAB_TIMELINE",
     "WAITING",
     "Dashboard",
     "ProgressBar",

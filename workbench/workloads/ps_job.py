@@ -27,7 +27,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from workbench.workloads.ps_vs_allreduce import InceptionSettings
+from workbench.workloads.inception import InceptionSettings
 
 HOST = "127.0.0.1"
 SERVER_START_TIMEOUT_S = 120.0
@@ -82,7 +82,7 @@ def _stop(process: subprocess.Popen) -> None:
 
 def run_job(run_path: str, settings: InceptionSettings, *, workers: int) -> dict[str, Any]:
     """Start the servers and the chief for one point; return the chief's result (see ``run_chief``)."""
-    from workbench.workloads.ps_vs_allreduce import threads_for_workers
+    from workbench.workloads.inception import threads_for_workers
 
     folder = Path(run_path) / "ps_job"
     folder.mkdir(parents=True, exist_ok=True)
@@ -195,7 +195,7 @@ def run_chief(spec: dict[str, Any]) -> dict[str, Any]:
     import tensorflow as tf
 
     from workbench.recorder import Recorder
-    from workbench.workloads.ps_vs_allreduce import build_model, make_dataset
+    from workbench.workloads.inception import build_model, make_dataset
 
     settings = InceptionSettings(**spec["settings"])
     cluster = spec["cluster"]

@@ -18,8 +18,8 @@ import pandas as pd
 from workbench.analysis import json_ready
 from workbench.analysis import projection as pj
 from workbench.events import BYTES_PER_MB
-from workbench.inspection import format_rate, format_ratio, format_seconds, format_share, text_table
 from workbench.store import Run
+from workbench.text import format_rate, format_ratio, format_seconds, format_share, text_table
 
 #: Network used when none is named: the commonest cluster link.
 DEFAULT_NETWORK = "10gbe"
@@ -61,7 +61,7 @@ def measured_points(runs: Sequence[Run]) -> pd.DataFrame:
     """One row per run: ranks, wall_s and mean step_s, to mark beside the projection."""
     rows = []
     for run in runs:
-        profile = pj.profile_run(run.events, run.meta, run.memory)
+        profile = pj.step_costs(run.events, run.meta, run.memory)
         rows.append(
             {"run": str(run.path), "ranks": profile.ranks, "wall_s": profile.wall_s, "step_s": profile.step_period_s}
         )
@@ -83,7 +83,7 @@ def project_runs(
         raise ValueError("name at least one run directory")
     points = measured_points(runs)
     base = runs[int(points["ranks"].to_numpy().argmin())]
-    profile = pj.profile_run(base.events, base.meta, base.memory)
+    profile = pj.step_costs(base.events, base.meta, base.memory)
     counts = sorted({*ranks, *points["ranks"].tolist()})
     result = pj.project(profile, counts, net, kind=kind, changes=changes, scheme=scheme)
     predicted = result.table.set_index("ranks")

@@ -1,0 +1,61 @@
+"""``workbench analyse RUN_DIR``: one recorded run, after the fact, as text, JSON or an HTML report.
+
+The numbers come from ``analysis.analyse_run``, the text from ``workbench.text``; this module only
+loads the run, picks the output and prints.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from workbench import analysis
+from workbench.analysis import RunAnalysis
+from workbench.store import Run
+from workbench.text import findings_lines, format_analysis, format_header
+
+
+def analyse_command(run_dir: str | Path, *, as_json: bool = False, html: str | Path | None = None) -> int:
+    """Analyse one recorded run: print text (or JSON), optionally write the HTML report."""
+    run = Run.load(run_dir)
+    result = analysis.analyse_run(run.events, run.memory, run.meta)
+    if html is not None:
+        path = write_analysis_report(html, result, run)
+        if not as_json:
+            print(f"report: {path}")
+    print(json.dumps(result.to_dict(), indent=2, allow_nan=False) if as_json else format_analysis(result))
+    return 0
+
+
+def write_analysis_report(path: str | Path, result: RunAnalysis, run: Run) -> Path:
+    """The analysis as one self-contained HTML file: header, POP table, findings, figures, tables."""
+    from workbench import figures
+    from workbench.report import run_metadata, write_report
+
+    header = result.header
+    sections: list[tuple[str, Any]] = [("Run", "\n".join(f"- {line.strip()}" for line in format_header(header)))]
+    pop_row = {k: v for k, v in result.pop.items() if k != "useful_phases"}
+    sections.append(("POP metrics", figures.pop_table_figure(pd.DataFrame([pop_row]), id_column="run_id")))
+    sections.append(
+        ("Useful phases", f"Useful phases: {', '.join(result.pop['useful_phases'])}. {result.pop.get('note') or ''}")
+    )
+    found = findings_lines(result.findings, width=10_000)
+    sections.append(("Findings", "\n".join(f"- {line.strip()}" for line in found) if found else "none"))
+    if len(result.breakdown):
+        sections.append(("Seconds per rank and phase", figures.breakdown_figure(result.breakdown)))
+        sections.append(("Timeline", figures.timeline_figure(run.events, ranks=run.ranks)))
+    sections.append(("Training steps per rank", result.steps))
+    lateness = analysis.lateness_summary(result.lateness)
+    if len(lateness):
+        sections.append(("Arrival at the allreduce per rank (Horovod's readiness marks)", lateness))
+    if len(result.in_flight):
+        sections.append(("Collectives in flight (overlap with the ranks' own work)", result.in_flight))
+    if len(run.memory):
+        sections.append(("Memory", figures.memory_figure(run.memory)))
+    sections.append(("Memory per rank (MB)", result.memory))
+    title = f"workbench analyse: {header.get('run_id') or run.path.name}"
+    metadata = run_metadata([run.path], case=run.meta.get("experiment", {}).get("case"))
+    return write_report(path, title=title, sections=sections, metadata=metadata)

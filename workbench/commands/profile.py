@@ -1,0 +1,116 @@
+"""``workbench profile --ranks N -- python train.py ARGS``: profile a script without changing it.
+
+The script runs under mpiexec with the cluster's environment, Horovod's timeline switched on
+through HOROVOD_TIMELINE (its response cache off, so that every negotiation marks every rank's
+readiness; set HOROVOD_CACHE_CAPACITY yourself to keep it), and a start-up hook on every rank
+(``workbench/autorecord.py``) that samples the process (CPU, RSS), records every training step
+(Keras batches, top-level calls of a ``tf.function``) and the host work between them, and, with
+``--trace-steps A:B``, runs steps A..B-1 under TensorFlow's profiler. Afterwards the timeline and
+the profiler traces are imported into the same run, and the command ends with the answer: steps/s
+per rank, where the time went, the top findings and an HTML report (what ``workbench analyse``
+prints).
+
+Whatever happens to the script (a rank crashes, it never calls Horovod, the timeline is not
+Horovod's), the run keeps what was recorded and the output says in one line what happened.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from workbench.config import ClusterConfig
+from workbench.profile import BOOT_DIR, RESPONSE_CACHE, TIMELINE_FILE, import_tf_profiles, import_timeline
+from workbench.store import create_run, update_run_meta
+
+REPORT_FILE = "report.html"
+
+
+def check_command(command: list[str]) -> None:
+    """One clear error for a command that cannot run: nothing given, or a script that does not exist."""
+    if not command:
+        raise ValueError("no command to profile: pass it after --, e.g. workbench profile -- python train.py")
+    program = Path(command[0]).name
+    if program.startswith("python"):
+        script = next((arg for arg in command[1:] if not arg.startswith("-")), None)
+        if "-m" in command[1:2] or "-c" in command[1:2]:
+            return
+        if script is None or not Path(script).is_file():
+            raise FileNotFoundError(f"script {script!r} does not exist: check the path (relative to {Path.cwd()})")
+
+
+def profile_command(
+    command: list[str],
+    *,
+    ranks: int = 2,
+    out: str | Path | None = None,
+    name: str | None = None,
+    timeline: bool = True,
+    trace_steps: str | None = None,
+    report: bool = True,
+    config: ClusterConfig | None = None,
+) -> int:
+    """Run ``command`` on ``ranks`` MPI ranks, record it as a run, print its analysis; returns its exit code."""
+    from workbench.autorecord import parse_trace_steps
+
+    check_command(command)
+    parse_trace_steps(trace_steps)  # one clear error before anything starts
+    config = config or ClusterConfig(n=ranks)
+    label = name or (Path(command[1]).stem if len(command) > 1 else Path(command[0]).name)
+    run_path = create_run(
+        out,
+        f"profile-{label}",
+        ranks=ranks,
+        config={"command": command, "cluster": config.as_dict(), "trace_steps": trace_steps},
+    )
+    environment = config.engine_environment()
+    environment["WORKBENCH_PROFILE_RUN"] = str(run_path.resolve())
+    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(BOOT_DIR), os.environ.get("PYTHONPATH")]))
+    if timeline:
+        environment["HOROVOD_TIMELINE"] = str((run_path / TIMELINE_FILE).resolve())
+        if RESPONSE_CACHE not in environment and RESPONSE_CACHE not in os.environ:
+            # A cached response skips the negotiation, and with it the ranks' readiness marks.
+            environment[RESPONSE_CACHE] = "0"
+    if trace_steps:
+        environment["WORKBENCH_TRACE_STEPS"] = trace_steps
+    full = config.launch_command(command, environment)
+    print(f"workbench profile: run {run_path}", file=sys.stderr)
+    completed = subprocess.run(full, env={**os.environ, **environment}, check=False)
+    lines = []
+    if completed.returncode != 0:
+        lines.append(
+            f"the script failed (exit code {completed.returncode} on at least one rank): below is what the ranks"
+            " recorded until then; the script's own error is above"
+        )
+    imported, line = import_timeline(run_path, enabled=timeline)
+    lines.append(line)
+    traced = 0
+    if trace_steps:
+        traced, line = import_tf_profiles(run_path)
+        lines.append(line)
+    status = "finished" if completed.returncode == 0 else "failed"
+    update_run_meta(
+        run_path, status=status, exit_code=completed.returncode, timeline_events=imported, tf_profile_events=traced
+    )
+    for line in lines:
+        print(f"workbench profile: {line}", file=sys.stderr)
+    print_answer(run_path, report=report)
+    return completed.returncode
+
+
+def print_answer(run_path: Path, *, report: bool = True) -> None:
+    """What ``workbench analyse`` prints, plus the HTML report's path."""
+    from workbench import analysis
+    from workbench.commands.analyse import write_analysis_report
+    from workbench.store import Run
+    from workbench.text import format_analysis
+
+    run = Run.load(run_path)
+    result = analysis.analyse_run(run.events, run.memory, run.meta)
+    print(format_analysis(result))
+    if report:
+        path = write_analysis_report(run_path / REPORT_FILE, result, run)
+        print(f"\nreport: {path}")
+    print(f"run: {run_path}  (workbench analyse {run_path}; workbench.Run.load({str(run_path)!r}))")

@@ -1,0 +1,344 @@
+"""Numbers and tables as text: what ``workbench analyse``, ``compare`` and ``project`` print, and reports reuse.
+
+Text numbers carry 2–3 significant figures and their unit, because a reader compares them by eye
+(JSON carries the full values, for programs); a table wider than the terminal wraps into blocks
+instead of running past its edge. Nothing here loads a run or computes a metric.
+"""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from workbench.analysis.compare import SCOPE_RANK, SCOPE_TOTAL, SCOPE_WALL
+from workbench.analysis.run_analysis import lateness_summary
+from workbench.events import phase_order
+
+if TYPE_CHECKING:
+    from workbench.analysis import RunAnalysis
+
+#: Width the text output fits in.
+WIDTH = 100
+#: Shown in a table cell that has no value.
+MISSING = "–"
+
+
+# --------------------------------------------------------------------------------------------
+# Numbers
+# --------------------------------------------------------------------------------------------
+
+
+def format_seconds(seconds: float | None, *, signed: bool = False) -> str:
+    """``0.00123`` -> ``1.23 ms``, ``95.2`` -> ``95.2 s``, ``4000`` -> ``66.7 min``; NaN -> ``–``."""
+    if not _finite(seconds):
+        return MISSING
+    value = float(seconds)  # type: ignore[arg-type]
+    if value == 0:
+        return "0 s"
+    magnitude = abs(value)
+    if magnitude < 1e-3:
+        unit, scale = "µs", 1e-6
+    elif magnitude < 1:
+        unit, scale = "ms", 1e-3
+    elif magnitude < 600:
+        unit, scale = "s", 1.0
+    elif magnitude < 36_000:
+        unit, scale = "min", 60.0
+    else:
+        unit, scale = "h", 3600.0
+    return f"{_significant(value / scale, signed)} {unit}"
+
+
+def format_megabytes(megabytes: float | None) -> str:
+    """``123.4`` -> ``123 MB``, ``2345`` -> ``2.35 GB``; NaN -> ``–``."""
+    if not _finite(megabytes):
+        return MISSING
+    value = float(megabytes)  # type: ignore[arg-type]
+    if abs(value) >= 1000:
+        return f"{_significant(value / 1000)} GB"
+    return f"{_significant(value)} MB"
+
+
+def format_rate(per_second: float | None, unit: str = "/s") -> str:
+    """``12.345`` -> ``12.3 /s``; NaN -> ``–``."""
+    return f"{_significant(float(per_second))} {unit}" if _finite(per_second) else MISSING  # type: ignore[arg-type]
+
+
+def format_ratio(value: float | None) -> str:
+    """An efficiency or a ratio with two decimals (``0.73``); NaN -> ``–``, inf -> ``new``."""
+    if value is not None and isinstance(value, float) and math.isinf(value):
+        return "new"
+    return f"{float(value):.2f}" if _finite(value) else MISSING  # type: ignore[arg-type]
+
+
+def format_share(value: float | None) -> str:
+    """A fraction as a percentage (``0.254`` -> ``25%``); NaN -> ``–``."""
+    return f"{float(value):.0%}" if _finite(value) else MISSING  # type: ignore[arg-type]
+
+
+def format_number(value: float | None) -> str:
+    """Three significant figures, never an exponent (``12345.6`` -> ``12300``); NaN -> ``–``."""
+    return _significant(float(value)) if _finite(value) else MISSING  # type: ignore[arg-type]
+
+
+def format_amount(value: float | None) -> str:
+    """Three significant figures below 1000, whole units grouped by spaces above (``19.7``, ``246``,
+    ``2 461``): images/s and other counts read in prose; NaN or None -> ``–``."""
+    if not _finite(value):
+        return MISSING
+    value = float(value)  # type: ignore[arg-type]
+    return f"{value:,.0f}".replace(",", " ") if abs(value) >= 1000 else f"{value:.3g}"
+
+
+def format_interval(value: float | None, low: float | None, high: float | None, unit: str) -> str:
+    """``1 188 images/s [1 084, 1 314]``: a value with its unit and, when both ends are known, its interval."""
+    interval = f" [{format_amount(low)}, {format_amount(high)}]" if _finite(low) and _finite(high) else ""
+    return f"{format_amount(value)} {unit}{interval}"
+
+
+def format_percent(value: float | None) -> str:
+    """A fraction as a percentage with 2–3 significant figures (``0.2537`` -> ``25.4%``); NaN -> ``–``."""
+    return f"{_significant(float(value) * 100)}%" if _finite(value) else MISSING  # type: ignore[arg-type]
+
+
+def _significant(value: float, signed: bool = False) -> str:
+    """Three significant figures without exponent: 0.0123, 1.23, 12.3, 123, 1234."""
+    value = float(f"{value:.3g}")  # round first: 9.996 is 10.0, not 10.00
+    if value == 0:
+        return "0"
+    digits = max(0, 2 - math.floor(math.log10(abs(value))))
+    text = f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
+    return text.replace("-", "−")
+
+
+def _finite(value: object) -> bool:
+    try:
+        return value is not None and math.isfinite(float(value))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+
+
+
+# --------------------------------------------------------------------------------------------
+# Tables and a run's analysis
+# --------------------------------------------------------------------------------------------
+
+
+def text_table(
+    header: Sequence[str], rows: Sequence[Sequence[str]], *, width: int = WIDTH, labels: int = 1
+) -> list[str]:
+    """Numbers right-aligned, the first ``labels`` columns left-aligned; blocks when wider than ``width``.
+
+    Every block repeats the first column, so a table with many phases or ranks wraps instead of
+    running past the terminal's edge.
+    """
+    columns = list(zip(header, *rows, strict=True)) if rows else [(h,) for h in header]
+    widths = [max(len(str(cell)) for cell in column) for column in columns]
+    blocks: list[list[int]] = []
+    current: list[int] = []
+    used = widths[0]
+    for index in range(1, len(columns)):
+        if current and used + 2 + widths[index] > width:
+            blocks.append(current)
+            current, used = [], widths[0]
+        current.append(index)
+        used += 2 + widths[index]
+    blocks.append(current)
+    lines: list[str] = []
+    for number, block in enumerate(blocks):
+        if number:
+            lines.append("")
+        for row in [list(header), *[list(r) for r in rows]]:
+            cells = [str(row[0]).ljust(widths[0])]
+            cells += [str(row[i]).ljust(widths[i]) if i < labels else str(row[i]).rjust(widths[i]) for i in block]
+            lines.append("  ".join(cells).rstrip())
+    return lines
+
+
+def _wrapped(text: str, indent: str = "", *, width: int = WIDTH) -> list[str]:
+    return textwrap.wrap(text, width=width, initial_indent=indent, subsequent_indent=indent) or [indent]
+
+
+def format_header(header: Mapping[str, Any], *, label: str = "run") -> list[str]:
+    """What produced a run: id, name, created, host, ranks, cores, status, versions."""
+    lines = [f"{label:<9}{header.get('run_id') or MISSING}  ({header.get('name') or 'unnamed'})"]
+    facts = [
+        f"created {header.get('created') or MISSING}",
+        f"host {header.get('host') or MISSING}",
+        _count(header.get("ranks"), "rank"),
+        _count(header.get("cores"), "core"),
+        f"status {header.get('status') or MISSING}",
+    ]
+    if header.get("exit_code") not in (None, 0):
+        facts.append(f"exit code {header['exit_code']}")
+    lines += _wrapped(", ".join(facts), " " * 9)
+    versions = header.get("versions") or {}
+    if versions:
+        lines += _wrapped(", ".join(f"{name} {version}" for name, version in versions.items()), " " * 9)
+    return lines
+
+
+def _count(value: object, noun: str) -> str:
+    if value is None:
+        return f"{MISSING} {noun}s"
+    return f"{value} {noun}" if value == 1 else f"{value} {noun}s"
+
+
+def format_analysis(result: RunAnalysis, *, width: int = WIDTH) -> str:
+    """The run's header, POP metrics, seconds per rank and phase, findings, steps and memory."""
+    lines = format_header(result.header)
+    pop = result.pop
+    useful = " + ".join(pop.get("useful_phases") or [])
+    lines += ["", f"POP metrics (useful phases: {useful})"]
+    lines += text_table(
+        ["metric", "value"],
+        [
+            ["parallel efficiency", format_ratio(pop.get("parallel_efficiency"))],
+            ["  load balance", format_ratio(pop.get("load_balance"))],
+            ["  communication efficiency", format_ratio(pop.get("communication_efficiency"))],
+            ["runtime", format_seconds(pop.get("runtime_s"))],
+            ["useful time per rank, mean", format_seconds(pop.get("useful_mean_s"))],
+            ["useful time per rank, max", format_seconds(pop.get("useful_max_s"))],
+        ],
+        width=width,
+    )
+    if pop.get("note"):
+        lines += _wrapped(f"note: {pop['note']}", width=width)
+
+    lines += ["", "Seconds per rank and phase (share of wall time)"]
+    lines += _breakdown_lines(result.breakdown, width) or ["  no events"]
+
+    lines += ["", "Findings (largest loss first; they overlap: do not add them up)"]
+    lines += findings_lines(result.findings, width) or ["  none"]
+
+    lines += ["", "Training steps per rank"]
+    if int(result.steps["steps"].sum()) if len(result.steps) else 0:
+        lines += text_table(
+            ["rank", "steps", "over", "steps/s", "mean step"],
+            [
+                [
+                    str(row.rank),
+                    str(row.steps),
+                    format_seconds(row.seconds),
+                    format_rate(row.steps_per_s),
+                    format_seconds(row.mean_step_s),
+                ]
+                for row in result.steps.itertuples()
+            ],
+            width=width,
+        )
+    else:
+        lines.append("  none recorded (compute spans named 'train_step')")
+
+    lateness = lateness_summary(result.lateness)
+    if len(lateness):
+        lines += ["", "Arrival at the allreduce (Horovod's readiness marks, per step)"]
+        lines += text_table(
+            ["rank", "steps", "last in", "median late", "max late"],
+            [
+                [
+                    str(row.rank),
+                    str(row.steps),
+                    f"{row.last_in_steps} ({format_share(row.last_share)})",
+                    format_seconds(row.median_lateness_s),
+                    format_seconds(row.max_lateness_s),
+                ]
+                for row in lateness.itertuples()
+            ],
+            width=width,
+        )
+
+    lines += ["", "Memory per rank (resident set size)"]
+    if len(result.memory):
+        lines += text_table(
+            ["rank", "samples", "first", "last", "peak", "GPU peak"],
+            [
+                [
+                    str(row.rank),
+                    str(row.samples),
+                    format_megabytes(row.first_mb),
+                    format_megabytes(row.last_mb),
+                    format_megabytes(row.peak_mb),
+                    format_megabytes(row.gpu_peak_mb),
+                ]
+                for row in result.memory.itertuples()
+            ],
+            width=width,
+        )
+    else:
+        lines.append("  no samples recorded")
+    return "\n".join(lines)
+
+
+def _breakdown_lines(breakdown: pd.DataFrame, width: int) -> list[str]:
+    if breakdown.empty:
+        return []
+    order = phase_order(breakdown["phase"].unique())
+    seconds = breakdown.pivot_table(index="rank", columns="phase", values="seconds", aggfunc="sum", fill_value=0.0)
+    fraction = breakdown.pivot_table(index="rank", columns="phase", values="fraction", aggfunc="sum", fill_value=0.0)
+    rows = []
+    for rank in seconds.index:
+        cells = [f"{format_seconds(seconds.at[rank, p])} {format_share(fraction.at[rank, p])}" for p in order]
+        rows.append([str(rank), *cells, format_seconds(float(seconds.loc[rank].sum()))])
+    return text_table(["rank", *order, "wall"], rows, width=width)
+
+
+def findings_lines(found: pd.DataFrame, width: int) -> list[str]:
+    lines: list[str] = []
+    for row in found.itertuples():
+        if _finite(row.seconds_lost):
+            cost = f"{format_seconds(row.seconds_lost)} lost ({format_share(row.fraction_of_wall)} of wall)"
+            lines += _wrapped(f"{row.order:>2}. {row.kind}: {cost}; ranks {row.ranks}", width=width)
+        else:  # what the run lacks: its cost cannot be measured
+            lines += _wrapped(f"{row.order:>2}. {row.kind} (note); ranks {row.ranks}", width=width)
+        lines += _wrapped(str(row.text), " " * 4, width=width)
+    return lines
+
+
+
+# --------------------------------------------------------------------------------------------
+# Two runs compared
+# --------------------------------------------------------------------------------------------
+
+
+def format_comparison(
+    comparison: pd.DataFrame, header_a: Mapping[str, Any], header_b: Mapping[str, Any], *, width: int = WIDTH
+) -> str:
+    """Both runs' headers, the wall times, then per phase and per rank where B's time differs from A's."""
+    lines = format_header(header_a, label="A") + format_header(header_b, label="B")
+    wall = comparison[comparison["scope"] == SCOPE_WALL]
+    if len(wall):
+        row = wall.iloc[0]
+        lines += [
+            "",
+            f"wall time  A {format_seconds(row.seconds_a)}  B {format_seconds(row.seconds_b)}"
+            f"  B − A {format_seconds(row.delta_s, signed=True)}  B / A {format_ratio(row.ratio)}",
+        ]
+    totals = comparison[comparison["scope"] == SCOPE_TOTAL]
+    lines += ["", "Per phase, all ranks (rank-seconds)"]
+    values = ["A", "B", "B − A", "B / A", "recorded in"]
+    lines += text_table(["phase", *values], _delta_rows(totals, ["phase"]), width=width)
+    per_rank = comparison[comparison["scope"] == SCOPE_RANK]
+    changed = per_rank[(per_rank["seconds_a"] > 0) | (per_rank["seconds_b"] > 0)]
+    lines += ["", "Per rank and phase (phases with time in either run)"]
+    lines += text_table(["rank", "phase", *values], _delta_rows(changed, ["rank", "phase"]), width=width, labels=2)
+    return "\n".join(lines)
+
+
+def _delta_rows(frame: pd.DataFrame, keys: list[str]) -> list[list[str]]:
+    return [
+        [
+            *[str(getattr(row, key)) for key in keys],
+            format_seconds(row.seconds_a),
+            format_seconds(row.seconds_b),
+            format_seconds(row.delta_s, signed=True),
+            format_ratio(row.ratio),
+            row.present,
+        ]
+        for row in frame.itertuples()
+    ]
+
