@@ -233,4 +233,4 @@ def test_killed_sweep_finishes_with_resume(tmp_path):
     assert summary["sweep"] == {"points": 2, "ran": 1, "reused": 1, "missing": []}
     manifest = json.loads((out / "sweep.json").read_text())
     assert manifest["points"][finished_first[0]]["run"] == first_run  # the finished point was not run again
-    assert set(pd.read_parquet(out / "runs.parquet")["point"]) == {"n1/backend=mpi4py/k=1", "n1/backend=mpi4py/k=6"}
+    assert set(pd.read_parquet(out / "runs.parquet")["point"]) == {"n1/backend=mpi4py/k=1", "n1/backend=mpi4py/k=20"}

@@ -35,18 +35,18 @@ def test_eval_frequency_plan_is_ranks_by_backend_by_interval():
     experiment = Experiment("eval-frequency", preset="ci", ranks=2, out="unused")
     assert [p.key for p in experiment.plan()] == [
         "n1/backend=mpi4py/k=1",
-        "n1/backend=mpi4py/k=6",
+        "n1/backend=mpi4py/k=20",
         "n1/backend=horovod/k=1",
-        "n1/backend=horovod/k=6",
+        "n1/backend=horovod/k=20",
         "n2/backend=mpi4py/k=1",
-        "n2/backend=mpi4py/k=6",
+        "n2/backend=mpi4py/k=20",
         "n2/backend=horovod/k=1",
-        "n2/backend=horovod/k=6",
+        "n2/backend=horovod/k=20",
     ]
-    assert experiment.point(ranks=2, backend="horovod", eval_interval=6).key == "n2/backend=horovod/k=6"
+    assert experiment.point(ranks=2, backend="horovod", eval_interval=20).key == "n2/backend=horovod/k=20"
     kwargs = get_case("eval-frequency").workload_kwargs(experiment.settings, experiment.plan()[-1])
-    assert kwargs["settings_dict"]["backend"] == "horovod" and kwargs["settings_dict"]["eval_interval"] == 6
-    assert kwargs["settings_dict"]["epochs"] == 6
+    assert kwargs["settings_dict"]["backend"] == "horovod" and kwargs["settings_dict"]["eval_interval"] == 20
+    assert kwargs["settings_dict"]["epochs"] == 20
     assert experiment.status()["status"].unique().tolist() == ["pending"]
 
 
