@@ -421,9 +421,10 @@ def render_dashboard_cost(saved: Mapping[str, Any]) -> str:
     )
     refresh_new, refresh_idle = r["refresh_with_new_events"], r["refresh_without_new_events"]
     lines = [
-        table(["CPU seconds per second of the point", "headless", "live", "the dashboard's"], ["l", "r", "r", "r"], rows),
+        table(["CPU s per s of the point", "headless", "live", "the dashboard's"], ["l", "r", "r", "r"], rows),
         "",
-        f"- The point on {r['ranks']} ranks ({r['preset']} preset, {r['repetitions']} repetitions each way, alternating):"
+        f"- The point on {r['ranks']} ranks ({r['preset']} preset, {r['repetitions']} repetitions each way,"
+        " alternating):"
         f" **{fixed(r['slowdown_live_over_headless'], 3)}x** the headless wall time with the dashboard live"
         f" (medians; {walls} s headless).",
         f"- A refresh that brought new events: {fixed(refresh_new['median_ms'], 1)} ms in the kernel (median of"
