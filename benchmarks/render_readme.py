@@ -402,6 +402,10 @@ def render_live(saved: Mapping[str, Any]) -> str:
     return table(["measure", "value"], ["l", "l"], rows) + "\n\n" + source_line(saved)
 
 
+#: The processes whose CPU the dashboard-cost benchmark reads (its JSON keys ``<name>_cpu_per_s``).
+PROCESSES = ("kernel", "server", "browser")
+
+
 def render_dashboard_cost(saved: Mapping[str, Any]) -> str:
     """The live dashboard's CPU (kernel, Jupyter server, Chromium) and the live point against headless."""
     r = saved["result"]
@@ -838,8 +842,9 @@ def render_headline(saved: Mapping[str, Any]) -> str:
     overhead = saved["result"]
     analysis, browser, live = load("analysis-categorical")["result"], load("browser")["result"], load("live")["result"]
     evaluation, pipeline = load("eval-frequency-reduced")["result"], load("input-pipeline-reduced")["result"]
-    projection = load("projection")["result"]
+    projection, cost = load("projection")["result"], load("dashboard-cost")["result"]
     low, high = overhead["cpu_overhead_ci"]
+    dashboard_cores = sum(cost["live"][f"{n}_cpu_per_s"] - cost["headless"][f"{n}_cpu_per_s"] for n in PROCESSES)
     lines = [
         f"- **Cost of recording:** {share(1 - overhead['cpu_overhead_ratio'])} of CPU time on a "
         f"{number(1e3 / overhead['steps_per_s_plain'])} ms training step (recorded / plain "
@@ -848,7 +853,9 @@ def render_headline(saved: Mapping[str, Any]) -> str:
         f"and {analysis['peak_rss_mb'] / 1024:.2f} GB on one core.",
         f"- **Live:** an event on a rank is on screen in JupyterLab {number(browser['event_to_screen_ms']['median'])} "
         f"ms later (median); a {live['ranks']}-rank job is followed with a "
-        f"{fixed(live['refresh_median_s'], 2)} s refresh (median).",
+        f"{fixed(live['refresh_median_s'], 2)} s refresh (median); live on {cost['ranks']} ranks, the dashboard takes "
+        f"{fixed(dashboard_cores, 2)} of a core (kernel, server and browser) and the ranks' wall time is "
+        f"{fixed(cost['slowdown_live_over_headless'], 2)}x headless.",
         f"- **Case studies:** evaluating every {max(evaluation['intervals'])} epochs instead of every epoch made "
         f"training {times(evaluation['speedup_eval_fix'])} faster on {evaluation['largest_ranks']} ranks (the "
         f"eval-frequency seed: {evaluation['seed_speedup_eval_fix']}×); data in memory made steps "
@@ -858,7 +865,8 @@ def render_headline(saved: Mapping[str, Any]) -> str:
         "2-rank runs.",
     ]
     sources = (
-        "overhead, analysis-categorical, browser, live, eval-frequency-reduced, input-pipeline-reduced, projection"
+        "overhead, analysis-categorical, browser, live, dashboard-cost, eval-frequency-reduced, input-pipeline-reduced,"
+        " projection"
     )
     return (
         "\n".join(lines)
