@@ -494,7 +494,9 @@ def project_seed_systems(table: pd.DataFrame, runs: Mapping[str, Run]) -> pd.Dat
     frames = []
     for system, name, per_node in PROJECTION_NETWORKS:
         net = projection.network(name, ranks_per_node=per_node)
-        projected = projection.project(profile, list(PROJECTED_WORKERS), net, kind="weak", scheme="ps", bootstrap=0)
+        projected = projection.project(
+            profile, list(PROJECTED_WORKERS), net, kind="weak", changes=projection.Changes(scheme="ps"), bootstrap=0
+        )
         frames.append(
             projected.table[["ranks", "efficiency", "limiter"]]
             .rename(columns={"ranks": "workers"})

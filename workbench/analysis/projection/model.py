@@ -125,7 +125,12 @@ class SharedStorage:
 
 @dataclass(frozen=True)
 class Changes:
-    """What-if changes applied on top of the projection (None / defaults: as measured)."""
+    """What-if changes applied on top of the projection (None / defaults: as measured).
+
+    All of ``project``'s what-ifs in one value, so a caller names a scenario once and the
+    ``Projection`` carries it. ``describe()`` lists the run-level ones (evaluation, batch, fusion);
+    the scheme, overlap and shared input are spelled out in the projection's assumptions.
+    """
 
     #: Evaluate every k epochs (the measured interval is read from the run).
     eval_interval: int | None = None
@@ -135,6 +140,25 @@ class Changes:
     batch_scale: float = 1.0
     #: Horovod's fusion threshold (HOROVOD_FUSION_THRESHOLD) in bytes.
     fusion_threshold_bytes: int = HOROVOD_FUSION_THRESHOLD_BYTES
+    #: How gradients are combined: ``"allreduce"`` (Horovod) or ``"ps"`` (parameter servers).
+    scheme: str = "allreduce"
+    #: Parameter servers (``scheme="ps"``); None: one per node.
+    servers: int | None = None
+    #: The share of a step's compute the collective can hide behind (gradients sent while the backward
+    #: pass goes on; ~2/3 when the backward pass is two thirds of the step); 0 = after the step.
+    overlap: float = 0.0
+    #: What all ranks of one node can read together (None: input is per rank). Exclusive with ``shared_storage``.
+    shared_input_batches_per_s: float | None = None
+    #: A contested file system read fairly per reader; the step period is then at least what each rank's
+    #: share of it allows at that rank count. Exclusive with ``shared_input_batches_per_s``.
+    shared_storage: SharedStorage | None = None
+
+    def __post_init__(self) -> None:
+        if self.shared_storage is not None and self.shared_input_batches_per_s:
+            raise ValueError(
+                "give shared_storage or shared_input_batches_per_s, not both: keep shared_storage for a contested"
+                " file system, or shared_input_batches_per_s for a plain per-node read cap"
+            )
 
     def describe(self) -> str:
         parts = []
@@ -188,12 +212,7 @@ def project(
     *,
     kind: str = "weak",
     changes: Changes | None = None,
-    scheme: str = "allreduce",
-    servers: int | None = None,
     thread_scaling: float = 1.0,
-    shared_input_batches_per_s: float | None = None,
-    shared_storage: SharedStorage | None = None,
-    overlap: float = 0.0,
     input_is_useful: bool = True,
     bootstrap: int = 200,
     seed: int = 0,
@@ -204,20 +223,19 @@ def project(
     ``"strong"``: global batch fixed, so each rank's batch (compute, input per step) is ``n0/n`` of the
     measured one. ``n0`` is the measured rank count. ``speedup`` and ``efficiency`` are relative to the
     model at ``n0`` (throughput in samples/s when the batch is known, else rank-steps/s).
-    ``shared_input_batches_per_s``: what all ranks of one node can read together (None: input is per rank).
-    ``shared_storage``: a contested file system read fairly per reader (``SharedStorage``); the step
-    period is then at least what each rank's share of it allows at that rank count.
-    ``overlap``: the share of a step's compute the collective can hide behind (gradients sent while the
-    backward pass goes on; ~2/3 when the backward pass is two thirds of the step); 0 = after the step,
-    as the workloads here do. ``input_is_useful`` as in ``pop_metrics``: False counts waiting for input
-    as lost (a GPU waiting for data is idle), which lowers the projected POP efficiencies.
+    ``changes``: the what-ifs (``Changes``: evaluation, batch, fusion, scheme, overlap, shared input).
+    ``thread_scaling``: the exponent of the compute slowdown when ranks share a node's cores.
+    ``input_is_useful`` as in ``pop_metrics``: False counts waiting for input as lost (a GPU waiting for
+    data is idle), which lowers the projected POP efficiencies.
     """
+    changes = changes or Changes()
+    scheme, overlap = changes.scheme, changes.overlap
+    shared_input_batches_per_s, shared_storage = changes.shared_input_batches_per_s, changes.shared_storage
     if kind not in KINDS:
         raise ValueError(f"kind={kind!r}: use 'weak' (per-rank batch fixed) or 'strong' (global batch fixed)")
     if scheme not in SCHEMES:
         raise ValueError(f"scheme={scheme!r}: use 'allreduce' or 'ps' (parameter servers)")
     net = network(net)
-    changes = changes or Changes()
     if not 0.0 <= overlap <= 1.0:
         raise ValueError(f"overlap={overlap}: a share of the step's compute between 0 and 1")
     if changes.batch_scale <= 0 or (changes.eval_interval is not None and changes.eval_interval < 1):
@@ -229,8 +247,6 @@ def project(
     assumptions = _assumptions(profile, net, kind, changes, scheme, thread_scaling, shared_input_batches_per_s)
     storage = shared_storage
     if shared_storage is not None:
-        if shared_input_batches_per_s:
-            raise ValueError("give shared_storage or shared_input_batches_per_s, not both (a node cap is a storage)")
         assumptions = (*assumptions, shared_storage.describe())
     elif shared_input_batches_per_s and shared_input_batches_per_s > 0:
         storage = SharedStorage.node_cap(shared_input_batches_per_s)
@@ -259,7 +275,7 @@ def project(
         kind,
         changes,
         scheme,
-        servers,
+        changes.servers,
         thread_scaling,
         overlap,
         input_is_useful,
