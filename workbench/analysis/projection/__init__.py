@@ -107,8 +107,3 @@ __all__ = [
     "step_costs",
     "tree_allreduce_seconds",
 ]
-
-#: Old names of ``StepCosts`` / ``step_costs`` ("profile" now means only recording a run, as
-#: ``workbench profile`` does); ``workbench/cases`` still calls ``profile_run``.
-RunProfile = StepCosts
-profile_run = step_costs
