@@ -244,7 +244,7 @@ def test_horovods_background_thread_takes_its_share_of_a_busy_ranks_core_from_2_
             times = np.linspace(0, int(events["end_ns"].max()), 20).astype(np.int64)
             samples = pd.DataFrame({"rank": 0, "time_ns": times, "cpu_percent": float(cpu_percent)})
         profile = pj.step_costs(events, one_thread, samples, warmup_steps=0)
-        return pj.project(profile, [1, 2], host, scheme=scheme, bootstrap=0)
+        return pj.project(profile, [1, 2], host, changes=pj.Changes(scheme=scheme), bootstrap=0)
 
     table = at_2().table.set_index("ranks")
     # 1 core each at both counts: no sharing; 0.35 of the core goes to Horovod, 10 ms of compute take 10 / 0.65
@@ -282,9 +282,8 @@ def test_an_input_bound_run_keeps_its_pipeline_period_unless_the_node_caps_it():
     row = pj.project(profile, [2], NET, bootstrap=0).table.iloc[0]
     assert row["step_s"] == pytest.approx(0.040)  # the pipeline's 40 ms, not compute + allreduce
     assert row["limiter"] == "input"
-    capped = pj.project(
-        profile, [2], pj.network(NET, ranks_per_node=2), shared_input_batches_per_s=25.0, bootstrap=0
-    ).table.iloc[0]
+    node_cap = pj.Changes(shared_input_batches_per_s=25.0)
+    capped = pj.project(profile, [2], pj.network(NET, ranks_per_node=2), changes=node_cap, bootstrap=0).table.iloc[0]
     assert capped["step_s"] == pytest.approx(2 / 25)
 
 
@@ -329,7 +328,8 @@ def test_a_shared_storage_sets_each_ranks_period_from_its_share_at_that_rank_cou
     host = HOST
 
     def steps(storage):
-        table = pj.project(profile, [1, 2], host, shared_storage=storage, thread_scaling=0.0, bootstrap=0).table
+        changes = pj.Changes(shared_storage=storage)
+        table = pj.project(profile, [1, 2], host, changes=changes, thread_scaling=0.0, bootstrap=0).table
         return table["step_s"].tolist()
 
     # 4 readers per rank, 16 MB/s with 12 others, 0.1 MB per read, one read per 2 steps:
@@ -422,13 +422,20 @@ def test_overlap_hides_the_collective_behind_compute():
     profile = pj.step_costs(one_rank_run(evaluation_ms=0), warmup_steps=0)
     calls = pj.network(NET, per_call_s=1.5e-3)
     # 1.5 ms transfer + 1.5 ms per call behind at most 20 % of 10 ms = 2 ms: 1 ms stays exposed
-    row = pj.project(profile, [4], calls, overlap=0.2, bootstrap=0).table.iloc[0]
+    row = pj.project(profile, [4], calls, changes=pj.Changes(overlap=0.2), bootstrap=0).table.iloc[0]
     assert row["step_s"] == pytest.approx(0.011)
     assert row["communication_s"] + row["per_call_s"] == pytest.approx(2 * 0.001)  # 2 steps per epoch
-    hidden = pj.project(profile, [4], calls, overlap=1.0, bootstrap=0).table.iloc[0]
+    hidden = pj.project(profile, [4], calls, changes=pj.Changes(overlap=1.0), bootstrap=0).table.iloc[0]
     assert hidden["step_s"] == pytest.approx(0.010)
     with pytest.raises(ValueError, match="overlap"):
-        pj.project(profile, [4], calls, overlap=1.5)
+        pj.project(profile, [4], calls, changes=pj.Changes(overlap=1.5))
+
+
+def test_shared_storage_and_a_node_cap_are_one_choice():
+    storage = pj.SharedStorage(16e6, 14, 1, 1e6)
+    with pytest.raises(ValueError, match="shared_storage or shared_input_batches_per_s, not both"):
+        pj.Changes(shared_storage=storage, shared_input_batches_per_s=25.0)
+    assert pj.Changes(shared_storage=storage).shared_storage is storage
 
 
 def test_workbench_project_on_recorded_runs_prints_text_and_json(tmp_path, capsys):

@@ -249,9 +249,9 @@ def _predict(entry: Mapping[str, Any], thread_scaling: float) -> tuple[float, st
         entry["profile"],
         [entry["ranks"]],
         entry["network"],
+        changes=pj.Changes(**entry["kwargs"]),
         thread_scaling=thread_scaling,
         bootstrap=0,
-        **entry["kwargs"],
     )
     return float(result.table[entry["quantity"]].iloc[0]), str(result.table["limiter"].iloc[0])
 
@@ -376,7 +376,8 @@ def seed_004_table() -> pd.DataFrame:
         def efficiency(
             servers: int | None, profile: pj.StepCosts = profile, net: pj.Network = net, counts: list[int] = counts
         ) -> pd.Series:
-            table = pj.project(profile, counts, net, scheme="ps", servers=servers, bootstrap=0).table
+            changes = pj.Changes(scheme="ps", servers=servers)
+            table = pj.project(profile, counts, net, changes=changes, bootstrap=0).table
             return table.set_index("ranks")["efficiency"]
 
         per_node = efficiency(None)

@@ -29,8 +29,8 @@ from workbench.analysis.method import BenchmarkMethod
 from workbench.config import mpich_horovod_prefix, physical_cores
 from workbench.events import NS_PER_S
 from workbench.experiment import Case, CaseOption, ExperimentResult, Point, parse_counts
-from workbench.inspection import format_amount, format_interval
 from workbench.store import Run
+from workbench.text import format_amount, format_interval
 from workbench.workloads.sgan import SganSettings, train_on_rank
 
 #: Named sets of runtime settings: ClusterConfig fields each set changes (the seed's Figure 7).

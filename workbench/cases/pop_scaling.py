@@ -310,7 +310,7 @@ def project_beyond(baseline: pd.DataFrame, runs: Mapping[str, Run]) -> pd.DataFr
     if one.empty:
         return pd.DataFrame()
     run = runs[one["point"].iloc[0]]
-    profile = projection.profile_run(run.events, run.meta, run.memory)
+    profile = projection.step_costs(run.events, run.meta, run.memory)
     net = projection.network(PROJECTION_NETWORK[0], ranks_per_node=PROJECTION_NETWORK[1])
     columns = ["ranks", "speedup", "efficiency", *POP_KEYS, "limiter"]
     frames = []

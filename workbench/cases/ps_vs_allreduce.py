@@ -28,8 +28,8 @@ from workbench.analysis.method import BenchmarkMethod
 from workbench.config import physical_cores
 from workbench.events import BYTES_PER_MB, NS_PER_S
 from workbench.experiment import Case, CaseOption, ExperimentResult, Point, parse_counts
-from workbench.inspection import format_interval
 from workbench.store import Run
+from workbench.text import format_interval
 from workbench.workloads.ps_vs_allreduce import InceptionSettings, train_on_rank
 
 #: The seed's scaling efficiency (InceptionV3, TF 1.1, parameter servers): (system, GPUs, data) -> efficiency.
@@ -488,13 +488,15 @@ def project_seed_systems(table: pd.DataFrame, runs: Mapping[str, Run]) -> pd.Dat
         return pd.DataFrame()
     run = runs[one["point"].iloc[0]]
     try:
-        profile = projection.profile_run(run.events, run.meta, run.memory)
+        profile = projection.step_costs(run.events, run.meta, run.memory)
     except ValueError:
         return pd.DataFrame()  # too few steps recorded to profile: nothing to project
     frames = []
     for system, name, per_node in PROJECTION_NETWORKS:
         net = projection.network(name, ranks_per_node=per_node)
-        projected = projection.project(profile, list(PROJECTED_WORKERS), net, kind="weak", scheme="ps", bootstrap=0)
+        projected = projection.project(
+            profile, list(PROJECTED_WORKERS), net, kind="weak", changes=projection.Changes(scheme="ps"), bootstrap=0
+        )
         frames.append(
             projected.table[["ranks", "efficiency", "limiter"]]
             .rename(columns={"ranks": "workers"})

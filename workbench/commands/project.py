@@ -75,7 +75,6 @@ def project_runs(
     net: pj.Network,
     kind: str = "weak",
     changes: pj.Changes | None = None,
-    scheme: str = "allreduce",
 ) -> tuple[pj.Projection, pd.DataFrame]:
     """Projection from the run with the fewest ranks, and every run's measured point beside it."""
     runs = [Run.load(path) for path in run_dirs]
@@ -85,7 +84,7 @@ def project_runs(
     base = runs[int(points["ranks"].to_numpy().argmin())]
     profile = pj.step_costs(base.events, base.meta, base.memory)
     counts = sorted({*ranks, *points["ranks"].tolist()})
-    result = pj.project(profile, counts, net, kind=kind, changes=changes, scheme=scheme)
+    result = pj.project(profile, counts, net, kind=kind, changes=changes)
     predicted = result.table.set_index("ranks")
     points["predicted_wall_s"] = [predicted["wall_s"].get(n, math.nan) for n in points["ranks"]]
     points["predicted_step_s"] = [predicted["step_s"].get(n, math.nan) for n in points["ranks"]]
@@ -168,8 +167,9 @@ def project_command(
         fusion_threshold_bytes=(
             int(fusion_threshold_mb * BYTES_PER_MB) if fusion_threshold_mb else pj.HOROVOD_FUSION_THRESHOLD_BYTES
         ),
+        scheme=scheme,
     )
-    result, points = project_runs(run_dirs, parse_ranks(ranks), net=net, kind=kind, changes=changes, scheme=scheme)
+    result, points = project_runs(run_dirs, parse_ranks(ranks), net=net, kind=kind, changes=changes)
     if html:
         from workbench.figures.projection import limits_figure, projection_figure
         from workbench.report import write_report

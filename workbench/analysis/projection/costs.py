@@ -1,0 +1,280 @@
+"""The measured run, reduced to what the projection model needs: per-step phase costs (``StepCosts``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from workbench import events as ev
+from workbench.events import NS_PER_S
+
+#: Input share of step time from which a run counts as input-bound (TF Profiler's "moderately").
+INPUT_BOUND_SHARE = 0.05
+#: Steps left out at the start of a run: graph tracing and first allocations.
+WARMUP_STEPS = 2
+
+
+# --------------------------------------------------------------------------------------------
+# The measured run, reduced to what the model needs
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StepCosts:
+    """Per-rank phase costs of one measured run (seconds), the inputs of ``project``."""
+
+    ranks: int
+    #: Per measured (rank, step): compute seconds and input-wait seconds (warm-up excluded).
+    compute_s: np.ndarray
+    input_s: np.ndarray
+    #: Mean seconds per step the measured ranks spent in communication (transfer + waiting).
+    communication_s: float
+    #: Training steps per rank in the run, and per epoch (== steps when the run has no epochs).
+    steps: int
+    steps_per_epoch: float
+    epochs: int
+    #: Seconds of every evaluation on the ranks that evaluated, and which ranks they were.
+    evaluation_s: np.ndarray
+    evaluating_ranks: tuple[int, ...]
+    #: Evaluations per epoch in the measured run (1 = every epoch).
+    evaluations_per_epoch: float
+    checkpoint_per_epoch_s: float
+    #: Gradient bytes allreduced per step (0 when not recorded) and the tensors' sizes when known.
+    gradient_bytes: float
+    tensor_bytes: tuple[int, ...]
+    #: TF threads per rank in the measured run (None: not recorded).
+    threads_per_rank: int | None
+    #: Cores a rank kept busy while it stepped (mean CPU % / 100 of its memory samples; None: not sampled).
+    cores_used: float | None
+    #: Samples per rank per step (None: unknown; throughput is then in rank-steps/s).
+    batch_per_rank: int | None
+    #: Measured wall time, and the part of it the model does not describe (kept as measured).
+    wall_s: float
+    other_s: float
+    #: Mean useful time (compute + input) over max, across ranks (1.0 on one rank).
+    load_balance: float
+    #: Missing data and what to record, in words.
+    notes: tuple[str, ...] = ()
+
+    @property
+    def input_bound(self) -> bool:
+        """True when the measured steps waited for input for at least ``INPUT_BOUND_SHARE`` of their time."""
+        busy = float(self.compute_s.sum() + self.input_s.sum())
+        return busy > 0 and float(self.input_s.sum()) / busy >= INPUT_BOUND_SHARE
+
+    @property
+    def step_period_s(self) -> float:
+        """Mean measured seconds per step (compute + input + communication)."""
+        if not len(self.compute_s):
+            return float("nan")
+        return float(self.compute_s.mean() + self.input_s.mean()) + self.communication_s
+
+    def summary(self) -> dict[str, Any]:
+        """The profile's scalars (for JSON and reports)."""
+        return {
+            "ranks": self.ranks,
+            "steps": self.steps,
+            "epochs": self.epochs,
+            "steps_per_epoch": self.steps_per_epoch,
+            "compute_s_per_step": float(self.compute_s.mean()) if len(self.compute_s) else None,
+            "input_s_per_step": float(self.input_s.mean()) if len(self.input_s) else None,
+            "communication_s_per_step": self.communication_s,
+            "input_bound": self.input_bound,
+            "evaluation_s_each": float(self.evaluation_s.mean()) if len(self.evaluation_s) else 0.0,
+            "evaluating_ranks": list(self.evaluating_ranks),
+            "evaluations_per_epoch": self.evaluations_per_epoch,
+            "checkpoint_per_epoch_s": self.checkpoint_per_epoch_s,
+            "gradient_bytes": self.gradient_bytes,
+            "threads_per_rank": self.threads_per_rank,
+            "cores_used": self.cores_used,
+            "batch_per_rank": self.batch_per_rank,
+            "wall_s": self.wall_s,
+            "other_s": self.other_s,
+            "load_balance": self.load_balance,
+            "notes": list(self.notes),
+        }
+
+
+def step_costs(
+    events: pd.DataFrame,
+    meta: Mapping[str, Any] | None = None,
+    memory: pd.DataFrame | None = None,
+    *,
+    warmup_steps: int = WARMUP_STEPS,
+    gradient_bytes: float | None = None,
+    tensor_bytes: Sequence[int] | None = None,
+    batch_per_rank: int | None = None,
+) -> StepCosts:
+    """Reduce one recorded run to per-step phase costs (``StepCosts``); never raises on a real run.
+
+    Steps are the spans with ``step >= warmup_steps``: compute, input and communication seconds per
+    (rank, step). Evaluation and checkpoint spans are counted per epoch. Gradient bytes come from
+    the ``bytes`` of the communication spans (the largest per-step sum) unless ``gradient_bytes`` is
+    given. ``meta`` (``run.json``) gives threads per rank (``config.cluster.threads``) and the rank
+    count; ``memory`` samples (``cpu_percent``) say how many cores a rank really kept busy. What is
+    missing becomes a note that says what to record.
+    """
+    meta = dict(meta or {})
+    notes: list[str] = []
+    events = events if len(events) else ev.empty_events()
+    step_col = events["step"] if "step" in events else pd.Series(-1, index=events.index)
+    epoch_col = events["epoch"] if "epoch" in events else pd.Series(-1, index=events.index)
+    duration = (events["end_ns"] - events["start_ns"]).clip(lower=0).astype("float64") / NS_PER_S
+    frame = pd.DataFrame(
+        {
+            "rank": events["rank"].astype("int64"),
+            "phase": events["phase"].astype(str),
+            "name": events["name"].astype(str) if "name" in events else events["phase"].astype(str),
+            "step": step_col.astype("int64"),
+            "epoch": epoch_col.astype("int64"),
+            "seconds": duration,
+            "bytes": events["bytes"].astype("int64") if "bytes" in events else -1,
+        }
+    )
+    declared = meta.get("ranks")
+    ranks = int(declared) if isinstance(declared, int) and declared > 0 else max(int(frame["rank"].nunique()), 1)
+    wall_s = float((events["end_ns"].max() - events["start_ns"].min()) / NS_PER_S) if len(events) else 0.0
+
+    in_step = frame[frame["step"] >= 0]
+    stepped = in_step[in_step["step"] >= warmup_steps]
+    if stepped.empty and len(in_step):
+        notes.append(
+            f"the run has only {in_step['step'].nunique()} step(s), not more than warmup_steps={warmup_steps}:"
+            " every step was used, warm-up included"
+        )
+        stepped = in_step
+    if in_step.empty:
+        notes.append(
+            "no spans carry a step number: record steps (Recorder.step, the Keras callback)"
+            " so that per-step costs can be measured; nothing can be projected"
+        )
+    per_step = (
+        stepped.assign(
+            kind=np.select(
+                [stepped["phase"] == ev.COMPUTE, stepped["phase"] == ev.INPUT, stepped["phase"] == ev.COMMUNICATION],
+                ["compute", "input", "communication"],
+                default="other",
+            )
+        )
+        .pivot_table(index=["rank", "step"], columns="kind", values="seconds", aggfunc="sum", fill_value=0.0)
+        .reindex(columns=["compute", "input", "communication"], fill_value=0.0)
+    )
+    compute = per_step["compute"].to_numpy(dtype=float)
+    wait = per_step["input"].to_numpy(dtype=float)
+    communication = float(per_step["communication"].mean()) if len(per_step) else 0.0
+    if len(per_step) and compute.sum() <= 0:
+        notes.append(
+            "no compute spans inside steps: record the training step as a compute span"
+            " (Recorder.phase('compute', 'train_step'))"
+        )
+    steps = int(in_step.groupby("rank")["step"].nunique().max()) if len(in_step) else 0
+
+    epochs_seen = frame.loc[frame["epoch"] >= 0, "epoch"]
+    epochs = int(epochs_seen.nunique()) if len(epochs_seen) else 1
+    if not len(epochs_seen):
+        notes.append("no epochs recorded: the run is one 'epoch' (evaluation and checkpoint per run)")
+    steps_per_epoch = steps / epochs if epochs else float(steps)
+
+    evaluation = frame[frame["phase"] == ev.EVALUATION]
+    evaluating = tuple(sorted(int(r) for r in evaluation["rank"].unique()))
+    if len(evaluation):
+        key = ["rank", "epoch"] if len(epochs_seen) else ["rank", "name"]
+        per_eval = evaluation.groupby(key)["seconds"].sum()
+        busiest = per_eval.groupby(level="rank").sum().idxmax()
+        evaluation_s = per_eval.loc[busiest].to_numpy(dtype=float)
+        evaluations_per_epoch = len(evaluation_s) / epochs if len(epochs_seen) else 1.0 / max(epochs, 1)
+        if not len(epochs_seen):
+            evaluation_s = np.array([evaluation_s.sum()])
+    else:
+        evaluation_s, evaluations_per_epoch = np.zeros(0), 0.0
+    checkpoint = frame[frame["phase"] == ev.CHECKPOINT]
+    checkpoint_per_epoch = float(checkpoint.groupby("rank")["seconds"].sum().max() / epochs) if len(checkpoint) else 0.0
+
+    if gradient_bytes is None:
+        comm = in_step[(in_step["phase"] == ev.COMMUNICATION) & (in_step["bytes"] > 0)]
+        gradient_bytes = float(comm.groupby(["rank", "step"])["bytes"].sum().max()) if len(comm) else 0.0
+        if tensor_bytes is None and len(comm):
+            first = comm[(comm["rank"] == comm["rank"].min()) & (comm["step"] == comm["step"].min())]
+            tensor_bytes = tuple(int(b) for b in first["bytes"]) if len(first) > 1 else None
+        if not gradient_bytes:
+            notes.append(
+                "no gradient bytes recorded on the communication spans: the allreduce is projected as"
+                " free; record them (Recorder.phase('communication', 'allreduce', nbytes=...)) or pass"
+                " gradient_bytes="
+            )
+    threads = _threads(meta)
+    if threads is None:
+        notes.append(
+            "threads per rank not recorded (run.json config.cluster.threads): core sharing between"
+            " ranks on one node is not modelled"
+        )
+    if batch_per_rank is None:
+        batch_per_rank = _batch(meta)
+    cores_used = None
+    if memory is not None and len(memory) and "cpu_percent" in memory and len(stepped):
+        window = events[events["step"] >= warmup_steps] if "step" in events else events
+        inside = memory[(memory["time_ns"] >= window["start_ns"].min()) & (memory["time_ns"] <= window["end_ns"].max())]
+        usage = inside["cpu_percent"].astype(float).dropna()
+        cores_used = float(usage.mean()) / 100 if len(usage) else None
+    if cores_used is None and threads is not None:
+        notes.append(
+            "no CPU samples: how many cores a rank really uses is unknown, so sharing cores between ranks"
+            " is modelled with thread_scaling; sample them (Recorder(memory_interval_s=0.5))"
+        )
+
+    useful = (per_step["compute"] + per_step["input"]).groupby(level="rank").sum() if len(per_step) else pd.Series()
+    load_balance = float(useful.mean() / useful.max()) if len(useful) > 1 and useful.max() > 0 else 1.0
+    if ranks == 1:
+        notes.append(
+            "measured on 1 rank: load balance is taken as 1 and the collective's cost comes from the network"
+            " model alone; waiting at scale comes from the step-to-step variance"
+        )
+    steps_total = steps * (float(compute.mean() + wait.mean()) + communication) if len(compute) else 0.0
+    evaluated = float(evaluation_s.sum()) * (epochs * evaluations_per_epoch / max(len(evaluation_s), 1))
+    other = max(wall_s - steps_total - evaluated - checkpoint_per_epoch * epochs, 0.0)
+    return StepCosts(
+        ranks=ranks,
+        compute_s=compute,
+        input_s=wait,
+        communication_s=communication,
+        steps=steps,
+        steps_per_epoch=steps_per_epoch,
+        epochs=epochs,
+        evaluation_s=evaluation_s,
+        evaluating_ranks=evaluating,
+        evaluations_per_epoch=evaluations_per_epoch,
+        checkpoint_per_epoch_s=checkpoint_per_epoch,
+        gradient_bytes=float(gradient_bytes),
+        tensor_bytes=tuple(tensor_bytes or ()),
+        threads_per_rank=threads,
+        cores_used=cores_used,
+        batch_per_rank=batch_per_rank,
+        wall_s=wall_s,
+        other_s=other,
+        load_balance=load_balance,
+        notes=tuple(notes),
+    )
+
+
+def _threads(meta: Mapping[str, Any]) -> int | None:
+    cluster = (meta.get("config") or {}).get("cluster") if isinstance(meta.get("config"), Mapping) else None
+    if isinstance(cluster, Mapping):
+        for key in ("threads_per_rank", "threads"):
+            value = cluster.get(key)
+            if isinstance(value, int) and value > 0:
+                return value
+    return None
+
+
+def _batch(meta: Mapping[str, Any]) -> int | None:
+    config = meta.get("config") if isinstance(meta.get("config"), Mapping) else {}
+    for source in ((config or {}).get("settings"), (config or {}).get("workload")):
+        if isinstance(source, Mapping):
+            value = source.get("batch")
+            if isinstance(value, int) and value > 0:
+                return value
+    return None

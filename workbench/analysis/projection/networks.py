@@ -1,0 +1,309 @@
+"""Networks and what a collective costs on them: the named catalogue, a fit to ``bench allreduce``, ring/tree/PS.
+
+Split from the projection model so the network side can be read (and checked by hand) on its own.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from workbench.events import BYTES_PER_MB
+
+#: Bytes per gigabyte (SI), for bandwidths written as GB/s.
+BYTES_PER_GB = 1000 * BYTES_PER_MB
+#: Horovod's default tensor-fusion buffer (HOROVOD_FUSION_THRESHOLD): 64 MiB.
+HOROVOD_FUSION_THRESHOLD_BYTES = 64 * 1024 * 1024
+ALGORITHMS = ("ring", "tree")
+
+
+# --------------------------------------------------------------------------------------------
+# Networks
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Network:
+    """Links between ranks: α (latency per message step), β (bytes/s), Horovod's cost per call.
+
+    ``latency_s`` / ``bandwidth_bytes_per_s`` are between nodes, ``intra_*`` between the ranks of one
+    node; ``ranks_per_node`` ranks share a node (and its network card). ``cores_per_node`` (None:
+    each rank keeps the threads it was measured with) lets ranks on one node share its cores.
+    ``horovod_thread_cores``: the cores' worth of CPU each rank's compute loses to Horovod's background
+    thread once there are 2 ranks or more (it negotiates every cycle, busy or not); measured by
+    ``workbench bench allreduce``, 0 for the named networks (their ranks compute on GPUs, and the
+    thread takes CPU the GPU does not need).
+    """
+
+    name: str
+    latency_s: float
+    bandwidth_bytes_per_s: float
+    per_call_s: float = 0.0
+    ranks_per_node: int = 1
+    intra_latency_s: float = 1e-6
+    intra_bandwidth_bytes_per_s: float = 10.0 * BYTES_PER_GB
+    cores_per_node: int | None = None
+    algorithm: str = "ring"
+    hierarchical: bool = True
+    assumptions: str = ""
+    horovod_thread_cores: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.algorithm not in ALGORITHMS:
+            raise ValueError(f"algorithm={self.algorithm!r}: use one of {', '.join(ALGORITHMS)}")
+        if self.bandwidth_bytes_per_s <= 0 or self.intra_bandwidth_bytes_per_s <= 0:
+            raise ValueError(f"network {self.name!r}: bandwidths must be > 0 bytes/s")
+        if self.latency_s < 0 or self.intra_latency_s < 0 or self.per_call_s < 0:
+            raise ValueError(f"network {self.name!r}: latencies and per-call cost must be >= 0 s")
+        if not self.horovod_thread_cores >= 0:
+            raise ValueError(f"network {self.name!r}: horovod_thread_cores must be >= 0 cores")
+        if self.ranks_per_node < 1:
+            raise ValueError(f"network {self.name!r}: ranks_per_node must be >= 1")
+
+    def describe(self) -> str:
+        """One line a reader can check: the numbers the cost model uses and why."""
+        inter = f"{self.bandwidth_bytes_per_s / BYTES_PER_GB:.3g} GB/s, α {self.latency_s * 1e3:.3g} ms"
+        intra = f"{self.intra_bandwidth_bytes_per_s / BYTES_PER_GB:.3g} GB/s, α {self.intra_latency_s * 1e3:.3g} ms"
+        text = (
+            f"{self.name}: between nodes {inter}; inside a node ({self.ranks_per_node} rank(s)) {intra};"
+            f" Horovod {self.per_call_s * 1e3:.3g} ms per fused call"
+            + (
+                f" and {self.horovod_thread_cores:.2g} of a core per rank for its background thread"
+                if self.horovod_thread_cores
+                else ""
+            )
+            + f"; {self.algorithm} allreduce"
+        )
+        return f"{text}. {self.assumptions}" if self.assumptions else text
+
+
+#: Horovod's fixed cost per fused call assumed for the named networks: negotiation plus, on average,
+#: half of the background thread's 1 ms cycle (HOROVOD_CYCLE_TIME). Measured here: ~1.1 ms on 2 cores.
+NAMED_PER_CALL_S = 0.5e-3
+
+NETWORKS: dict[str, Network] = {
+    "10gbe": Network(
+        "10gbe",
+        latency_s=25e-6,
+        bandwidth_bytes_per_s=1.1 * BYTES_PER_GB,
+        per_call_s=NAMED_PER_CALL_S,
+        assumptions="10 Gb/s Ethernet, TCP: ~90 % of 1.25 GB/s usable, ~25 µs MPI latency; 1 rank per node",
+    ),
+    "100g-infiniband": Network(
+        "100g-infiniband",
+        latency_s=2e-6,
+        bandwidth_bytes_per_s=11.0 * BYTES_PER_GB,
+        per_call_s=NAMED_PER_CALL_S,
+        assumptions="100 Gb/s InfiniBand (EDR) or Omni-Path: ~11 GB/s, ~2 µs MPI latency (RDMA); 1 rank per node",
+    ),
+    "nvlink": Network(
+        "nvlink",
+        latency_s=2e-6,
+        bandwidth_bytes_per_s=11.0 * BYTES_PER_GB,
+        per_call_s=NAMED_PER_CALL_S,
+        ranks_per_node=8,
+        intra_latency_s=5e-6,
+        intra_bandwidth_bytes_per_s=40.0 * BYTES_PER_GB,
+        assumptions="8 GPUs per node joined by NVLink 2.0 (~40 GB/s per GPU in a ring, ~5 µs per NCCL step);"
+        " nodes joined by 100 Gb/s InfiniBand; hierarchical allreduce",
+    ),
+    "aries": Network(
+        "aries",
+        latency_s=1.5e-6,
+        bandwidth_bytes_per_s=9.0 * BYTES_PER_GB,
+        per_call_s=NAMED_PER_CALL_S,
+        assumptions="Cray Aries (Piz Daint): ~9 GB/s injection per node, ~1.5 µs; 1 GPU per node",
+    ),
+    "aws-high": Network(
+        "aws-high",
+        latency_s=50e-6,
+        bandwidth_bytes_per_s=0.15 * BYTES_PER_GB,
+        per_call_s=NAMED_PER_CALL_S,
+        assumptions="EC2 'High' network performance (p2.xlarge, g2.2xlarge): ~1.2 Gb/s sustained"
+        " (an estimate: AWS does not publish it), ~50 µs; 1 GPU per node",
+    ),
+    "aws-10g-8gpu": Network(
+        "aws-10g-8gpu",
+        latency_s=50e-6,
+        bandwidth_bytes_per_s=1.1 * BYTES_PER_GB,
+        per_call_s=NAMED_PER_CALL_S,
+        ranks_per_node=8,
+        intra_latency_s=10e-6,
+        intra_bandwidth_bytes_per_s=5.0 * BYTES_PER_GB,
+        assumptions="EC2 p2.8xlarge: 8 K80 GPUs per node over PCIe (~5 GB/s), 10 Gb/s between nodes",
+    ),
+}
+
+
+def network(name: str | Network, **changes: Any) -> Network:
+    """A named network (``NETWORKS``), with fields changed (``ranks_per_node=4``) if given."""
+    if isinstance(name, Network):
+        chosen = name
+    else:
+        key = name.lower().replace("_", "-")
+        if key not in NETWORKS:
+            raise ValueError(f"unknown network {name!r}: use one of {', '.join(NETWORKS)} or build a Network")
+        chosen = NETWORKS[key]
+    return replace(chosen, **changes) if changes else chosen
+
+
+def fit_network(
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    name: str = "measured here",
+    ranks_per_node: int | None = None,
+    cores_per_node: int | None = None,
+) -> Network:
+    """α–β (and Horovod's per-call cost) fitted to ``workbench bench allreduce --json`` rows.
+
+    Ring model at the bench's ``n`` ranks: ``t = 2(n-1)α + 2(n-1)/n · bytes/β``, fitted where each
+    term dominates: β from the least-squares slope of raw MPI's times over messages >= 1 MiB, α from
+    the median time of messages <= 64 KiB (less their bandwidth part). Horovod's fixed cost per call
+    is the median of Horovod's time minus MPI's over messages <= 1 MiB, where transfer is small (past
+    its 64 MB fusion buffer Horovod splits a message: that size is left out). The fitted links are
+    used inside a node and between nodes alike (more hosts like this one). ``horovod_thread_cores``
+    is taken from the rows when the bench measured it.
+    """
+    frame = pd.DataFrame(list(rows))
+    needed = {"bytes", "ranks", "mpi_seconds"}
+    if frame.empty or not needed <= set(frame.columns):
+        raise ValueError("rows lack bytes, ranks, mpi_seconds: pass `workbench bench allreduce --json` output")
+    ranks = int(frame["ranks"].iloc[0])
+    if ranks < 2:
+        raise ValueError("the allreduce bench ran on 1 rank: nothing crossed a link; run it with --ranks 2 or more")
+    frame = frame[np.isfinite(frame["mpi_seconds"].astype(float)) & (frame["mpi_seconds"] > 0)]
+    steps, share = 2.0 * (ranks - 1), 2.0 * (ranks - 1) / ranks
+    large = frame[frame["bytes"] >= 1024 * 1024]
+    if len(large) < 2:
+        raise ValueError("the fit needs at least 2 message sizes >= 1 MiB (the bench's default sizes have 4)")
+    slope = float(np.polyfit(large["bytes"].astype(float), large["mpi_seconds"].astype(float), 1)[0])
+    if slope <= 0:
+        raise ValueError("the allreduce times do not grow with the message size: no bandwidth to fit")
+    bandwidth = share / slope
+    small = frame[frame["bytes"] <= 64 * 1024]
+    latency = 0.0
+    if len(small):
+        latency = max(float((small["mpi_seconds"] - share * small["bytes"] / bandwidth).median()) / steps, 0.0)
+    per_call = 0.0
+    if "horovod_seconds" in frame:
+        both = frame[(frame["bytes"] <= 1024 * 1024) & frame["horovod_seconds"].notna()]
+        if len(both):
+            per_call = max(float((both["horovod_seconds"] - both["mpi_seconds"]).median()), 0.0)
+    idle = frame["horovod_thread_cores"].astype(float).dropna() if "horovod_thread_cores" in frame else ()
+    node = ranks_per_node or ranks
+    return Network(
+        name,
+        latency_s=latency,
+        bandwidth_bytes_per_s=bandwidth,
+        per_call_s=per_call,
+        ranks_per_node=node,
+        intra_latency_s=latency,
+        intra_bandwidth_bytes_per_s=bandwidth,
+        cores_per_node=cores_per_node,
+        horovod_thread_cores=max(float(np.median(idle)), 0.0) if len(idle) else 0.0,
+        assumptions=f"fitted to the allreduce bench on {ranks} ranks of this host; more nodes are assumed"
+        f" to be hosts like it, {node} rank(s) each, joined by the same bandwidth",
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Collective costs
+# --------------------------------------------------------------------------------------------
+
+
+def ring_allreduce_seconds(nbytes: float, ranks: int, latency_s: float, bandwidth_bytes_per_s: float) -> float:
+    """Ring allreduce: ``2(n-1)/n · bytes/β + 2(n-1)·α`` (reduce-scatter then allgather); 0 on 1 rank."""
+    if ranks <= 1 or nbytes <= 0:
+        return 0.0
+    return 2.0 * (ranks - 1) / ranks * nbytes / bandwidth_bytes_per_s + 2.0 * (ranks - 1) * latency_s
+
+
+def tree_allreduce_seconds(nbytes: float, ranks: int, latency_s: float, bandwidth_bytes_per_s: float) -> float:
+    """Pipelined tree allreduce (NCCL's double binary tree): ``2·ceil(log2 n)·α + 2·bytes/β``; 0 on 1 rank."""
+    if ranks <= 1 or nbytes <= 0:
+        return 0.0
+    return 2.0 * math.ceil(math.log2(ranks)) * latency_s + 2.0 * nbytes / bandwidth_bytes_per_s
+
+
+def fused_calls(nbytes: float, fusion_threshold_bytes: int = HOROVOD_FUSION_THRESHOLD_BYTES) -> int:
+    """Horovod allreduce calls per step: tensors fused up to the threshold, ``ceil(bytes/threshold)``."""
+    if nbytes <= 0:
+        return 0
+    if fusion_threshold_bytes <= 0:
+        raise ValueError(
+            "fusion_threshold_bytes must be > 0 (HOROVOD_FUSION_THRESHOLD=0 is one call per tensor:"
+            " pass tensor_bytes instead)"
+        )
+    return max(1, math.ceil(nbytes / fusion_threshold_bytes))
+
+
+def allreduce_seconds(
+    nbytes: float,
+    ranks: int,
+    net: Network,
+    *,
+    fusion_threshold_bytes: int = HOROVOD_FUSION_THRESHOLD_BYTES,
+    tensor_bytes: Sequence[int] | None = None,
+) -> tuple[float, float]:
+    """Seconds per step of Horovod's allreduce of ``nbytes``: (transfer, fixed per-call cost).
+
+    ``tensor_bytes`` (the gradient tensors' sizes) packs tensors into fusion buffers in order; without
+    it the bytes are split into ``ceil(bytes/threshold)`` equal calls.
+    """
+    if ranks <= 1 or nbytes <= 0:
+        return 0.0, 0.0
+    chunks = _fusion_chunks(nbytes, fusion_threshold_bytes, tensor_bytes)
+    transfer = sum(_collective(chunk, ranks, net) for chunk in chunks)
+    return transfer, len(chunks) * net.per_call_s
+
+
+def parameter_server_seconds(nbytes: float, ranks: int, net: Network, *, servers: int | None = None) -> float:
+    """Seconds per step to push gradients to parameter servers and pull the variables back.
+
+    The ranks of a node first combine their gradients over the node's link (an allreduce inside the
+    node), then every node pushes ``B`` and pulls ``B``; the servers hold ``B/servers`` each, so the
+    busiest card carries ``max(B, nodes·B/servers)`` each way: ``2·(α + that/β)``. ``servers``
+    defaults to one per node. One node with one rank: 0.
+    """
+    per_node = min(net.ranks_per_node, ranks)
+    nodes = math.ceil(ranks / per_node)
+    local = ring_allreduce_seconds(nbytes, per_node, net.intra_latency_s, net.intra_bandwidth_bytes_per_s)
+    if nodes <= 1 or nbytes <= 0:
+        return local
+    servers = nodes if servers is None else int(servers)
+    if servers < 1:
+        raise ValueError("servers must be >= 1")
+    busiest = max(nbytes, nodes * nbytes / servers)
+    return local + 2.0 * (net.latency_s + busiest / net.bandwidth_bytes_per_s)
+
+
+def _fusion_chunks(nbytes: float, threshold: int, tensor_bytes: Sequence[int] | None) -> list[float]:
+    if tensor_bytes:
+        chunks: list[float] = []
+        current = 0.0
+        for size in tensor_bytes:
+            if current and current + size > threshold:
+                chunks.append(current)
+                current = 0.0
+            current += size
+        return [*chunks, current] if current else chunks
+    calls = fused_calls(nbytes, threshold)
+    return [nbytes / calls] * calls
+
+
+def _collective(nbytes: float, ranks: int, net: Network) -> float:
+    cost = ring_allreduce_seconds if net.algorithm == "ring" else tree_allreduce_seconds
+    per_node = min(net.ranks_per_node, ranks)
+    nodes = math.ceil(ranks / per_node)
+    if nodes == 1:
+        return cost(nbytes, ranks, net.intra_latency_s, net.intra_bandwidth_bytes_per_s)
+    if not net.hierarchical or per_node == 1:
+        return cost(nbytes, ranks, net.latency_s, net.bandwidth_bytes_per_s)
+    # reduce-scatter + allgather inside the node, a ring between nodes carrying the node's B bytes
+    inside = ring_allreduce_seconds(nbytes, per_node, net.intra_latency_s, net.intra_bandwidth_bytes_per_s)
+    return inside + cost(nbytes, nodes, net.latency_s, net.bandwidth_bytes_per_s)
