@@ -84,7 +84,8 @@ record("headless", {i}, before, results)"""
 LIVE_START = """point, e = experiment("live", {i})
 before = snapshot()
 live = e.start(cluster, point)
-dashboard = Dashboard(RunTail(live.run_path), on_stop=live.abort)
+chosen = {{}} if refresh_s is None else {{"refresh_s": refresh_s}}  # None: the dashboard's own default
+dashboard = Dashboard(RunTail(live.run_path), on_stop=live.abort, **chosen)
 dashboard.start()"""
 
 LIVE_END = """results = await live
@@ -102,7 +103,9 @@ def build_notebook(path: Path, repetitions: int) -> None:
     import nbformat
 
     cells = [
-        nbformat.v4.new_code_cell('ranks = 2\npreset = "reduced"\nout = "points"', metadata={"tags": ["parameters"]})
+        nbformat.v4.new_code_cell(
+            'ranks = 2\npreset = "reduced"\nout = "points"\nrefresh_s = None', metadata={"tags": ["parameters"]}
+        )
     ]
     cells.append(nbformat.v4.new_code_cell(SETUP.strip()))
     for i in range(repetitions):  # alternating, so that a drift of the machine's speed hits both ways alike
@@ -154,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preset", default="reduced")
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--repetitions", type=int, default=3)
+    parser.add_argument("--refresh-s", type=float, default=None, help="the dashboard's refresh (default: its own)")
     args = parser.parse_args(argv)
 
     from jupyterlab_browser import LabNotebooks, chromium_available
@@ -167,12 +171,19 @@ def main(argv: list[str] | None = None) -> int:
         build_notebook(source, args.repetitions)
         lab = LabNotebooks(Path(home))
         try:
-            lab.run(source, "cost", {"ranks": args.ranks, "preset": args.preset, "out": "points"}, timeout_s=3600)
+            parameters = {"ranks": args.ranks, "preset": args.preset, "out": "points", "refresh_s": args.refresh_s}
+            lab.run(source, "cost", parameters, timeout_s=3600)
         finally:
             lab.close()
         rows = json.loads((lab.root / "cost" / "dashboard-cost.json").read_text())
     result = summarise(rows)
-    result.update(preset=args.preset, ranks=args.ranks, seconds=round(time.time() - started, 1), rows=rows)
+    result.update(
+        preset=args.preset,
+        ranks=args.ranks,
+        refresh_s=args.refresh_s,
+        seconds=round(time.time() - started, 1),
+        rows=rows,
+    )
     result["host"] = socket.gethostname()
     print(json.dumps(result, indent=1))
     return 0

@@ -14,9 +14,11 @@ import pytest
 import workbench.widgets.dashboard as dashboard_module
 from workbench.analysis import phase_breakdown
 from workbench.analysis.memory import memory_growth
+from workbench.config import physical_cores
 from workbench.recorder import Recorder
 from workbench.store import RunTail, StreamWriter, create_run, read_run_meta
 from workbench.widgets import WAITING, Dashboard, ProgressBar, ProgressState, progress
+from workbench.widgets.dashboard import REFRESH_S, SHARED_CORES_REFRESH_S
 
 S = 1_000_000_000
 T0 = 1_700_000_000 * S
@@ -401,3 +403,22 @@ def test_progress_widget_mode():
     with ProgressBar(total=2, desc="runs", widget=True) as done:
         done.update(2)
     assert done._bar.value == 2 and done._bar.bar_style == "success"
+
+
+@pytest.mark.parametrize(
+    ("ranks", "cluster", "expected"),
+    [
+        (64, {"launcher": "mpi", "threads": 1}, SHARED_CORES_REFRESH_S),  # more ranks than any machine's cores here
+        (1, {"launcher": "mpi", "threads": 1}, None),  # decided below from this machine's cores
+        (64, {"launcher": "slurm", "threads": 1}, REFRESH_S),  # ranks on other nodes: the kernel's cores are free
+        (64, {"launcher": "mpi", "hostfile": "hosts", "threads": 1}, REFRESH_S),
+    ],
+)
+def test_default_refresh_is_slower_when_the_ranks_fill_this_machines_cores(tmp_path, ranks, cluster, expected):
+    run_path = create_run(tmp_path, "r", ranks=ranks, config={"cluster": {**cluster, "ranks": ranks}})
+    dash = Dashboard(RunTail(run_path))
+    if expected is None:  # 1 rank x 1 thread fills a 1-core machine only
+        expected = SHARED_CORES_REFRESH_S if physical_cores() <= 1 else REFRESH_S
+    assert dash.refresh_s == expected
+    assert (dash.refresh_reason is not None) == (expected == SHARED_CORES_REFRESH_S)
+    assert Dashboard(RunTail(run_path), refresh_s=0.25).refresh_s == 0.25  # a caller's choice stands
