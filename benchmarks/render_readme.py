@@ -406,13 +406,18 @@ def render_live(saved: Mapping[str, Any]) -> str:
 PROCESSES = ("kernel", "server", "browser")
 
 
+def dashboard_cores(result: Mapping[str, Any], name: str) -> float:
+    """Cores one process (``PROCESSES``) spends on the dashboard: its CPU per second live minus headless."""
+    return result["live"][f"{name}_cpu_per_s"] - result["headless"][f"{name}_cpu_per_s"]
+
+
 def render_dashboard_cost(saved: Mapping[str, Any]) -> str:
     """The live dashboard's CPU (kernel, Jupyter server, Chromium) and the live point against headless."""
     r = saved["result"]
     live, headless = r["live"], r["headless"]
 
     def cores(name: str) -> list[str]:
-        extra = live[f"{name}_cpu_per_s"] - headless[f"{name}_cpu_per_s"]
+        extra = dashboard_cores(r, name)
         return [fixed(headless[f"{name}_cpu_per_s"], 3), fixed(live[f"{name}_cpu_per_s"], 3), f"**{fixed(extra, 3)}**"]
 
     rows = [
@@ -844,7 +849,7 @@ def render_headline(saved: Mapping[str, Any]) -> str:
     evaluation, pipeline = load("eval-frequency-reduced")["result"], load("input-pipeline-reduced")["result"]
     projection, cost = load("projection")["result"], load("dashboard-cost")["result"]
     low, high = overhead["cpu_overhead_ci"]
-    dashboard_cores = sum(cost["live"][f"{n}_cpu_per_s"] - cost["headless"][f"{n}_cpu_per_s"] for n in PROCESSES)
+    cores_live = sum(dashboard_cores(cost, name) for name in PROCESSES)
     lines = [
         f"- **Cost of recording:** {share(1 - overhead['cpu_overhead_ratio'])} of CPU time on a "
         f"{number(1e3 / overhead['steps_per_s_plain'])} ms training step (recorded / plain "
@@ -854,7 +859,7 @@ def render_headline(saved: Mapping[str, Any]) -> str:
         f"- **Live:** an event on a rank is on screen in JupyterLab {number(browser['event_to_screen_ms']['median'])} "
         f"ms later (median); a {live['ranks']}-rank job is followed with a "
         f"{fixed(live['refresh_median_s'], 2)} s refresh (median); live on {cost['ranks']} ranks, the dashboard takes "
-        f"{fixed(dashboard_cores, 2)} of a core (kernel, server and browser) and the ranks' wall time is "
+        f"{fixed(cores_live, 2)} of a core (kernel, server and browser) and the ranks' wall time is "
         f"{fixed(cost['slowdown_live_over_headless'], 2)}x headless.",
         f"- **Case studies:** evaluating every {max(evaluation['intervals'])} epochs instead of every epoch made "
         f"training {times(evaluation['speedup_eval_fix'])} faster on {evaluation['largest_ranks']} ranks (the "

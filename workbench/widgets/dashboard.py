@@ -50,7 +50,8 @@ preload()  # in a kernel: plotly's widget bundle starts on its way to the browse
 WAITING = "waiting for the first events from the ranks…"
 #: Seconds between refreshes: while the ranks have cores to spare, and while they fill this machine's cores
 #: (every redraw is then taken from them). benchmarks/dashboard_cost.py, 2 ranks on 2 cores, live against
-#: headless: 0.29 of a core and 1.25x the ranks' wall time at 0.5 s; 0.18 of a core and 1.14x at 1 s.
+#: headless: 0.29 of a core and 1.25x the ranks' wall time at 0.5 s; 0.18-0.26 of a core and 1.14-1.23x at
+#: 1 s (two runs: the kernel's share follows the redraws, the browser's did not in the second).
 REFRESH_S, SHARED_CORES_REFRESH_S = 0.5, 1.0
 #: Choices of the time-window slider: label -> seconds (0 = the whole run).
 WINDOWS: tuple[tuple[str, float], ...] = (
@@ -392,8 +393,12 @@ class Dashboard:
         """Whether any of ``events`` falls in the time range the user zoomed to (always, without a zoom)."""
         if self._view is None or self._t0_ns is None:
             return True
-        low, high = (self._t0_ns + int(edge * NS_PER_S) for edge in self._view)
-        return bool(((events["end_ns"].to_numpy() >= low) & (events["start_ns"].to_numpy() <= high)).any())
+        return bool(self._overlapping(events, self._view).any())
+
+    def _overlapping(self, events: pd.DataFrame, window: tuple[float, float]) -> Any:
+        """Mask of the spans that overlap ``window`` (seconds since the run's first event)."""
+        low, high = (self._t0_ns + int(edge * NS_PER_S) for edge in window)  # type: ignore[operator]
+        return (events["end_ns"].to_numpy() >= low) & (events["start_ns"].to_numpy() <= high)
 
     def _sync_controls(self, new_phases: Any) -> None:
         """Add newly seen ranks (shown unless hidden before) and phases (checked) to the controls."""
@@ -486,8 +491,7 @@ class Dashboard:
             return
         window = self._window(events)
         if window is not None and self._t0_ns is not None:  # only the window's spans go on: a bounded redraw
-            low, high = (self._t0_ns + int(edge * NS_PER_S) for edge in window)
-            inside = (events["end_ns"].to_numpy() >= low) & (events["start_ns"].to_numpy() <= high)
+            inside = self._overlapping(events, window)
             if not inside.all():
                 events = events[inside]
         fig = timeline_figure(
