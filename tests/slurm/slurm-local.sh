@@ -116,23 +116,66 @@ stop() {
     done
   fi
   stop_daemons "$dir/run/slurmd.pid" "$dir/run/slurmctld.pid" "$dir/run/munged.pid"
-  # step daemons of this cluster (their environment names its slurm.conf) and their tasks: left only
-  # when slurmd died before its jobs were cancelled
-  local stepd victims=()
-  for stepd in $(pgrep -x slurmstepd || true); do
-    if tr '\0' '\n' < "/proc/$stepd/environ" 2>/dev/null | grep -x "SLURM_CONF=$SLURM_CONF" >/dev/null; then
-      victims+=("$stepd" $(descendants "$stepd"))
-    fi
-  done
-  if [[ ${#victims[@]} -gt 0 ]]; then
-    echo "killing step daemons and tasks left by a dead slurmd: ${victims[*]}" >&2
-    kill -KILL "${victims[@]}" 2>/dev/null || true
-  fi
+  # step daemons and job tasks of this cluster: left only when slurmd died before its jobs were
+  # cancelled (slurmd is the one that ends them)
+  reap_job_processes
 }
 
-descendants() {  # every process below $1
-  local child
-  for child in $(ps -o pid= --ppid "$1"); do echo "$child"; descendants "$child"; done
+reap_job_processes() {
+  # A process is this cluster's when its environment names this slurm.conf (read raw: slurmstepd
+  # writes its title over the start of it) and it is a slurmd, a slurmstepd or a job's task
+  # (SLURM_JOB_ID set). They are frozen first and the scan repeated until it finds no new one (a
+  # task may be forking as it is found), then killed together; this script's own line is spared.
+  python3 - "$SLURM_CONF" <<'PYTHON'
+import os, signal, sys, time
+
+marker = b"SLURM_CONF=" + sys.argv[1].encode()
+spared, pid = set(), os.getpid()
+while pid > 1:
+    spared.add(pid)
+    with open(f"/proc/{pid}/status") as status:
+        pid = int(next(line for line in status if line.startswith("PPid:")).split()[1])
+
+def of_this_cluster():
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) in spared:
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as stat:
+                if stat.read().rsplit(b")", 1)[1].split()[0] == b"Z":
+                    continue
+            with open(f"/proc/{name}/environ", "rb") as environ:
+                variables = environ.read().split(b"\0")
+            with open(f"/proc/{name}/comm") as comm:
+                command = comm.read().strip()
+        except OSError:
+            continue
+        if marker in variables and (
+            command in ("slurmd", "slurmstepd") or any(v.startswith(b"SLURM_JOB_ID=") for v in variables)
+        ):
+            yield int(name)
+
+frozen: set[int] = set()
+for _ in range(100):
+    found = set(of_this_cluster())
+    if not found:
+        break
+    for pid in found - frozen:
+        try:
+            os.kill(pid, signal.SIGSTOP)
+            frozen.add(pid)
+        except ProcessLookupError:
+            pass
+    if found <= frozen and found:
+        print(f"killing step daemons and tasks left by a dead slurmd: {sorted(found)}", file=sys.stderr)
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        frozen -= found
+    time.sleep(0.05)
+PYTHON
 }
 
 case $action in
