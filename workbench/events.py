@@ -4,7 +4,8 @@ Every layer reads these definitions: the recorder writes rows with exactly these
 store persists them, analysis groups by them and figures colour by them. Keeping them here means
 a new phase or column is one edit, not a hunt. The facts several layers share live here too, each
 defined once: units (``NS_PER_S``, ``BYTES_PER_MB``), the phases' display order (``phase_order``),
-POP's efficiency bands (``GOOD_EFFICIENCY``) and how a set of ranks is written (``rank_list``).
+POP's efficiency bands (``GOOD_EFFICIENCY``) and how a set of ranks is written (``rank_list``; with
+their hosts, ``ranks_with_hosts`` and ``hosts_summary``).
 
 Events (one row per span a rank spent in a phase)
 -------------------------------------------------
@@ -42,7 +43,7 @@ from __future__ import annotations
 
 import re
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import pandas as pd
 import pyarrow as pa
@@ -80,7 +81,15 @@ PHASES: tuple[str, ...] = (COMPUTE, COMMUNICATION, EVALUATION, INPUT, CHECKPOINT
 #: Display order of the known phases in every table, legend and stack: waiting sits next to the
 #: transfer it splits from, idle (time in no span) comes last, after any user phase.
 PHASE_ORDER: tuple[str, ...] = (
-    COMPUTE, COMMUNICATION, COMMUNICATION_WAIT, EVALUATION, INPUT, CHECKPOINT, HOST, IN_FLIGHT, IDLE
+    COMPUTE,
+    COMMUNICATION,
+    COMMUNICATION_WAIT,
+    EVALUATION,
+    INPUT,
+    CHECKPOINT,
+    HOST,
+    IN_FLIGHT,
+    IDLE,
 )
 
 #: One colour per phase, used by every figure (Okabe-Ito palette: safe for colour blindness).
@@ -211,6 +220,95 @@ def rank_list(ranks: Iterable[int]) -> str:
             start = value
         previous = value
     return ", ".join(parts)
+
+
+#: How a rank whose host is not known is grouped in text.
+UNKNOWN_HOST = "unknown host"
+#: More hosts than this among the ranks a sentence names, and it counts them instead of naming each.
+MAX_NAMED_HOSTS = 4
+#: ``hosts_summary`` names every host while its line stays within this many characters.
+HOSTS_LINE_CHARS = 100
+
+
+def rank_hosts(*frames: pd.DataFrame | None) -> dict[int, str]:
+    """Each rank's host (``{rank: host}``), from the first frame that names one for it.
+
+    Frames with ``rank`` and ``host`` columns (events, memory samples, rank meta): rows with an empty
+    host are skipped, a rank keeps the host of its first such row. Missing columns give nothing,
+    never an error. One hash pass per frame, no loop over rows: it runs on live redraws too.
+    """
+    hosts: dict[int, str] = {}
+    for frame in frames:
+        if frame is None or len(frame) == 0 or "rank" not in frame or "host" not in frame:
+            continue
+        host = frame["host"]
+        named = host.notna().to_numpy() & (host.astype(str).to_numpy() != "")
+        if not named.any():
+            continue
+        firsts = frame.loc[named, ["rank", "host"]].drop_duplicates("rank")
+        for rank, name in zip(firsts["rank"].to_numpy(), firsts["host"].astype(str).to_numpy(), strict=True):
+            hosts.setdefault(int(rank), str(name))
+    return hosts
+
+
+def host_count(hosts: Mapping[int, str] | None) -> int:
+    """How many distinct known hosts ``hosts`` (``{rank: host}``) names."""
+    return len({h for h in (hosts or {}).values() if h})
+
+
+def _ranks_by_host(ranks: Iterable[int], hosts: Mapping[int, str]) -> dict[str, list[int]]:
+    """``ranks`` grouped by host, hosts in the order of their lowest rank; unknown ones as ``UNKNOWN_HOST``."""
+    groups: dict[str, list[int]] = {}
+    for rank in sorted({int(r) for r in ranks}):
+        groups.setdefault(hosts.get(rank) or UNKNOWN_HOST, []).append(rank)
+    return groups
+
+
+def ranks_with_hosts(ranks: Iterable[int], hosts: Mapping[int, str] | None = None) -> str:
+    """Ranks for a sentence, with their hosts when the run's ranks ran on more than one.
+
+    One host (or none known): ``"rank 2"``, ``"ranks 1–3, 5"``. Several: ``"rank 2 (node3)"``,
+    ``"ranks 0–1 (node1), rank 4 (node2)"``; ranks that are all of one host's ranks (``hosts``
+    lists every rank of the run) name the host first, ``"node3 (ranks 4–5)"``, because then the
+    host is the likelier cause. Named ranks on more than ``MAX_NAMED_HOSTS`` hosts are counted:
+    ``"ranks 0–511 on 64 hosts"``.
+    """
+    values = sorted({int(r) for r in ranks})
+    word = "rank" if len(values) == 1 else "ranks"
+    if host_count(hosts) < 2:
+        return f"{word} {rank_list(values)}"
+    assert hosts is not None
+    groups = _ranks_by_host(values, hosts)
+    if len(groups) > MAX_NAMED_HOSTS:
+        return f"{word} {rank_list(values)} on {len(groups)} hosts"
+    everyone = _ranks_by_host(hosts, hosts)
+    parts = []
+    for host, members in groups.items():
+        noun = "rank" if len(members) == 1 else "ranks"
+        whole_host = host != UNKNOWN_HOST and len(members) > 1 and members == everyone.get(host)
+        parts.append(f"{host} ({noun} {rank_list(members)})" if whole_host else f"{noun} {rank_list(members)} ({host})")
+    return ", ".join(parts)
+
+
+def hosts_summary(hosts: Mapping[int, str] | None, *, max_chars: int = HOSTS_LINE_CHARS) -> str:
+    """One short line on where the ranks ran; "" when on one host (or none known).
+
+    ``"4 ranks on 2 hosts: node1 (ranks 0–1), node2 (ranks 2–3)"`` while that fits ``max_chars``;
+    else counted, ``"1024 ranks on 128 hosts, 8 per host"`` (``"4–8 per host"`` when they differ).
+    """
+    if host_count(hosts) < 2:
+        return ""
+    assert hosts is not None
+    groups = _ranks_by_host(hosts, hosts)
+    head = f"{len(hosts)} ranks on {len(groups)} hosts"
+    named = ", ".join(
+        f"{host} ({'rank' if len(members) == 1 else 'ranks'} {rank_list(members)})" for host, members in groups.items()
+    )
+    if len(head) + 2 + len(named) <= max_chars:
+        return f"{head}: {named}"
+    sizes = sorted(len(members) for members in groups.values())
+    per_host = str(sizes[0]) if sizes[0] == sizes[-1] else f"{sizes[0]}–{sizes[-1]}"
+    return f"{head}, {per_host} per host"
 
 
 def empty_events() -> pd.DataFrame:

@@ -16,7 +16,7 @@ import pandas as pd
 
 from workbench.analysis.compare import SCOPE_RANK, SCOPE_TOTAL, SCOPE_WALL
 from workbench.analysis.run_analysis import lateness_summary
-from workbench.events import phase_order
+from workbench.events import host_count, hosts_summary, phase_order
 
 if TYPE_CHECKING:
     from workbench.analysis import RunAnalysis
@@ -122,7 +122,6 @@ def _finite(value: object) -> bool:
         return False
 
 
-
 # --------------------------------------------------------------------------------------------
 # Tables and a run's analysis
 # --------------------------------------------------------------------------------------------
@@ -164,7 +163,11 @@ def _wrapped(text: str, indent: str = "", *, width: int = WIDTH) -> list[str]:
 
 
 def format_header(header: Mapping[str, Any], *, label: str = "run") -> list[str]:
-    """What produced a run: id, name, created, host, ranks, cores, status, versions."""
+    """What produced a run: id, name, created, host, ranks, cores, status, versions.
+
+    When ``header["rank_hosts"]`` (``{rank: host}``) names more than one host, one more line says
+    where the ranks ran (``hosts_summary``: each host's ranks, or a count for many hosts).
+    """
     lines = [f"{label:<9}{header.get('run_id') or MISSING}  ({header.get('name') or 'unnamed'})"]
     facts = [
         f"created {header.get('created') or MISSING}",
@@ -176,6 +179,9 @@ def format_header(header: Mapping[str, Any], *, label: str = "run") -> list[str]
     if header.get("exit_code") not in (None, 0):
         facts.append(f"exit code {header['exit_code']}")
     lines += _wrapped(", ".join(facts), " " * 9)
+    where = hosts_summary(header.get("rank_hosts"), max_chars=WIDTH - 9)
+    if where:
+        lines.append(" " * 9 + where)
     versions = header.get("versions") or {}
     if versions:
         lines += _wrapped(", ".join(f"{name} {version}" for name, version in versions.items()), " " * 9)
@@ -191,6 +197,8 @@ def _count(value: object, noun: str) -> str:
 def format_analysis(result: RunAnalysis, *, width: int = WIDTH) -> str:
     """The run's header, POP metrics, seconds per rank and phase, findings, steps and memory."""
     lines = format_header(result.header)
+    hosts = result.header.get("rank_hosts") or {}
+    by_rank = _RankColumns(hosts)
     pop = result.pop
     useful = " + ".join(pop.get("useful_phases") or [])
     lines += ["", f"POP metrics (useful phases: {useful})"]
@@ -210,7 +218,7 @@ def format_analysis(result: RunAnalysis, *, width: int = WIDTH) -> str:
         lines += _wrapped(f"note: {pop['note']}", width=width)
 
     lines += ["", "Seconds per rank and phase (share of wall time)"]
-    lines += _breakdown_lines(result.breakdown, width) or ["  no events"]
+    lines += _breakdown_lines(result.breakdown, width, by_rank) or ["  no events"]
 
     lines += ["", "Findings (largest loss first; they overlap: do not add them up)"]
     lines += findings_lines(result.findings, width) or ["  none"]
@@ -218,10 +226,10 @@ def format_analysis(result: RunAnalysis, *, width: int = WIDTH) -> str:
     lines += ["", "Training steps per rank"]
     if int(result.steps["steps"].sum()) if len(result.steps) else 0:
         lines += text_table(
-            ["rank", "steps", "over", "steps/s", "mean step"],
+            [*by_rank.header, "steps", "over", "steps/s", "mean step"],
             [
                 [
-                    str(row.rank),
+                    *by_rank.cells(row.rank),
                     str(row.steps),
                     format_seconds(row.seconds),
                     format_rate(row.steps_per_s),
@@ -230,6 +238,7 @@ def format_analysis(result: RunAnalysis, *, width: int = WIDTH) -> str:
                 for row in result.steps.itertuples()
             ],
             width=width,
+            labels=by_rank.labels,
         )
     else:
         lines.append("  none recorded (compute spans named 'train_step')")
@@ -238,10 +247,10 @@ def format_analysis(result: RunAnalysis, *, width: int = WIDTH) -> str:
     if len(lateness):
         lines += ["", "Arrival at the allreduce (Horovod's readiness marks, per step)"]
         lines += text_table(
-            ["rank", "steps", "last in", "median late", "max late"],
+            [*by_rank.header, "steps", "last in", "median late", "max late"],
             [
                 [
-                    str(row.rank),
+                    *by_rank.cells(row.rank),
                     str(row.steps),
                     f"{row.last_in_steps} ({format_share(row.last_share)})",
                     format_seconds(row.median_lateness_s),
@@ -250,15 +259,16 @@ def format_analysis(result: RunAnalysis, *, width: int = WIDTH) -> str:
                 for row in lateness.itertuples()
             ],
             width=width,
+            labels=by_rank.labels,
         )
 
     lines += ["", "Memory per rank (resident set size)"]
     if len(result.memory):
         lines += text_table(
-            ["rank", "samples", "first", "last", "peak", "GPU peak"],
+            [*by_rank.header, "samples", "first", "last", "peak", "GPU peak"],
             [
                 [
-                    str(row.rank),
+                    *by_rank.cells(row.rank),
                     str(row.samples),
                     format_megabytes(row.first_mb),
                     format_megabytes(row.last_mb),
@@ -268,23 +278,40 @@ def format_analysis(result: RunAnalysis, *, width: int = WIDTH) -> str:
                 for row in result.memory.itertuples()
             ],
             width=width,
+            labels=by_rank.labels,
         )
     else:
         lines.append("  no samples recorded")
     return "\n".join(lines)
 
 
-def _breakdown_lines(breakdown: pd.DataFrame, width: int) -> list[str]:
+class _RankColumns:
+    """A table's leading rank column, and a host column next to it when the ranks ran on several hosts."""
+
+    def __init__(self, hosts: Mapping[int, str]) -> None:
+        self.hosts = hosts
+        self.several = host_count(hosts) > 1
+        self.header = ["rank", "host"] if self.several else ["rank"]
+        self.labels = len(self.header)
+
+    def cells(self, rank: Any) -> list[str]:
+        if not self.several:
+            return [str(rank)]
+        return [str(rank), self.hosts.get(int(rank)) or MISSING]
+
+
+def _breakdown_lines(breakdown: pd.DataFrame, width: int, by_rank: _RankColumns | None = None) -> list[str]:
     if breakdown.empty:
         return []
+    by_rank = by_rank or _RankColumns({})
     order = phase_order(breakdown["phase"].unique())
     seconds = breakdown.pivot_table(index="rank", columns="phase", values="seconds", aggfunc="sum", fill_value=0.0)
     fraction = breakdown.pivot_table(index="rank", columns="phase", values="fraction", aggfunc="sum", fill_value=0.0)
     rows = []
     for rank in seconds.index:
         cells = [f"{format_seconds(seconds.at[rank, p])} {format_share(fraction.at[rank, p])}" for p in order]
-        rows.append([str(rank), *cells, format_seconds(float(seconds.loc[rank].sum()))])
-    return text_table(["rank", *order, "wall"], rows, width=width)
+        rows.append([*by_rank.cells(rank), *cells, format_seconds(float(seconds.loc[rank].sum()))])
+    return text_table([*by_rank.header, *order, "wall"], rows, width=width, labels=by_rank.labels)
 
 
 def findings_lines(found: pd.DataFrame, width: int) -> list[str]:
@@ -297,7 +324,6 @@ def findings_lines(found: pd.DataFrame, width: int) -> list[str]:
             lines += _wrapped(f"{row.order:>2}. {row.kind} (note); ranks {row.ranks}", width=width)
         lines += _wrapped(str(row.text), " " * 4, width=width)
     return lines
-
 
 
 # --------------------------------------------------------------------------------------------
@@ -341,4 +367,3 @@ def _delta_rows(frame: pd.DataFrame, keys: list[str]) -> list[list[str]]:
         ]
         for row in frame.itertuples()
     ]
-

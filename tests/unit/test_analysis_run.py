@@ -78,10 +78,12 @@ def test_a_recorded_run_analysed_in_one_call():
         "cores": 4,
         "status": "finished",
         "versions": {"python": "3.11.9"},
+        "rank_hosts": {0: "node1", 1: "node1"},  # from the memory samples: these events name no host
     }
     # declared rank 2 recorded nothing: idle for the whole 10 s
     breakdown = result.breakdown.set_index(["rank", "phase"])["seconds"]
-    assert list(result.breakdown.columns) == ["rank", "phase", "seconds", "fraction"]
+    assert list(result.breakdown.columns) == ["rank", "host", "phase", "seconds", "fraction"]
+    assert result.breakdown.set_index("rank")["host"].to_dict() == {0: "node1", 1: "node1", 2: ""}
     assert breakdown[(2, "idle")] == pytest.approx(10)
     assert breakdown[(0, "evaluation")] == pytest.approx(4)
     # useful 6, 6, 0 of 10 s: LB = 4 / 6, CommE = 6 / 10, PE = 0.4

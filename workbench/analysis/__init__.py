@@ -36,6 +36,8 @@ from workbench.analysis.run_analysis import (
     json_records,
     lateness_summary,
     run_header,
+    run_hosts,
+    with_hosts,
 )
 from workbench.analysis.scaling import (
     IoOverhead,
@@ -55,7 +57,7 @@ from workbench.analysis.straggler import (
     with_derived_waits,
 )
 from workbench.analysis.whatif import WhatIf, estimate_eval_interval, estimate_sharded_evaluation
-from workbench.events import GOOD_EFFICIENCY, phase_order, rank_list
+from workbench.events import GOOD_EFFICIENCY, phase_order, rank_list, ranks_with_hosts
 
 __all__ = [
     "GOOD_EFFICIENCY",
@@ -97,7 +99,9 @@ __all__ = [
     "queue_exhaustion",
     "rank_list",
     "rank_wall_time",
+    "ranks_with_hosts",
     "run_header",
+    "run_hosts",
     "scaling_efficiency",
     "scaling_table",
     "step_spans",
@@ -110,4 +114,5 @@ __all__ = [
     "useful_phase_set",
     "wait_spans",
     "with_derived_waits",
+    "with_hosts",
 ]

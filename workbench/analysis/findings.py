@@ -13,7 +13,7 @@ have ``seconds_lost`` NaN (the cost cannot be measured) and sort last.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -22,7 +22,7 @@ import pandas as pd
 from workbench import events as ev
 from workbench.analysis.breakdown import phase_breakdown
 from workbench.analysis.pop import pop_metrics, useful_phase_set
-from workbench.events import GOOD_EFFICIENCY, phase_order, rank_list
+from workbench.events import GOOD_EFFICIENCY, phase_order, rank_list, ranks_with_hosts
 
 FINDING_COLUMNS: tuple[str, ...] = ("order", "kind", "text", "seconds_lost", "fraction_of_wall", "ranks")
 
@@ -109,6 +109,12 @@ class RunTimes:
     pop: pd.Series
     min_fraction: float
     efficiency_target: float
+    #: ``{rank: host}``: findings name a rank's host when the run has more than one (``named``).
+    hosts: Mapping[int, str] = field(default_factory=dict)
+
+    def named(self, ranks: Iterable[int]) -> str:
+        """``"rank 2"``, or ``"rank 2 (node3)"`` / ``"node3 (ranks 4–5)"`` on several hosts (``ranks_with_hosts``)."""
+        return ranks_with_hosts(ranks, self.hosts)
 
     @property
     def n_ranks(self) -> int:
@@ -176,8 +182,8 @@ def serial_evaluation(run: RunTimes) -> Finding | None:
     wait = "waits" if len(others) == 1 else "wait"
     return run.found(
         "serial_evaluation",
-        f"{_ranks_word(evaluators)} {rank_list(evaluators)} {verb} for {evaluation.max() / run.wall:.0%}"
-        f" of wall time while {_ranks_word(others)} {rank_list(others)} {wait} (communication or idle:"
+        f"{run.named(evaluators)} {verb} for {evaluation.max() / run.wall:.0%}"
+        f" of wall time while {run.named(others)} {wait} (communication or idle:"
         f" {wait_share:.0%} of their time); sharing evaluation over all ranks would save about"
         f" {lost:.1f} s",
         lost,
@@ -197,8 +203,8 @@ def load_imbalance(run: RunTimes) -> Finding | None:
     shortfall = 1 - compute.min() / compute.max()
     return run.found(
         "load_imbalance",
-        f"load imbalance: rank {least} computes {shortfall:.0%} less than rank {most}"
-        f" ({compute.min():.1f} s vs {compute.max():.1f} s); the others wait for rank {most}",
+        f"load imbalance: {run.named([least])} computes {shortfall:.0%} less than {run.named([most])}"
+        f" ({compute.min():.1f} s vs {compute.max():.1f} s); the others wait for {run.named([most])}",
         lost,
         [least, most],
     )
@@ -233,7 +239,7 @@ def input_pipeline(run: RunTimes) -> Finding | None:
     return run.found(
         "input_pipeline",
         f"input pipeline: ranks wait {lost / run.wall:.0%} of time for the next batch"
-        f" (most: rank {input_s.idxmax()}, {input_s.max() / run.wall:.0%})",
+        f" (most: {run.named([input_s.idxmax()])}, {input_s.max() / run.wall:.0%})",
         lost,
         _busy_ranks(input_s),
     )
@@ -248,7 +254,7 @@ def host_work(run: RunTimes) -> Finding | None:
     return run.found(
         "host_work",
         f"host work between steps: ranks spend {lost / run.wall:.0%} of wall time outside their training"
-        f" steps (most: rank {host.idxmax()}, {host.max() / run.wall:.0%}): Python between the step calls,"
+        f" steps (most: {run.named([host.idxmax()])}, {host.max() / run.wall:.0%}): Python between the step calls,"
         " callbacks, logging; a rank that does more of it than the others makes them wait (see straggler)",
         lost,
         _busy_ranks(host),
@@ -264,7 +270,7 @@ def idle(run: RunTimes) -> Finding | None:
     return run.found(
         "idle",
         f"idle: ranks spend {lost / run.wall:.0%} of wall time in no recorded span"
-        f" (most: rank {idle_s.idxmax()}, {idle_s.max() / run.wall:.0%})",
+        f" (most: {run.named([idle_s.idxmax()])}, {idle_s.max() / run.wall:.0%})",
         lost,
         _busy_ranks(idle_s),
     )
@@ -290,7 +296,7 @@ def outside_useful_phases(run: RunTimes) -> Finding | None:
         return None
     return run.found(
         "outside_useful_phases",
-        f"rank {run.seconds.index[0]} spends {1 - run.efficiency:.0%} of wall time outside the useful phases"
+        f"{run.named(run.seconds.index[:1])} spends {1 - run.efficiency:.0%} of wall time outside the useful phases"
         f" ({run.useful}): {run.elsewhere}",
         float(run.pop["runtime_s"]) * (1.0 - run.efficiency),
         run.seconds.index,
@@ -364,6 +370,7 @@ def findings(
     min_fraction: float = 0.02,
     efficiency_target: float = GOOD_EFFICIENCY,
     breakdown: pd.DataFrame | None = None,
+    hosts: Mapping[int, str] | None = None,
 ) -> pd.DataFrame:
     """Findings for one run, largest ``seconds_lost`` first (columns ``FINDING_COLUMNS``).
 
@@ -375,7 +382,9 @@ def findings(
     A finding is reported when its ``seconds_lost / W`` is at least ``min_fraction`` (low
     parallel efficiency: whenever PE is below the target). ``pop`` is ``pop_metrics`` of the same
     run (computed when not given), ``breakdown`` its ``phase_breakdown(events, by=("run_id",
-    "rank"), ranks=ranks)`` (likewise). No findings: an empty frame with the same columns.
+    "rank"), ranks=ranks)`` (likewise). ``hosts`` (``{rank: host}``, default: the events' ``host``
+    column): with more than one host, texts name each rank's host. No findings: an empty frame with
+    the same columns.
     """
     if breakdown is None:
         breakdown = phase_breakdown(events, by=("run_id", "rank"), ranks=ranks)
@@ -399,7 +408,8 @@ def findings(
         pop = pop_metrics(events, ranks=ranks, breakdown=breakdown)
     if len(pop) != 1:
         raise ValueError(f"pop has {len(pop)} rows: pass pop_metrics of this one run")
-    run = RunTimes(events, seconds, wall, pop.iloc[0], min_fraction, efficiency_target)
+    hosts = ev.rank_hosts(events) if hosts is None else hosts
+    run = RunTimes(events, seconds, wall, pop.iloc[0], min_fraction, efficiency_target, hosts)
     return _ranked([row for kind in FINDING_KINDS if (row := kind(run)) is not None])
 
 
@@ -495,10 +505,6 @@ def _time_outside(seconds: pd.DataFrame, useful: list[str], wall: float) -> str:
     others = [p for p in phase_order(seconds.columns) if p not in useful and means[p] > 0]
     others.sort(key=lambda p: -means[p])
     return ", ".join(f"{p} {means[p] / wall:.0%}" for p in others)
-
-
-def _ranks_word(ranks: Iterable[int]) -> str:
-    return "rank" if len(list(ranks)) == 1 else "ranks"
 
 
 def _busy_ranks(seconds: pd.Series) -> str:

@@ -8,10 +8,12 @@ queue signal is the depth the training loop found when it came to dequeue (count
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import pandas as pd
 
-from workbench.events import COMMUNICATION, COMPUTE, INPUT, NS_PER_S, rank_list
+from workbench.events import COMMUNICATION, COMPUTE, INPUT, NS_PER_S, rank_hosts, rank_list, ranks_with_hosts
 
 #: TensorFlow Profiler's bands of the input share of step time.
 INPUT_BOUND_MODERATE, INPUT_BOUND_HIGH = 0.05, 0.20
@@ -102,9 +104,16 @@ def queue_exhaustion(counters: pd.DataFrame, *, name: str = DEQUEUE_DEPTH) -> pd
     return pd.DataFrame(rows, columns=columns)
 
 
-def input_findings(events: pd.DataFrame, counters: pd.DataFrame) -> pd.DataFrame:
-    """Findings rows (kind, ranks, seconds_lost, fraction_of_wall, text) for an input-bound run."""
+def input_findings(
+    events: pd.DataFrame, counters: pd.DataFrame, *, hosts: Mapping[int, str] | None = None
+) -> pd.DataFrame:
+    """Findings rows (kind, ranks, seconds_lost, fraction_of_wall, text) for an input-bound run.
+
+    ``hosts`` (``{rank: host}``, default: the events' and counters' ``host`` columns): on more than
+    one host the texts name the rank's host, since one host's slow disk starves only its ranks.
+    """
     columns = ["kind", "ranks", "seconds_lost", "fraction_of_wall", "text"]
+    hosts = rank_hosts(events, counters) if hosts is None else hosts
     rows = []
     shares = input_share(events)
     bound = shares[shares["input_share"] >= INPUT_BOUND_MODERATE]
@@ -117,7 +126,8 @@ def input_findings(events: pd.DataFrame, counters: pd.DataFrame) -> pd.DataFrame
                 "seconds_lost": float(bound["input_s"].max()),
                 "fraction_of_wall": float(worst["input_share"]),
                 "text": (
-                    f"{worst['level']}: rank {int(worst['rank'])} waits for input {worst['input_share']:.0%} of its "
+                    f"{worst['level']}: {ranks_with_hosts([int(worst['rank'])], hosts)} waits for input"
+                    f" {worst['input_share']:.0%} of its "
                     f"step time ({worst['input_s']:.3g} s of {worst['step_s']:.3g} s); TensorFlow Profiler calls "
                     f"{INPUT_BOUND_MODERATE:.0%}–{INPUT_BOUND_HIGH:.0%} moderately and ≥ {INPUT_BOUND_HIGH:.0%} "
                     "highly input-bound"
@@ -136,8 +146,9 @@ def input_findings(events: pd.DataFrame, counters: pd.DataFrame) -> pd.DataFrame
                 "seconds_lost": float(waiting.reindex(dry["rank"]).max()) if len(waiting) else float("nan"),
                 "fraction_of_wall": float(worst["empty_fraction_after"]),
                 "text": (
-                    f"input queue empty at {worst['empty_fraction_after']:.0%} of dequeues on rank "
-                    f"{int(worst['rank'])} after {worst['ran_dry_after_s']:.3g} s: the readers fill it slower than "
+                    f"input queue empty at {worst['empty_fraction_after']:.0%} of dequeues on "
+                    f"{ranks_with_hosts([int(worst['rank'])], hosts)} after {worst['ran_dry_after_s']:.3g} s: the"
+                    " readers fill it slower than "
                     "training empties it; "
                     "more enqueue threads only delay this — read from memory, cache, or dequeue a new batch only "
                     "every k steps (batch repetition)"

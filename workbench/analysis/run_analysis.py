@@ -46,20 +46,25 @@ HEADER_KEYS: tuple[str, ...] = ("run_id", "name", "created", "host", "ranks", "c
 
 @dataclass(frozen=True)
 class RunAnalysis:
-    """One run, analysed: tables for the per-rank detail, dicts for the one-per-run facts."""
+    """One run, analysed: tables for the per-rank detail, dicts for the one-per-run facts.
 
-    #: What produced the run: ``HEADER_KEYS`` from its metadata (missing ones are None).
+    Every per-rank table carries, after ``rank``, the rank's ``host`` ("" when not recorded), so
+    a slow or late rank can be told apart from a slow or late host.
+    """
+
+    #: What produced the run: ``HEADER_KEYS`` from its metadata (missing ones are None), and
+    #: ``rank_hosts``: ``{rank: host}`` of the ranks whose host is known.
     header: dict[str, Any]
-    #: ``rank, phase, seconds, fraction`` (``phase_breakdown`` by rank).
+    #: ``rank, host, phase, seconds, fraction`` (``phase_breakdown`` by rank).
     breakdown: pd.DataFrame
     #: ``pop_metrics`` of the run as a dict; ``useful_phases`` as a list; efficiencies NaN (with
     #: ``note`` saying why) when they cannot be computed.
     pop: dict[str, Any]
     #: ``FINDING_COLUMNS``, largest ``seconds_lost`` first, missing-data findings last.
     findings: pd.DataFrame
-    #: ``steps_per_rank``: ``rank, steps, seconds, steps_per_s, mean_step_s``.
+    #: ``steps_per_rank``: ``rank, host, steps, seconds, steps_per_s, mean_step_s``.
     steps: pd.DataFrame
-    #: ``memory_summary``: ``rank, samples, first_mb, last_mb, peak_mb, gpu_peak_mb``.
+    #: ``memory_summary``: ``rank, host, samples, first_mb, last_mb, peak_mb, gpu_peak_mb``.
     memory: pd.DataFrame
     #: ``step_waits``: per rank and step, its duration, the wait for the last rank and the evidence.
     waits: pd.DataFrame = field(default_factory=lambda: _empty(STEP_WAIT_COLUMNS))
@@ -77,7 +82,7 @@ class RunAnalysis:
             "findings": json_records(self.findings),
             "steps": json_records(self.steps),
             "memory": json_records(self.memory),
-            "lateness": json_records(lateness_summary(self.lateness)),
+            "lateness": json_records(lateness_summary(self.lateness, self.header.get("rank_hosts"))),
             "in_flight": json_records(self.in_flight),
         }
 
@@ -86,11 +91,15 @@ def _empty(columns: tuple[str, ...]) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype="float64") for c in columns})
 
 
-def lateness_summary(lateness: pd.DataFrame) -> pd.DataFrame:
-    """Per rank: in how many steps it arrived last to the allreduce, and its median and max lateness."""
+def lateness_summary(lateness: pd.DataFrame, hosts: Mapping[int, str] | None = None) -> pd.DataFrame:
+    """Per rank: in how many steps it arrived last to the allreduce, and its median and max lateness.
+
+    With ``hosts`` (``{rank: host}``, e.g. ``RunAnalysis.header["rank_hosts"]``) a ``host`` column
+    follows ``rank``: a late host shows as all its ranks late.
+    """
     columns = ["rank", "steps", "last_in_steps", "last_share", "median_lateness_s", "max_lateness_s"]
     if lateness.empty:
-        return _empty(tuple(columns))
+        return with_hosts(_empty(tuple(columns)), hosts) if hosts is not None else _empty(tuple(columns))
     summary = lateness.groupby("rank").agg(
         steps=("step", "size"),
         last_in_steps=("last", "sum"),
@@ -98,7 +107,32 @@ def lateness_summary(lateness: pd.DataFrame) -> pd.DataFrame:
         max_lateness_s=("lateness_s", "max"),
     )
     summary["last_share"] = summary["last_in_steps"] / summary["steps"]
-    return summary.reset_index()[columns].astype({"rank": "int64", "steps": "int64", "last_in_steps": "int64"})
+    table = summary.reset_index()[columns].astype({"rank": "int64", "steps": "int64", "last_in_steps": "int64"})
+    return with_hosts(table, hosts) if hosts is not None else table
+
+
+def with_hosts(table: pd.DataFrame, hosts: Mapping[int, str] | None) -> pd.DataFrame:
+    """``table`` with a ``host`` column after ``rank`` (``hosts[rank]``, "" when unknown); as it is without ``rank``."""
+    if "rank" not in table:
+        return table
+    lookup = pd.Series({int(rank): str(host) for rank, host in (hosts or {}).items()}, dtype=object)
+    column = table["rank"].map(lookup).fillna("").astype(object)
+    table = table.drop(columns="host", errors="ignore")
+    table.insert(table.columns.get_loc("rank") + 1, "host", column.to_numpy())
+    return table
+
+
+def run_hosts(events: pd.DataFrame, memory: pd.DataFrame | None = None, rank_meta: Any = None) -> dict[int, str]:
+    """``{rank: host}`` from the events' ``host`` column, then memory samples, then the ranks' meta.
+
+    ``rank_meta``: ``Run.rank_meta`` (a frame with ``rank`` and ``host``) or a ``{rank: host}``
+    mapping. Ranks with no host anywhere are left out; nothing here raises on a missing column.
+    """
+    if isinstance(rank_meta, Mapping):
+        rank_meta = pd.DataFrame({"rank": list(rank_meta), "host": [str(h) for h in rank_meta.values()]})
+    if rank_meta is not None and not isinstance(rank_meta, pd.DataFrame):
+        rank_meta = None
+    return ev.rank_hosts(events, memory, rank_meta)
 
 
 def analyse_run(
@@ -109,6 +143,7 @@ def analyse_run(
     input_is_useful: bool = True,
     min_fraction: float = 0.02,
     derive_waits: bool = True,
+    rank_meta: pd.DataFrame | Mapping[int, str] | None = None,
 ) -> RunAnalysis:
     """Breakdown, POP metrics, findings, steps and memory of one run (``Run.load(path)``'s frames).
 
@@ -124,10 +159,14 @@ def analyse_run(
       in a ``straggler`` finding that says on which evidence.
     - Findings add, to ``analysis.findings``: oversubscription from the recorded cluster settings
       (when ``meta`` is given), and notes when no training steps or no memory samples were recorded.
+    - Each rank's host comes from the events, else the memory samples, else ``rank_meta``
+      (``Run.rank_meta``): per-rank tables get a ``host`` column, and when ranks ran on more than
+      one host the findings name the host next to each rank ("rank 2 (node3)").
     """
     meta = dict(meta or {})
     run_id = str(meta.get("run_id", ""))
     ranks = declared_ranks(meta)
+    hosts = run_hosts(events, memory, rank_meta)
     events = events.assign(run_id=run_id) if len(events) else events
     extra: list[pd.DataFrame] = []
     backwards = (events["end_ns"] < events["start_ns"]).to_numpy() if len(events) else np.zeros(0, bool)
@@ -136,7 +175,8 @@ def analyse_run(
         extra.append(
             missing_data_finding(
                 "backwards_spans",
-                f"{int(backwards.sum())} span(s) end before they start (first: rank {first['rank']},"
+                f"{int(backwards.sum())} span(s) end before they start (first:"
+                f" {ev.ranks_with_hosts([first['rank']], hosts)},"
                 f" {first.get('name', first['phase'])!r}) and were left out: check the ranks' clock alignment",
                 ev.rank_list(events.loc[backwards, "rank"]),
             )
@@ -151,21 +191,28 @@ def analyse_run(
     per_run = phase_breakdown(events, by=("run_id", "rank"), ranks=ranks)
     pop_frame = pop_metrics(events, input_is_useful=input_is_useful, breakdown=per_run)
     found = findings(
-        events, pop=pop_frame if len(pop_frame) else None, ranks=ranks, min_fraction=min_fraction, breakdown=per_run
+        events,
+        pop=pop_frame if len(pop_frame) else None,
+        ranks=ranks,
+        min_fraction=min_fraction,
+        breakdown=per_run,
+        hosts=hosts,
     )
     pop = _pop_dict(pop_frame, run_id, ranks, input_is_useful)
     runtime = pop["runtime_s"]
     wall_s = runtime if isinstance(runtime, float) and math.isfinite(runtime) and runtime > 0 else None
     if derive_waits and wall_s and len(waits):
-        extra.append(combine_findings(pd.DataFrame(straggler_rows(waits, wall_s, min_fraction=min_fraction))))
+        stragglers = straggler_rows(waits, wall_s, min_fraction=min_fraction, hosts=hosts)
+        extra.append(combine_findings(pd.DataFrame(stragglers)))
     if len(in_flight):
         busiest = in_flight.sort_values("in_flight_s").iloc[-1]
         share = f"{busiest['in_flight_s'] / wall_s:.0%} of wall time, " if wall_s else ""
         extra.append(
             missing_data_finding(
                 "collectives_in_flight",
-                f"Horovod had collectives in flight {share}{busiest['overlapped_share']:.0%} of it while rank"
-                f" {int(busiest['rank'])} was in its own spans: that is overlap with compute, not time taken from"
+                f"Horovod had collectives in flight {share}{busiest['overlapped_share']:.0%} of it while"
+                f" {ev.ranks_with_hosts([int(busiest['rank'])], hosts)} was in its own spans: that is overlap with"
+                " compute, not time taken from"
                 " it; the time ranks really waited is derived from step lengths and readiness (communication_wait)",
                 ev.rank_list(in_flight["rank"]),
             )
@@ -192,15 +239,15 @@ def analyse_run(
             )
         )
     return RunAnalysis(
-        header=run_header(meta),
-        breakdown=per_run.drop(columns="run_id").reset_index(drop=True),
+        header={**run_header(meta), "rank_hosts": hosts},
+        breakdown=with_hosts(per_run.drop(columns="run_id").reset_index(drop=True), hosts),
         pop=pop,
         findings=combine_findings(found, *extra),
-        steps=steps,
-        memory=memory_table,
-        waits=waits,
-        lateness=lateness,
-        in_flight=in_flight,
+        steps=with_hosts(steps, hosts),
+        memory=with_hosts(memory_table, hosts),
+        waits=with_hosts(waits, hosts),
+        lateness=with_hosts(lateness, hosts),
+        in_flight=with_hosts(in_flight, hosts),
     )
 
 
@@ -251,9 +298,7 @@ def json_records(frame: pd.DataFrame | None, columns: list[str] | None = None) -
     return [json_ready(row) for row in frame.to_dict("records")]
 
 
-def _pop_dict(
-    pop_frame: pd.DataFrame, run_id: str, ranks: list[int] | None, input_is_useful: bool
-) -> dict[str, Any]:
+def _pop_dict(pop_frame: pd.DataFrame, run_id: str, ranks: list[int] | None, input_is_useful: bool) -> dict[str, Any]:
     """The run's POP row as a dict, ``useful_phases`` as a list; NaN metrics when there is no row."""
     if len(pop_frame):
         first = pop_frame.iloc[0].items()

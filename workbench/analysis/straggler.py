@@ -25,11 +25,13 @@ record), matched across ranks by their ``step`` number.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import pandas as pd
 
 from workbench import events as ev
-from workbench.events import NS_PER_S, events_frame, rank_list
+from workbench.events import NS_PER_S, events_frame, rank_list, ranks_with_hosts
 
 STEP_NAME = "train_step"
 #: ``step_waits`` columns.
@@ -236,13 +238,16 @@ def with_derived_waits(events: pd.DataFrame, waits: pd.DataFrame | None = None) 
     return pd.concat([events, derived], ignore_index=True)
 
 
-def straggler_rows(waits: pd.DataFrame, wall_s: float, *, min_fraction: float = 0.02) -> list[dict]:
+def straggler_rows(
+    waits: pd.DataFrame, wall_s: float, *, min_fraction: float = 0.02, hosts: Mapping[int, str] | None = None
+) -> list[dict]:
     """Finding rows (kind ``straggler``) for ranks that arrive last in most steps and cost the others time.
 
     A rank is named when it is the last arrival, with someone waiting at least
     ``SIGNIFICANT_WAIT_SHARE`` of the median step for it, in at least ``STRAGGLER_SHARE`` of the
     steps with evidence, and the others' mean wait for it is at least ``min_fraction`` of ``wall_s``.
-    ``seconds_lost`` is the time each other rank lost waiting for it (mean over them).
+    ``seconds_lost`` is the time each other rank lost waiting for it (mean over them). With ``hosts``
+    (``{rank: host}``) on more than one host, the text names the ranks' hosts.
     """
     judged = waits[(waits["evidence"] != "") & (waits["late_rank"] >= 0)]
     if judged.empty or wall_s <= 0:
@@ -268,12 +273,14 @@ def straggler_rows(waits: pd.DataFrame, wall_s: float, *, min_fraction: float = 
             if kind in evidence
         )
         other_ranks = sorted(int(r) for r in others["rank"].unique())
+        losers, each = ("loses", "") if len(other_ranks) == 1 else ("lose", " each")
         rows.append(
             {
                 "kind": "straggler",
-                "text": f"rank {late_rank} arrives last to the allreduce in {share:.0%} of steps ({count} of"
-                f" {n_steps}), typically {_ms(typical)} after the others; rank(s) {rank_list(other_ranks)}"
-                f" lose {lost:.3g} s each waiting for it (evidence: {source})",
+                "text": f"{ranks_with_hosts([int(late_rank)], hosts)} arrives last to the allreduce in {share:.0%}"
+                f" of steps ({count} of {n_steps}), typically {_ms(typical)} after the others;"
+                f" {ranks_with_hosts(other_ranks, hosts)} {losers} {lost:.3g} s{each} waiting for it"
+                f" (evidence: {source})",
                 "seconds_lost": lost,
                 "fraction_of_wall": lost / wall_s,
                 "ranks": rank_list([int(late_rank)]),

@@ -14,6 +14,7 @@ import pandas as pd
 
 from workbench import analysis
 from workbench.analysis import RunAnalysis
+from workbench.events import host_count
 from workbench.store import Run
 from workbench.text import findings_lines, format_analysis, format_header
 
@@ -21,7 +22,7 @@ from workbench.text import findings_lines, format_analysis, format_header
 def analyse_command(run_dir: str | Path, *, as_json: bool = False, html: str | Path | None = None) -> int:
     """Analyse one recorded run: print text (or JSON), optionally write the HTML report."""
     run = Run.load(run_dir)
-    result = analysis.analyse_run(run.events, run.memory, run.meta)
+    result = analysis.analyse_run(run.events, run.memory, run.meta, rank_meta=run.rank_meta)
     if html is not None:
         path = write_analysis_report(html, result, run)
         if not as_json:
@@ -36,6 +37,12 @@ def write_analysis_report(path: str | Path, result: RunAnalysis, run: Run) -> Pa
     from workbench.report import run_metadata, write_report
 
     header = result.header
+    hosts = header.get("rank_hosts") or {}
+    several_hosts = host_count(hosts) > 1
+
+    def per_rank(table: pd.DataFrame) -> pd.DataFrame:  # a host column only says something on several hosts
+        return table if several_hosts else table.drop(columns="host", errors="ignore")
+
     sections: list[tuple[str, Any]] = [("Run", "\n".join(f"- {line.strip()}" for line in format_header(header)))]
     pop_row = {k: v for k, v in result.pop.items() if k != "useful_phases"}
     sections.append(("POP metrics", figures.pop_table_figure(pd.DataFrame([pop_row]), id_column="run_id")))
@@ -45,17 +52,18 @@ def write_analysis_report(path: str | Path, result: RunAnalysis, run: Run) -> Pa
     found = findings_lines(result.findings, width=10_000)
     sections.append(("Findings", "\n".join(f"- {line.strip()}" for line in found) if found else "none"))
     if len(result.breakdown):
-        sections.append(("Seconds per rank and phase", figures.breakdown_figure(result.breakdown)))
+        # on several hosts the bars group by host (rank inside), so a slow host stands out
+        sections.append(("Seconds per rank and phase", figures.breakdown_figure(per_rank(result.breakdown))))
         sections.append(("Timeline", figures.timeline_figure(run.events, ranks=run.ranks)))
-    sections.append(("Training steps per rank", result.steps))
-    lateness = analysis.lateness_summary(result.lateness)
+    sections.append(("Training steps per rank", per_rank(result.steps)))
+    lateness = per_rank(analysis.lateness_summary(result.lateness, hosts))
     if len(lateness):
         sections.append(("Arrival at the allreduce per rank (Horovod's readiness marks)", lateness))
     if len(result.in_flight):
-        sections.append(("Collectives in flight (overlap with the ranks' own work)", result.in_flight))
+        sections.append(("Collectives in flight (overlap with the ranks' own work)", per_rank(result.in_flight)))
     if len(run.memory):
         sections.append(("Memory", figures.memory_figure(run.memory)))
-    sections.append(("Memory per rank (MB)", result.memory))
+    sections.append(("Memory per rank (MB)", per_rank(result.memory)))
     title = f"workbench analyse: {header.get('run_id') or run.path.name}"
     metadata = run_metadata([run.path], case=run.meta.get("experiment", {}).get("case"))
     return write_report(path, title=title, sections=sections, metadata=metadata)
