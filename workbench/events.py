@@ -241,12 +241,9 @@ def rank_hosts(*frames: pd.DataFrame | None) -> dict[int, str]:
     for frame in frames:
         if frame is None or len(frame) == 0 or "rank" not in frame or "host" not in frame:
             continue
-        host = frame["host"]
-        named = host.notna().to_numpy() & (host.astype(str).to_numpy() != "")
-        if not named.any():
-            continue
-        firsts = frame.loc[named, ["rank", "host"]].drop_duplicates("rank")
-        for rank, name in zip(firsts["rank"].to_numpy(), firsts["host"].astype(str).to_numpy(), strict=True):
+        pairs = frame[["rank", "host"]].drop_duplicates()  # a few rows per rank: the rest works on those
+        pairs = pairs[pairs["host"].notna().to_numpy() & (pairs["host"].astype(str).to_numpy() != "")]
+        for rank, name in zip(pairs["rank"].to_numpy(), pairs["host"].astype(str).to_numpy(), strict=True):
             hosts.setdefault(int(rank), str(name))
     return hosts
 
@@ -290,17 +287,20 @@ def ranks_with_hosts(ranks: Iterable[int], hosts: Mapping[int, str] | None = Non
     return ", ".join(parts)
 
 
-def hosts_summary(hosts: Mapping[int, str] | None, *, max_chars: int = HOSTS_LINE_CHARS) -> str:
+def hosts_summary(
+    hosts: Mapping[int, str] | None, *, max_chars: int = HOSTS_LINE_CHARS, ranks_word: str = "ranks"
+) -> str:
     """One short line on where the ranks ran; "" when on one host (or none known).
 
     ``"4 ranks on 2 hosts: node1 (ranks 0–1), node2 (ranks 2–3)"`` while that fits ``max_chars``;
     else counted, ``"1024 ranks on 128 hosts, 8 per host"`` (``"4–8 per host"`` when they differ).
+    ``ranks_word`` replaces the first "ranks" (a live view says "ranks seen").
     """
     if host_count(hosts) < 2:
         return ""
     assert hosts is not None
     groups = _ranks_by_host(hosts, hosts)
-    head = f"{len(hosts)} ranks on {len(groups)} hosts"
+    head = f"{len(hosts)} {ranks_word} on {len(groups)} hosts"
     named = ", ".join(
         f"{host} ({'rank' if len(members) == 1 else 'ranks'} {rank_list(members)})" for host, members in groups.items()
     )

@@ -5,10 +5,12 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from workbench.analysis import analyse_run, findings, lateness_summary
+from workbench.analysis import analyse_run, findings, lateness_summary, phase_breakdown
 from workbench.analysis.straggler import straggler_rows
 from workbench.events import events_frame, host_count, hosts_summary, rank_hosts, ranks_with_hosts
+from workbench.figures import timeline_figure
 from workbench.text import format_analysis, format_header
+from workbench.widgets import Dashboard
 
 S = 1_000_000_000
 TWO_HOSTS = {0: "node1", 1: "node1", 2: "node2", 3: "node2"}
@@ -140,3 +142,85 @@ def test_the_run_header_and_the_text_report_say_where_the_ranks_ran():
 def test_a_header_without_hosts_reads_as_before(hosts):
     header = {"run_id": "r1", "ranks": 2} | ({} if hosts is None else {"rank_hosts": hosts})
     assert len(format_header(header)) == 2
+
+
+# ----------------------------------------------------------------------------- timeline
+def timeline_events(hosts):
+    """Ranks 0-3, one compute span each; rank 1 also has a collective in flight (its own lane)."""
+    rows = [span(r, "compute", 0, 1, host=hosts[r]) for r in range(4)]
+    rows.append(span(1, "in_flight", 0, 1, "ALLREDUCE", host=hosts[1]))
+    return events_frame(rows)
+
+
+def test_timeline_lanes_are_ordered_and_labelled_by_host_then_rank():
+    hosts = {0: "node2", 1: "node10", 2: "node2", 3: "node10"}  # natural order: node2 before node10
+    fig = timeline_figure(timeline_events(hosts))
+    axis = fig.layout.yaxis
+    assert list(axis.categoryarray) == [0, 2, 1, "1 in flight", 3]
+    assert list(axis.ticktext) == [
+        "node2 · rank 0",
+        "node2 · rank 2",
+        "node10 · rank 1",
+        "node10 · rank 1 in flight",
+        "node10 · rank 3",
+    ]
+    # one band (every other host), one line between the hosts, at lane positions 1.5 .. 4.5
+    band, line = fig.layout.shapes
+    assert (band.type, band.y0, band.y1, line.type, line.y0) == ("rect", 1.5, 4.5, "line", 1.5)
+    names = [a.text for a in fig.layout.annotations if a.xref == "paper"]
+    assert names == ["<b>node2</b>", "<b>node10</b>"]  # each host's name once
+
+
+def test_timeline_on_one_host_looks_as_before():
+    fig = timeline_figure(timeline_events({r: "node1" for r in range(4)}))
+    assert list(fig.layout.yaxis.categoryarray) == [0, 1, "1 in flight", 2, 3]
+    assert list(fig.layout.yaxis.ticktext) == ["0", "1", "1 in flight", "2", "3"]
+    assert fig.layout.shapes == () and fig.layout.yaxis.title.text == "rank"
+    assert fig.layout.margin.l == 70 and fig.layout.margin.r == 20
+
+
+def test_timeline_takes_the_hosts_it_is_given_and_labels_blocks_on_their_own_lane():
+    rows = [span(0, "compute", i, i + 0.5, "fit", host="") for i in range(3)]  # a block of 3: labelled
+    events = events_frame([*rows, span(1, "compute", 0, 1, "step", host="")])
+    fig = timeline_figure(events, hosts={0: "node2", 1: "node1"})
+    assert list(fig.layout.yaxis.categoryarray) == [1, 0]
+    # an annotation's number on a category axis is a lane's position: rank 0 is drawn second
+    (block,) = [a for a in fig.layout.annotations if a.text == "fit"]
+    assert block.y == 1
+
+
+# ----------------------------------------------------------------------------- dashboard
+class Feed:
+    """A live source that hands out prepared event chunks, one per poll."""
+
+    def __init__(self, *chunks: pd.DataFrame) -> None:
+        self.chunks = list(chunks)
+
+    def poll(self) -> tuple[pd.DataFrame, pd.DataFrame]:
+        return (self.chunks.pop(0) if self.chunks else events_frame([]).iloc[0:0]), pd.DataFrame()
+
+
+def test_dashboard_status_text_fallback_and_timeline_name_the_hosts():
+    now = [0.0]
+    dash = Dashboard(
+        Feed(two_host_events()), analyse=phase_breakdown, refresh_s=1.0, stale_s=10.0, clock=lambda: now[0]
+    )
+    dash.update()
+    status = dash.status_text()
+    assert "4 ranks seen on 2 hosts: node1 (ranks 0–1), node2 (ranks 2–3)" in status
+    assert list(dash.timeline.layout.yaxis.ticktext)[2] == "node2 · rank 2"
+    assert len(dash.timeline.layout.shapes) == 2
+    table = dash.text_summary().splitlines()
+    header = table[table.index("seconds per phase:") + 1]
+    assert header.split()[:2] == ["phase", "host"]
+    assert any(line.split()[:2] == ["2", "node2"] for line in table)
+    dash._last_seen[3] = -20.0  # rank 3 silent for 20 s while the others are not
+    assert "rank 3 (node2) has sent nothing for 20 s" in dash.status_text()
+
+
+def test_dashboard_on_one_host_says_ranks_as_before():
+    dash = Dashboard(Feed(two_host_events(host="node1")), analyse=phase_breakdown, refresh_s=1.0)
+    dash.update()
+    assert "4 ranks seen (0–3)" in dash.status_text() and "hosts" not in dash.status_text()
+    assert "host" not in dash.text_summary().splitlines()[2]
+    assert dash.timeline.layout.shapes == ()

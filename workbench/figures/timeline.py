@@ -8,6 +8,10 @@ changes what is drawn; merged bars say in their hover how many spans and how muc
 stand for; where phases interleave below a pixel, a bar per pixel-ish bucket takes the colour of
 its busiest phase and its hover lists every phase's share.
 
+Ranks on more than one host are drawn host by host: lanes ordered by host then rank, labelled
+``node1 · rank 0``, every other host on a light band with its name once in the right margin. That
+costs a shape and an annotation per host, nothing per span; on one host the figure is as before.
+
 Two styles are offered: ``"bar"`` (horizontal ``go.Bar`` with ``base=start``, ``x=duration``;
 exact hover per bar, the default) and ``"gl"`` (``go.Scattergl`` thick line segments separated by
 gaps; WebGL, for very many spans, hover only at the segment ends).
@@ -15,13 +19,16 @@ gaps; WebGL, for very many spans, hover only at the segment ends).
 
 from __future__ import annotations
 
+import itertools
+import re
+from collections.abc import Mapping
 from typing import Literal
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from workbench.events import NS_PER_S, OVERLAP_PHASES
+from workbench.events import NS_PER_S, OVERLAP_PHASES, host_count, rank_hosts
 from workbench.figures.style import colours_for, phase_order
 
 #: Bars drawn at most per window before neighbouring same-phase spans are merged.
@@ -293,6 +300,7 @@ def timeline_figure(
     title: str | None = None,
     height: int | None = None,
     label_blocks: bool = True,
+    hosts: Mapping[int, str] | None = None,
 ) -> go.Figure:
     """Per-rank timeline of ``events`` (the events.py schema), time in seconds since ``t0_ns``.
 
@@ -304,6 +312,10 @@ def timeline_figure(
     phases to show; the others keep an empty, hidden trace so that the trace list (one per phase
     seen) stays stable across live updates. ``window`` = (start_s, end_s) limits and fixes the
     x range. ``layout.meta`` records ``spans``, ``drawn`` and ``resolution_s`` of the decimation.
+
+    ``hosts`` (``{rank: host}``; default: the events' ``host`` column) with more than one host
+    orders the lanes by host then rank and groups them per host (see the module docstring); a
+    live caller passes the hosts it has seen so that a redraw does not look them up again.
     """
     if style not in ("bar", "gl"):
         raise ValueError(f"style must be 'bar' or 'gl', not {style!r}")
@@ -322,45 +334,144 @@ def timeline_figure(
     for trace in traces:
         if trace.name in OVERLAP_PHASES and trace.y is not None:
             trace.y = [None if v is None or v != v else in_flight_lane(int(v)) for v in trace.y]
+    hosts = rank_hosts(events) if hosts is None and events is not None else (hosts or {})
+    several_hosts = host_count({r: hosts.get(r, "") for r in row_ranks}) > 1
+    if several_hosts:
+        row_ranks = sorted(row_ranks, key=lambda rank: (*host_sort_key(hosts.get(rank, "")), rank))
     rows: list[int | str] = []
+    labels: list[str] = []
+    lane_hosts: list[str] = []
     for rank in row_ranks:
-        rows += [rank, in_flight_lane(rank)] if rank in in_flight else [rank]
+        lanes = [rank, in_flight_lane(rank)] if rank in in_flight else [rank]
+        rows += lanes
+        labels += [_lane_label(lane, hosts.get(rank, ""), several_hosts) for lane in lanes]
+        lane_hosts += [hosts.get(rank, "")] * len(lanes)
     fig = go.Figure(data=traces)
     fig.update_layout(
         title=title,
         barmode="overlay",
         bargap=0.2,
         height=height or max(260, 36 * len(rows) + 140),
-        margin={"l": 70, "r": 20, "t": 60 if title else 30, "b": 50},
+        margin={
+            "l": max(70, 30 + 7 * max(map(len, labels))) if several_hosts else 70,
+            "r": _right_margin(hosts, row_ranks) if several_hosts else 20,
+            "t": 60 if title else 30,
+            "b": 50,
+        },
         legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0, "traceorder": "normal"},
         hovermode="closest",
         uirevision="timeline",
         meta={"spans": len(spans), "drawn": len(drawn), "resolution_s": float(resolution)},
     )
     fig.update_yaxes(
-        title="rank",
+        title="host · rank" if several_hosts else "rank",
         type="category",
         categoryorder="array",
         categoryarray=rows,
         tickvals=rows,
-        ticktext=[str(r) for r in rows],
+        ticktext=labels,
         autorange="reversed",
     )
+    if several_hosts:
+        _group_by_host(fig, lane_hosts)
     fig.update_xaxes(title="seconds since run start", range=list(window) if window is not None else None)
     if len(spans) == 0:
         fig.add_annotation(text="no events", showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
     elif label_blocks:
         own = visible_spans[~visible_spans["phase"].isin(OVERLAP_PHASES)]
+        # an annotation's number on a category axis is a lane's position, not its name: place by position
+        position = {lane: index for index, lane in enumerate(rows) if not isinstance(lane, str)}
         for block in name_blocks(own, window=window):
+            if block["rank"] not in position:
+                continue
             fig.add_annotation(
                 x=block["middle_s"],
-                y=block["rank"],
+                y=position[block["rank"]],
                 text=block["name"],
                 showarrow=False,
                 font={"size": 10, "color": "#222222"},
                 bgcolor="rgba(255,255,255,0.6)",
             )
     return fig
+
+
+#: Every other host's lanes lie on this band, so the hosts of a multi-host run read as groups.
+HOST_BAND_COLOUR = "rgba(0, 0, 0, 0.05)"
+HOST_SEPARATOR_COLOUR = "rgba(0, 0, 0, 0.25)"
+#: Shown for a rank whose host is not known, among ranks whose hosts are.
+UNKNOWN_HOST_LABEL = "?"
+
+
+def host_sort_key(host: str) -> tuple[int, tuple]:
+    """Hosts in natural order (node2 before node10), unknown ones ("") last."""
+    if not host:
+        return (1, ())
+    return (0, tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", host)))
+
+
+def _lane_label(lane: int | str, host: str, several_hosts: bool) -> str:
+    """``"0"`` on one host; ``"node1 · rank 0"`` (``"node1 · rank 0 in flight"``) on several."""
+    if not several_hosts:
+        return str(lane)
+    return f"{host or UNKNOWN_HOST_LABEL} · rank {lane}"
+
+
+def _right_margin(hosts: Mapping[int, str], ranks: list[int]) -> int:
+    """Room for the host names written once per host at the right edge (about 7 px a character)."""
+    longest = max((len(hosts.get(r, "") or UNKNOWN_HOST_LABEL) for r in ranks), default=1)
+    return 20 + 7 * longest
+
+
+def _group_by_host(fig: go.Figure, lane_hosts: list[str]) -> None:
+    """A band on every other host's lanes, a line between hosts, each host's name once (right margin).
+
+    Positions are lane indices on the category axis, at half steps (``i - 0.5``): never a rank's own
+    category name, so they cannot be mistaken for one. One shape and one annotation per host.
+    """
+    boundaries = [0, *(i for i in range(1, len(lane_hosts)) if lane_hosts[i] != lane_hosts[i - 1]), len(lane_hosts)]
+    shapes = []
+    for number, (first, end) in enumerate(itertools.pairwise(boundaries)):
+        top, bottom = first - 0.5, end - 0.5
+        if number % 2:
+            shapes.append(
+                {
+                    "type": "rect",
+                    "xref": "paper",
+                    "x0": 0,
+                    "x1": 1,
+                    "yref": "y",
+                    "y0": top,
+                    "y1": bottom,
+                    "fillcolor": HOST_BAND_COLOUR,
+                    "line": {"width": 0},
+                    "layer": "below",
+                }
+            )
+        if number:
+            shapes.append(
+                {
+                    "type": "line",
+                    "xref": "paper",
+                    "x0": 0,
+                    "x1": 1,
+                    "yref": "y",
+                    "y0": top,
+                    "y1": top,
+                    "line": {"width": 1, "color": HOST_SEPARATOR_COLOUR},
+                    "layer": "below",
+                }
+            )
+        fig.add_annotation(
+            text=f"<b>{lane_hosts[first] or UNKNOWN_HOST_LABEL}</b>",
+            xref="paper",
+            x=1,
+            xanchor="left",
+            y=top,
+            yanchor="top",
+            showarrow=False,
+            font={"size": 11, "color": "#444444"},
+        )
+    fig.update_layout(shapes=shapes)
 
 
 #: A run of at least this many consecutive same-name spans on a rank is labelled on the timeline.

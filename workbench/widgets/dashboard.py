@@ -25,7 +25,7 @@ import ipywidgets as w
 import pandas as pd
 import plotly.graph_objects as go
 
-from workbench.events import NS_PER_S, rank_list
+from workbench.events import NS_PER_S, host_count, hosts_summary, rank_hosts, rank_list, ranks_with_hosts
 from workbench.figures import (
     breakdown_figure,
     colours_for,
@@ -186,6 +186,8 @@ class Dashboard:
         self._n_events = 0
         self._t0_ns: int | None = None
         self._last_seen: dict[int, float] = {}
+        #: each rank's host, as first seen in its events ({rank: host})
+        self._hosts: dict[int, str] = {}
         self._phases: list[str] = []
         self._hidden_ranks: set[int] = set()
         self._view: tuple[float, float] | None = None
@@ -374,6 +376,9 @@ class Dashboard:
             self._t0_ns = first if self._t0_ns is None else min(self._t0_ns, first)
             for rank in pd.unique(events["rank"]):
                 self._last_seen[int(rank)] = now
+            if len(self._hosts) < len(self._last_seen):  # hosts do not change: look only until all are known
+                for rank, host in rank_hosts(events).items():
+                    self._hosts.setdefault(rank, host)
             if self.run_id is None and "run_id" in events:
                 ids = [r for r in pd.unique(events["run_id"]) if r]
                 self.run_id = str(ids[0]) if ids else None
@@ -502,6 +507,7 @@ class Dashboard:
             ranks=self._visible_ranks(),
             phases=self._shown_phases(),
             known_phases=self._phases,
+            hosts=self._hosts,
         )
         meta = fig.layout.meta or {}
         self._drawn_spans = int(meta.get("drawn", 0))
@@ -570,7 +576,8 @@ class Dashboard:
         if self.run_id:
             parts.append(f"run {self.run_id}")
         ranks = sorted(self._last_seen)
-        parts.append(f"{len(ranks)} rank{'s' if len(ranks) != 1 else ''} seen ({rank_list(ranks)})")
+        where = hosts_summary({rank: self._hosts.get(rank, "") for rank in ranks}, ranks_word="ranks seen")
+        parts.append(where or f"{len(ranks)} rank{'s' if len(ranks) != 1 else ''} seen ({rank_list(ranks)})")
         parts.append(f"{self._n_events:,} events")
         parts.append(f"last event {now - max(self._last_seen.values()):.0f} s ago")
         if self.refresh_reason:
@@ -587,7 +594,9 @@ class Dashboard:
         if not any(age <= self.stale_s for age in ages.values()):
             return []
         return [
-            f"rank {rank} has sent nothing for {age:.0f} s" for rank, age in sorted(ages.items()) if age > self.stale_s
+            f"{ranks_with_hosts([rank], self._hosts)} has sent nothing for {age:.0f} s"
+            for rank, age in sorted(ages.items())
+            if age > self.stale_s
         ]
 
     def show_stacks(self) -> dict[int, str]:
@@ -600,7 +609,10 @@ class Dashboard:
             self._fail("stacks", exc)
             self._show_status()
             return {}
-        text = "\n".join(f"=== rank {rank} ===\n{stack.rstrip()}" for rank, stack in sorted(stacks.items()))
+        text = "\n".join(
+            f"=== {ranks_with_hosts([rank], self._hosts)} ===\n{stack.rstrip()}"
+            for rank, stack in sorted(stacks.items())
+        )
         when = time.strftime("%H:%M:%S")
         self.stacks_view.value = (
             f"<details open><summary>every rank's Python stack at {when} ({len(stacks)} ranks)</summary>"
@@ -686,6 +698,8 @@ class Dashboard:
             by = [c for c in table.columns if c not in ("phase", "seconds", "fraction")]
             grid = table.pivot_table(index=by[0], columns="phase", values="seconds", aggfunc="sum", fill_value=0.0)
             grid = grid[[p for p in phase_order(grid.columns) if p in grid.columns]]
+            if by[0] == "rank" and host_count(self._hosts) > 1:  # which host each rank ran on
+                grid.insert(0, "host", [self._hosts.get(int(rank), "") for rank in grid.index])
             lines.append("seconds per phase:")
             lines.append(grid.to_string(float_format=lambda v: f"{v:.3f}"))
         except Exception as exc:
@@ -728,6 +742,7 @@ def sync_figure(widget: go.FigureWidget, fig: go.Figure) -> None:
         layout["autosize"] = True
         widget.layout.update(layout, overwrite=True)
         widget.layout.annotations = fig.layout.annotations
+        widget.layout.shapes = fig.layout.shapes  # the timeline's host bands: gone when the hosts are
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
