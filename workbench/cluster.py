@@ -715,7 +715,9 @@ class RunWatch:
         assert self.stall_after_s is not None
         stalls: list[faults.Stall] = []
         if any(value >= self.stall_after_s for value in silent.values()):
-            stalls = faults.find_stalls(silent, self.cluster.rank_processes(), self.stall_after_s)
+            stalls = faults.find_stalls(
+                silent, self.cluster.rank_processes(), self.stall_after_s, getattr(self.cluster, "rank_hosts", None)
+            )
             # a rank once seen waiting for a stalled one is waiting, not stuck (a CPU reading can mislead)
             waiting = {rank for stall in self.stalls for rank in stall.waiting}
             stalls = [stall for stall in stalls if stall.rank not in waiting or stall.state == "process stopped"]

@@ -244,6 +244,8 @@ class Stall:
     silent_s: float
     state: str
     waiting: tuple[int, ...] = ()
+    #: the rank's host, set only when the run's ranks are on several hosts (a frozen node stalls all its ranks)
+    host: str = ""
 
     def message(self) -> str:
         waiting = (
@@ -251,7 +253,8 @@ class Stall:
             if self.waiting
             else ""
         )
-        return f"rank {self.rank} has recorded nothing for {self.silent_s:.0f} s ({self.state}){waiting}"
+        who = f"rank {self.rank} ({self.host})" if self.host else f"rank {self.rank}"
+        return f"{who} has recorded nothing for {self.silent_s:.0f} s ({self.state}){waiting}"
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "waiting": list(self.waiting), "message": self.message()}
@@ -261,14 +264,19 @@ def find_stalls(
     silent_s: Mapping[int, float],
     processes: Mapping[int, tuple[str, float]],
     stall_after_s: float,
+    hosts: Mapping[int, str] | None = None,
 ) -> list[Stall]:
     """Ranks stuck for at least ``stall_after_s``: stopped, or idle while another rank spins in an MPI wait.
 
     ``silent_s``: seconds since each rank's last recorded event (or since the run started);
     ``processes``: each rank's process state and CPU percent. A rank silent that long whose process
     is stopped is stuck; one that uses no CPU is stuck when another rank is busy (a rank waiting in
-    a collective polls, and uses a core). A silent rank that computes hard is not named.
+    a collective polls, and uses a core). A silent rank that computes hard is not named. ``hosts``
+    (``{rank: host}``) on more than one host gives each stall its rank's host.
     """
+    from workbench.events import host_count  # this module stays light: pandas only when asked
+
+    several_hosts = host_count(hosts) > 1
     busy = [r for r, (state, cpu) in processes.items() if state != "stopped" and cpu >= BUSY_CPU_PERCENT]
     stalls = []
     for rank, silent in sorted(silent_s.items()):
@@ -276,10 +284,11 @@ def find_stalls(
             continue
         state, cpu = processes[rank]
         others = tuple(r for r in sorted(busy) if r != rank)
+        host = (hosts or {}).get(rank, "") if several_hosts else ""
         if state == "stopped":
-            stalls.append(Stall(rank, silent, "process stopped", others))
+            stalls.append(Stall(rank, silent, "process stopped", others, host))
         elif cpu <= IDLE_CPU_PERCENT and others:
-            stalls.append(Stall(rank, silent, f"idle, {cpu:.0f} % CPU", others))
+            stalls.append(Stall(rank, silent, f"idle, {cpu:.0f} % CPU", others, host))
     return stalls
 
 

@@ -8,6 +8,7 @@ import pytest
 from workbench.analysis import analyse_run, findings, lateness_summary, phase_breakdown
 from workbench.analysis.straggler import straggler_rows
 from workbench.events import events_frame, host_count, hosts_summary, rank_hosts, ranks_with_hosts
+from workbench.faults import find_stalls
 from workbench.figures import timeline_figure
 from workbench.text import format_analysis, format_header
 from workbench.widgets import Dashboard
@@ -224,3 +225,11 @@ def test_dashboard_on_one_host_says_ranks_as_before():
     assert "4 ranks seen (0–3)" in dash.status_text() and "hosts" not in dash.status_text()
     assert "host" not in dash.text_summary().splitlines()[2]
     assert dash.timeline.layout.shapes == ()
+
+
+def test_a_stalled_rank_is_named_with_its_host_on_several_hosts():
+    processes = {0: ("running", 99.0), 2: ("stopped", 0.0)}
+    (stall,) = find_stalls({0: 1.0, 2: 12.0}, processes, 10, hosts=TWO_HOSTS)
+    assert stall.message().startswith("rank 2 (node2) has recorded nothing for 12 s (process stopped)")
+    (plain,) = find_stalls({0: 1.0, 2: 12.0}, processes, 10, hosts={0: "node1", 2: "node1"})
+    assert plain.message().startswith("rank 2 has recorded nothing") and plain.host == ""
