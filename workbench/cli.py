@@ -387,6 +387,10 @@ def build_parser() -> argparse.ArgumentParser:
     project.add_argument("--json", action="store_true", help="print one JSON object")
     project.add_argument("--html", default=None, metavar="FILE", help="also write the HTML report to FILE")
     project.set_defaults(handler=_cmd_project)
+
+    from workbench.commands import minicluster
+
+    minicluster.add_parser(sub)
     return parser
 
 

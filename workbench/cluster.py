@@ -467,6 +467,13 @@ class Cluster(AsyncFirst):
                 return None
             time.sleep(0.1)
 
+    def lost_nodes(self) -> list[str]:
+        """Nodes of this cluster's ranks (other than this host) that the MPI launcher says it lost."""
+        remote = {host for rank, host in self.rank_hosts.items() if not self._local(rank)}
+        if not remote:
+            return []
+        return [node for node in faults.lost_nodes(self.launcher_output()) if node in remote]
+
     def launcher_output(self, limit: int = 20000) -> str:
         """The launcher's and engines' output so far (mpiexec's messages, the engines' logs)."""
         return self._engine_output(limit)
@@ -506,6 +513,7 @@ class Cluster(AsyncFirst):
             rank_states={rank: ("gone" if state in ENDED_STATES else state) for rank, state in states.items()},
             rank_pids=self.rank_pids,
             last_event_ns=last,
+            rank_hosts=self.rank_hosts,
         )
         if failure is not None and failure.detected_after_s is None and ended:
             # no nanny timestamp: count from when this process saw the rank's process gone
@@ -663,6 +671,7 @@ class RunWatch:
         self._next_stall_check = time.monotonic() + stall_every_s
         self._error: faults.RankFailedError | None = None
         self._flagged: dict[int, float] = {}  # rank -> when it was first seen stalled
+        self._next_node_check = time.monotonic()
 
     def diagnose(self, error: BaseException | None = None) -> faults.Failure | None:
         """The failure behind ``error`` (or behind a rank that ended), once; later calls return the same."""
@@ -684,6 +693,10 @@ class RunWatch:
             self._error = faults.RankFailedError(self.failure, self.run_path)
             raise self._error
         states = self.cluster.rank_states()
+        if time.monotonic() >= self._next_node_check:  # ranks on other nodes: the launcher's words, once a second
+            self._next_node_check = time.monotonic() + 1.0
+            if self.cluster.lost_nodes():
+                states = {**states, -1: "gone"}
         if any(state in ENDED_STATES for state in states.values()):
             failure = self.diagnose()
             if failure is not None:

@@ -40,6 +40,10 @@ _NANNY = re.compile(
     re.MULTILINE,
 )
 _ENGINE_DIED = re.compile(r"Engine (\d+) died")
+#: Open MPI's launcher (PRRTE in 5.x, ORTE in 4.x) losing its daemon on another node: the node died or its network did
+_LOST_DAEMON = re.compile(r"has lost communication with a remote daemon.*?Remote daemon:\s*\S+\s+on node\s+(\S+)", re.S)
+#: an MPI rank whose TCP peer vanished without MPI_Finalize (Open MPI's TCP transport names the peer's host)
+_PEER_GONE = re.compile(r"peer process has unexpectedly disconnected.*?Peer host:\s*(\S+)", re.S)
 _HOROVOD_STALL = re.compile(r"(One or more tensors were submitted.*?)(?:\n\n|\Z)", re.DOTALL)
 _HOROVOD_MISSING = re.compile(r"\[(?:missing ranks|ready ranks): ([\d, ]+)\]", re.IGNORECASE)
 
@@ -64,6 +68,9 @@ class Failure:
     source: str = ""
     #: what else was seen: the other ranks' fate, the launcher's line
     details: tuple[str, ...] = field(default_factory=tuple)
+    #: the node that was lost (``source="node"``) and every rank that ran on it
+    host: str = ""
+    host_ranks: tuple[int, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         """What goes into ``run.json`` as ``failure``."""
@@ -71,6 +78,11 @@ class Failure:
 
     def message(self) -> str:
         """One line for the kernel and the dashboard: the rank first, then how."""
+        if self.host:
+            ranks = ", ".join(str(rank) for rank in self.host_ranks)
+            who = f"node {self.host} ({'rank' if len(self.host_ranks) == 1 else 'ranks'} {ranks}) "
+            after = f" (seen {self.detected_after_s:.1f} s after it happened)" if self.detected_after_s is not None else ""
+            return f"{who}{self.cause}{after}"
         who = f"rank {self.rank} " if self.rank is not None else ""
         after = f" (seen {self.detected_after_s:.1f} s after it happened)" if self.detected_after_s is not None else ""
         return f"{who}{self.cause}{after}"
@@ -116,6 +128,13 @@ def launcher_deaths(output: str, rank_pids: Mapping[int, int] | None = None) -> 
             seen.add(rank)
             ordered.append((rank, cause))
     return ordered
+
+
+def lost_nodes(output: str) -> list[str]:
+    """Nodes the launcher lost its daemon on (first the launcher's own word, then the ranks' TCP peers), in order."""
+    found = [match.group(1) for match in _LOST_DAEMON.finditer(output or "")]
+    found += [match.group(1) for match in _PEER_GONE.finditer(output or "")]
+    return list(dict.fromkeys(found))
 
 
 def nanny_exits(output: str) -> list[tuple[int, float]]:
@@ -169,6 +188,7 @@ def diagnose(
     rank_pids: Mapping[int, int] | None = None,
     last_event_ns: Mapping[int, int] | None = None,
     now: float | None = None,
+    rank_hosts: Mapping[int, str] | None = None,
 ) -> Failure | None:
     """The first rank that failed and how, from everything that was seen; None when nothing points at a rank.
 
@@ -210,6 +230,23 @@ def diagnose(
             first_line = value.strip().splitlines()[0] if value.strip() else ""
             cause = f"raised {name}: {first_line}"[:300]
             source = "exception"
+    lost = [node for node in lost_nodes(launcher_output) if node in set((rank_hosts or {}).values())]
+    if lost and not (deaths and source == "launcher" and "signal" in cause and rank_hosts.get(rank) != lost[0]):
+        # a whole node gone: its ranks did not fail one by one, and the other ranks' errors follow from it
+        node = lost[0]
+        on_node = tuple(sorted(r for r, host in (rank_hosts or {}).items() if host == node))
+        details = [*details, f"ranks on other nodes lost their peer on {node}" if len(lost) == 1 else f"lost: {lost}"]
+        ended_first = [(r, t) for r, t in exits if r in on_node]
+        return Failure(
+            rank=on_node[0],
+            cause=f"was lost: the MPI launcher lost its daemon on {node} (the node died, or its network failed)",
+            detected_after_s=round(now - ended_first[0][1], 2) if ended_first else None,
+            last_event_ns=last_events.get(on_node[0]),
+            source="node",
+            details=tuple(details),
+            host=node,
+            host_ranks=on_node,
+        )
     if rank is None and not died:
         return None
     code = (exit_data or {}).get("exit_code")

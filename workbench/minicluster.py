@@ -1,0 +1,865 @@
+"""A miniature cluster on this machine: nodes with their own hostname, CPU share and network link, under Slurm.
+
+Why: the users of the workbench train on clusters, where ranks on different nodes talk over a
+network and each node keeps its cores as ranks are added. One machine can show that with parts
+Linux already has (like ``kind`` for Kubernetes or dask's ``LocalCluster``):
+
+- each node is a network namespace joined to one Linux bridge by a veth pair, with a ``tbf``
+  shaper on both ends of its link (rate and queueing; this kernel has no ``netem`` delay);
+- each node's processes live in its own cgroups: ``cpu`` (a CFS quota, the node's share of a
+  core), ``cpuset`` (the cores it may run on) and ``freezer`` (to freeze a node in fault tests);
+- each node runs its own ``slurmd`` in a UTS namespace whose hostname is the node's name;
+  ``slurmctld`` and ``munged`` run on this host, the login node, beside the notebook kernel and
+  the ipyparallel controller (which listens on the bridge's address).
+
+Everything it makes is named ``wbmc*`` / ``workbench-minicluster`` and written down in one state
+file, so :func:`down` removes exactly that and a second :func:`up` finds the first. Root only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import ipaddress
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from workbench.config import ClusterConfig, physical_cores
+
+#: Where the running cluster keeps its state, keys, logs and Slurm spool (tmpfs: gone at reboot, as the namespaces are).
+STATE_DIR = Path(os.environ.get("WORKBENCH_MINICLUSTER_DIR", "/run/workbench-minicluster"))
+BRIDGE = "wbmc0"
+NETNS_PREFIX = "wbmc-"
+CGROUP_NAME = "workbench-minicluster"
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+CONTROLLERS = ("cpu", "cpuset", "freezer")
+#: CFS period: short enough that a 10 ms training step is throttled in small slices, not 100 ms lumps.
+CPU_PERIOD_US = 5_000
+#: The share of this machine the login node keeps for the kernel, the controller and slurmctld.
+LOGIN_SHARE = 0.4
+#: Candidate private /24s; the first one no interface of this machine uses is taken.
+SUBNETS = tuple(f"10.{second}.{third}.0/24" for second in (213, 214, 215) for third in (0, 1, 2))
+SLURM_TOOLS = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sinfo", "srun")
+RATE_UNITS = {"bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9, "kbps": 8 * 10**3, "mbps": 8 * 10**6}
+
+
+class MiniClusterError(RuntimeError):
+    """The miniature cluster cannot be made or used here; the message says why and what to do."""
+
+
+# -- what a cluster is ------------------------------------------------------------------------------
+
+
+def parse_rate(text: str | None) -> int | None:
+    """Bits per second from tc's notation ("800mbit", "1gbit", "50mbps" = megabytes); None = unshaped."""
+    if text is None or str(text).lower() in ("", "none", "unshaped"):
+        return None
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*", str(text).lower())
+    if not match or match.group(2) not in RATE_UNITS:
+        raise MiniClusterError(
+            f"link rate {text!r} is not a rate: write it as tc does, e.g. 800mbit, 1gbit, 100mbps (megabytes/s)"
+        )
+    bits = float(match.group(1)) * RATE_UNITS[match.group(2)]
+    if bits < 100_000:
+        raise MiniClusterError(f"link rate {text!r} is below 100 kbit/s: no training traffic gets through; ask more")
+    return int(bits)
+
+
+def format_rate(bits_per_s: int | None) -> str:
+    if bits_per_s is None:
+        return "unshaped"
+    if bits_per_s >= 10**9 and bits_per_s % 10**8 == 0:
+        return f"{bits_per_s / 10**9:g}gbit"
+    return f"{bits_per_s / 10**6:g}mbit"
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """One node: its name, its share of a core (0.4 = 40 % of one core) and its link rate in bit/s."""
+
+    name: str
+    cpus: float
+    link_bits_per_s: int | None = None
+
+    @property
+    def slurm_cpus(self) -> int:
+        """CPUs Slurm offers on the node: one rank per started core share."""
+        return max(1, math.ceil(self.cpus - 1e-9))
+
+    def describe(self) -> str:
+        return f"{self.name}: {self.cpus:g} core, link {format_rate(self.link_bits_per_s)}"
+
+
+@dataclass(frozen=True)
+class MiniClusterSpec:
+    """What ``up`` builds: the nodes, in order."""
+
+    nodes: tuple[NodeSpec, ...]
+
+    @classmethod
+    def make(
+        cls,
+        nodes: int = 2,
+        *,
+        cpus_per_node: float = 0.4,
+        link: str | None = "1gbit",
+        node_cpus: dict[str, float] | None = None,
+        node_links: dict[str, str | None] | None = None,
+    ) -> MiniClusterSpec:
+        """``nodes`` alike, then per-node changes by name (``node_cpus={"node2": 0.2}``: one slower node)."""
+        if not isinstance(nodes, int) or nodes < 1:
+            raise MiniClusterError(f"nodes={nodes!r}: use a whole number >= 1")
+        names = [f"node{index}" for index in range(1, nodes + 1)]
+        for name in [*(node_cpus or {}), *(node_links or {})]:
+            if name not in names:
+                raise MiniClusterError(f"there is no {name!r} among {', '.join(names)}: name one of them")
+        default_rate = parse_rate(link)
+        specs = []
+        for name in names:
+            cpus = float((node_cpus or {}).get(name, cpus_per_node))
+            if not 0.01 <= cpus <= physical_cores():
+                raise MiniClusterError(
+                    f"{name} with {cpus:g} cores: use a share between 0.01 and this machine's {physical_cores()} cores"
+                )
+            rate = parse_rate(node_links[name]) if node_links and name in node_links else default_rate
+            specs.append(NodeSpec(name, cpus, rate))
+        spec = cls(tuple(specs))
+        total = sum(node.cpus for node in spec.nodes)
+        if total > physical_cores() - LOGIN_SHARE + 1e-9:
+            raise MiniClusterError(
+                f"{nodes} nodes with {total:g} cores in all leave the login node (kernel, controller, slurmctld) less "
+                f"than {LOGIN_SHARE} of this machine's {physical_cores()} cores: ask fewer nodes or less --cpus-per-node"
+            )
+        return spec
+
+    def to_json(self) -> list[dict[str, Any]]:
+        return [asdict(node) for node in self.nodes]
+
+    @classmethod
+    def from_json(cls, nodes: list[dict[str, Any]]) -> MiniClusterSpec:
+        return cls(tuple(NodeSpec(**node) for node in nodes))
+
+
+@dataclass
+class MiniCluster:
+    """A running miniature cluster, as its state file records it.
+
+    Use it as a context manager (``with MiniCluster.up(nodes=4) as mini:``; leaving it takes the
+    cluster down) or attach to one ``workbench minicluster up`` made (:meth:`running`).
+    """
+
+    spec: MiniClusterSpec
+    directory: Path
+    subnet: str
+    bridge_ip: str
+    node_ips: dict[str, str]
+    cpusets: dict[str, str]
+    pids: dict[str, int] = field(default_factory=dict)
+    owned: bool = False
+
+    # -- making and finding ------------------------------------------------------------------------
+    @classmethod
+    def up(cls, spec: MiniClusterSpec | None = None, *, reuse: bool = True, **make: Any) -> MiniCluster:
+        """Build the cluster (seconds); one already up with the same nodes is reused, another is refused."""
+        spec = spec or MiniClusterSpec.make(**make)
+        check_host()
+        with _locked():
+            existing = cls._read_state()
+            if existing is not None:
+                if existing.spec == spec and reuse and existing.healthy():
+                    existing.use()
+                    return existing
+                nodes = ", ".join(node.describe() for node in existing.spec.nodes)
+                raise MiniClusterError(
+                    f"a miniature cluster is already up ({nodes}): use it, or `workbench minicluster down` first"
+                )
+            if _leftovers():
+                _remove_everything()
+            cluster = _build(spec)
+        cluster.owned = True
+        cluster.use()
+        return cluster
+
+    @classmethod
+    def running(cls) -> MiniCluster:
+        """The cluster ``workbench minicluster up`` started, with SLURM_CONF set for this process."""
+        cluster = cls._read_state()
+        if cluster is None:
+            raise MiniClusterError("no miniature cluster is up: run `workbench minicluster up --nodes 4` first")
+        cluster.use()
+        return cluster
+
+    @classmethod
+    def _read_state(cls) -> MiniCluster | None:
+        path = STATE_DIR / "state.json"
+        if not path.is_file():
+            return None
+        state = json.loads(path.read_text())
+        return cls(
+            spec=MiniClusterSpec.from_json(state["nodes"]),
+            directory=STATE_DIR,
+            subnet=state["subnet"],
+            bridge_ip=state["bridge_ip"],
+            node_ips=state["node_ips"],
+            cpusets=state["cpusets"],
+            pids={name: int(pid) for name, pid in state["pids"].items()},
+        )
+
+    def _write_state(self) -> None:
+        state = {
+            "nodes": self.spec.to_json(),
+            "subnet": self.subnet,
+            "bridge_ip": self.bridge_ip,
+            "node_ips": self.node_ips,
+            "cpusets": self.cpusets,
+            "pids": self.pids,
+            "slurm_conf": str(self.slurm_conf),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        (self.directory / "state.json").write_text(json.dumps(state, indent=1) + "\n")
+
+    # -- using -------------------------------------------------------------------------------------
+    @property
+    def slurm_conf(self) -> Path:
+        return self.directory / "slurm.conf"
+
+    @property
+    def node_names(self) -> list[str]:
+        return [node.name for node in self.spec.nodes]
+
+    def use(self) -> None:
+        """Point this process's Slurm commands (sbatch, squeue, srun) at this cluster."""
+        os.environ["SLURM_CONF"] = str(self.slurm_conf)
+
+    def cluster_config(self, n: int | None = None, **settings: Any) -> ClusterConfig:
+        """Settings for ``Cluster``/``Experiment``: Slurm engines, one rank per node, the controller on the bridge."""
+        ranks = n if n is not None else len(self.spec.nodes)
+        defaults: dict[str, Any] = {
+            "n": ranks,
+            "launcher": "slurm",
+            "nodes": min(ranks, len(self.spec.nodes)),
+            "controller_ip": self.bridge_ip,
+            "threads_per_rank": 1,
+            "time_limit": "60",
+            "start_timeout_s": 120.0,
+        }
+        return ClusterConfig(**{**defaults, **settings})
+
+    def cluster(self, n: int | None = None, **settings: Any) -> Any:
+        """A (not yet started) ``workbench.Cluster`` whose engines are ranks on this cluster's nodes."""
+        from workbench.cluster import Cluster
+
+        return Cluster(config=self.cluster_config(n, **settings))
+
+    def node_of_ip(self) -> dict[str, str]:
+        return {ip: name for name, ip in self.node_ips.items()}
+
+    # -- looking -----------------------------------------------------------------------------------
+    def daemons_alive(self) -> dict[str, bool]:
+        return {name: _alive(pid) for name, pid in self.pids.items()}
+
+    def node_states(self) -> dict[str, str]:
+        """Each node's state as Slurm has it (idle, alloc, down*, ...); empty when slurmctld does not answer."""
+        result = _slurm(self, "sinfo", "-h", "-N", "-o", "%N %t", check=False)
+        states = {}
+        for line in result.stdout.splitlines():
+            name, _, state = line.partition(" ")
+            states[name] = state.strip()
+        return states
+
+    def healthy(self) -> bool:
+        return all(self.daemons_alive().values()) and all(
+            state in ("idle", "alloc", "mix", "comp") for state in self.node_states().values()
+        )
+
+    def status(self) -> dict[str, Any]:
+        """What is up: nodes with their address, share, link and Slurm state; daemons alive or not."""
+        states = self.node_states()
+        nodes = [
+            {
+                "name": node.name,
+                "ip": self.node_ips[node.name],
+                "cpus": node.cpus,
+                "cpuset": self.cpusets[node.name],
+                "link": format_rate(node.link_bits_per_s),
+                "slurm_state": states.get(node.name, "unknown"),
+                "frozen": self.frozen(node.name),
+                "processes": len(self.processes(node.name)),
+            }
+            for node in self.spec.nodes
+        ]
+        return {
+            "slurm_conf": str(self.slurm_conf),
+            "controller_ip": self.bridge_ip,
+            "daemons": self.daemons_alive(),
+            "nodes": nodes,
+        }
+
+    def status_text(self) -> str:
+        status = self.status()
+        lines = [
+            f"miniature cluster: {len(status['nodes'])} nodes on bridge {BRIDGE} ({self.subnet}); "
+            f"login node {socket.gethostname()} at {self.bridge_ip}",
+            f"SLURM_CONF={status['slurm_conf']}",
+        ]
+        for node in status["nodes"]:
+            frozen = ", FROZEN" if node["frozen"] else ""
+            lines.append(
+                f"  {node['name']:<7} {node['ip']:<13} {node['cpus']:g} core (cpus {node['cpuset']}), "
+                f"link {node['link']}, slurm {node['slurm_state']}, {node['processes']} processes{frozen}"
+            )
+        dead = [name for name, alive in status["daemons"].items() if not alive]
+        if dead:
+            lines.append(f"  not running: {', '.join(dead)} (`workbench minicluster down`, then up again)")
+        return "\n".join(lines)
+
+    def popen(self, node: str, command: list[str], **popen: Any) -> subprocess.Popen:
+        """Start ``command`` on the node, outside Slurm: its network, hostname and cgroups (a benchmark's peer)."""
+        self._node(node)
+        wrapped = ["nsenter", f"--net=/run/netns/{_netns(node)}", "unshare", "--uts", "sh", "-c",
+                   f'hostname {node} && exec "$@"', "sh", *command]  # fmt: skip
+        return subprocess.Popen(wrapped, preexec_fn=lambda: _into_cgroups(node), **popen)  # noqa: PLW1509
+
+    # -- faults (tests and teaching) ---------------------------------------------------------------
+    def processes(self, node: str) -> list[int]:
+        """Every process in the node's cgroup: its slurmd and whatever Slurm started there."""
+        return _cgroup_pids(_cgroup(CONTROLLERS[0], node))
+
+    def freeze(self, node: str) -> None:
+        """Stop every process of the node at once (a hung node: nothing runs, nothing dies)."""
+        _write(_cgroup("freezer", self._node(node)) / "freezer.state", "FROZEN")
+
+    def thaw(self, node: str) -> None:
+        _write(_cgroup("freezer", self._node(node)) / "freezer.state", "THAWED")
+
+    def frozen(self, node: str) -> bool:
+        path = _cgroup("freezer", self._node(node)) / "freezer.state"
+        return path.is_file() and path.read_text().strip() != "THAWED"
+
+    def kill_node(self, node: str) -> list[int]:
+        """Kill every process of the node, slurmd included (a node that lost power); returns the pids."""
+        self.thaw(node)
+        return _kill_cgroup(_cgroup("cpu", self._node(node)))
+
+    def set_link(self, node: str, up: bool) -> None:
+        """Take the node's link down (a pulled cable) or up again."""
+        _ip("link", "set", _veth(self._node(node)), "up" if up else "down")
+
+    def shape(self, node: str, rate: str | None) -> None:
+        """Change the node's link rate while it runs (both directions)."""
+        bits = parse_rate(rate)
+        _shape_link(self._node(node), bits)
+        nodes = tuple(replace(spec, link_bits_per_s=bits) if spec.name == node else spec for spec in self.spec.nodes)
+        self.spec = MiniClusterSpec(nodes)
+        self._write_state()
+
+    def set_cpus(self, node: str, cpus: float) -> None:
+        """Change the node's share of a core while it runs."""
+        _set_quota(self._node(node), cpus)
+        nodes = tuple(replace(spec, cpus=cpus) if spec.name == node else spec for spec in self.spec.nodes)
+        self.spec = MiniClusterSpec(nodes)
+        self._write_state()
+
+    def _node(self, node: str) -> str:
+        if node not in self.node_names:
+            raise MiniClusterError(f"there is no node {node!r}: this cluster has {', '.join(self.node_names)}")
+        return node
+
+    # -- ending ------------------------------------------------------------------------------------
+    def down(self) -> None:
+        """Take the cluster down: jobs, daemons, processes, cgroups, links, namespaces and files."""
+        down()
+
+    def __enter__(self) -> MiniCluster:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        if self.owned:
+            self.down()
+
+
+def up(nodes: int = 2, **settings: Any) -> MiniCluster:
+    """Build (or reuse) the miniature cluster; ``settings`` as :meth:`MiniClusterSpec.make` takes them."""
+    return MiniCluster.up(MiniClusterSpec.make(nodes, **settings))
+
+
+def running() -> MiniCluster:
+    """The cluster ``workbench minicluster up`` made, with SLURM_CONF set for this process; one error if none."""
+    return MiniCluster.running()
+
+
+def status() -> MiniCluster | None:
+    """The running cluster, or None."""
+    return MiniCluster._read_state()
+
+
+def down() -> bool:
+    """Remove everything a miniature cluster made; True when there was anything to remove."""
+    with _locked(create=False):
+        found = (STATE_DIR / "state.json").is_file() or _leftovers()
+        _remove_everything()
+    if os.environ.get("SLURM_CONF") == str(STATE_DIR / "slurm.conf"):
+        del os.environ["SLURM_CONF"]
+    return found
+
+
+@contextlib.contextmanager
+def minicluster(nodes: int = 2, **settings: Any) -> Iterator[MiniCluster]:
+    """``with minicluster(nodes=4) as mini: ...``: up on entry, down on exit (also after an error)."""
+    cluster = up(nodes, **settings)
+    try:
+        yield cluster
+    finally:
+        if cluster.owned:
+            down()
+
+
+# -- can it run here ----------------------------------------------------------------------------------
+
+
+def check_host() -> None:
+    """One MiniClusterError naming the first missing part and what to do; nothing when all is there."""
+    if os.geteuid() != 0:
+        raise MiniClusterError("the miniature cluster makes network namespaces and cgroups: run it as root")
+    for tool in ("ip", "tc", "nsenter", "unshare"):
+        if shutil.which(tool) is None:
+            raise MiniClusterError(f"`{tool}` is not installed: install iproute2 / util-linux (apt-get install {tool})")
+    missing = [tool for tool in SLURM_TOOLS if shutil.which(tool) is None]
+    if missing:
+        raise MiniClusterError(f"Slurm is not installed ({', '.join(missing)} missing): run `make slurm`")
+    for controller in CONTROLLERS:
+        root = CGROUP_ROOT / controller
+        if not (root / "cgroup.procs").is_file():
+            raise MiniClusterError(
+                f"no cgroup v1 `{controller}` controller at {root}: the nodes' CPU shares need it "
+                "(a cgroup v2-only host is not supported yet)"
+            )
+    if not (CGROUP_ROOT / "cpu" / "cpu.cfs_quota_us").is_file():
+        raise MiniClusterError("the cpu cgroup has no cpu.cfs_quota_us (CFS bandwidth control): the kernel lacks it")
+
+
+# -- building ----------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _locked(create: bool = True) -> Iterator[None]:
+    """One up or down at a time on this machine (two `up` at once would make two half-clusters).
+
+    The lock is on the state folder's parent (/run), so no lock file is left behind.
+    """
+    parent = STATE_DIR.parent
+    if not parent.is_dir():
+        if not create:
+            yield
+            return
+        parent.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(parent, os.O_RDONLY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)  # closing releases the lock
+
+
+def _build(spec: MiniClusterSpec) -> MiniCluster:
+    directory = STATE_DIR
+    shutil.rmtree(directory, ignore_errors=True)
+    for sub in ("munge", "state", "spool", "log", "run"):
+        (directory / sub).mkdir(parents=True, exist_ok=True)
+    subnet = _free_subnet()
+    hosts = list(ipaddress.ip_network(subnet).hosts())
+    cluster = MiniCluster(
+        spec=spec,
+        directory=directory,
+        subnet=subnet,
+        bridge_ip=str(hosts[0]),
+        node_ips={node.name: str(hosts[10 + index]) for index, node in enumerate(spec.nodes)},
+        cpusets=_cpusets(spec),
+    )
+    try:
+        _make_network(cluster)
+        for node in spec.nodes:
+            _make_cgroups(node, cluster.cpusets[node.name])
+        _start_slurm(cluster)
+    except BaseException:
+        _remove_everything()
+        raise
+    return cluster
+
+
+def _free_subnet() -> str:
+    used = []
+    for interface in psutil.net_if_addrs().values():
+        for address in interface:
+            if address.family == socket.AF_INET:
+                used.append(ipaddress.ip_address(address.address))
+    routes = subprocess.run(["ip", "-4", "route"], capture_output=True, text=True, check=False).stdout.split()
+    networks = [ipaddress.ip_network(word, strict=False) for word in routes if re.fullmatch(r"[\d.]+/\d+", word)]
+    for candidate in SUBNETS:
+        network = ipaddress.ip_network(candidate)
+        if not any(ip in network for ip in used) and not any(network.overlaps(other) for other in networks):
+            return candidate
+    raise MiniClusterError(f"every candidate subnet ({', '.join(SUBNETS)}) is in use on this machine")
+
+
+def _cpusets(spec: MiniClusterSpec) -> dict[str, str]:
+    """Cores per node: nodes dealt round-robin over the cores, so node k and node k+cores share one.
+
+    Why pinned: an unpinned node's quota is spent on whichever core is free, and the scheduler
+    moving it between cores (and waking idle vCPUs) makes the same step take different times.
+    """
+    cores = sorted(os.sched_getaffinity(0))
+    result = {}
+    for index, node in enumerate(spec.nodes):
+        width = max(1, math.ceil(node.cpus))
+        chosen = [cores[(index + offset) % len(cores)] for offset in range(width)]
+        result[node.name] = ",".join(str(core) for core in sorted(set(chosen)))
+    return result
+
+
+def _veth(node: str) -> str:
+    return f"wbmc-{node}"[:15]
+
+
+def _netns(node: str) -> str:
+    return f"{NETNS_PREFIX}{node}"
+
+
+def _ip(*args: str, netns: str | None = None) -> None:
+    command = ["ip", *(["-n", netns] if netns else []), *args]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise MiniClusterError(f"`{' '.join(command)}` failed: {result.stderr.strip()}")
+
+
+def _tc(*args: str, netns: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+    command = ["tc", *(["-n", netns] if netns else []), *args]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if check and result.returncode != 0:
+        hint = " (this kernel lacks the tbf qdisc: the links cannot be shaped; use link=None)" if "tbf" in args else ""
+        raise MiniClusterError(f"`{' '.join(command)}` failed: {result.stderr.strip()}{hint}")
+    return result
+
+
+def _make_network(cluster: MiniCluster) -> None:
+    prefix = ipaddress.ip_network(cluster.subnet).prefixlen
+    _ip("link", "add", BRIDGE, "type", "bridge")
+    _ip("addr", "add", f"{cluster.bridge_ip}/{prefix}", "dev", BRIDGE)
+    _ip("link", "set", BRIDGE, "up")
+    for node in cluster.spec.nodes:
+        netns, veth = _netns(node.name), _veth(node.name)
+        _ip("netns", "add", netns)
+        _ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", netns)
+        _ip("link", "set", veth, "master", BRIDGE)
+        _ip("link", "set", veth, "up")
+        _ip("link", "set", "lo", "up", netns=netns)
+        _ip("addr", "add", f"{cluster.node_ips[node.name]}/{prefix}", "dev", "eth0", netns=netns)
+        _ip("link", "set", "eth0", "up", netns=netns)
+        _ip("route", "add", "default", "via", cluster.bridge_ip, netns=netns)
+        _shape_link(node.name, node.link_bits_per_s)
+
+
+def _shape_link(node: str, bits_per_s: int | None) -> None:
+    """A token bucket on both ends of the node's link: out of the node (its eth0) and into it (the bridge side).
+
+    The bucket holds 64 KiB or 2 ms at the rate, whichever is more (a GSO burst of one TCP
+    send fits), and queues up to 20 ms of traffic before dropping.
+    """
+    for device, netns in (("eth0", _netns(node)), (_veth(node), None)):
+        if bits_per_s is None:
+            _tc("qdisc", "del", "dev", device, "root", netns=netns, check=False)
+            continue
+        burst = max(64 * 1024, int(bits_per_s / 8 * 0.002))
+        _tc(
+            "qdisc", "replace", "dev", device, "root", "tbf",
+            "rate", f"{bits_per_s}bit", "burst", str(burst), "latency", "20ms", netns=netns,
+        )  # fmt: skip
+
+
+def _cgroup(controller: str, node: str | None = None) -> Path:
+    path = CGROUP_ROOT / controller / CGROUP_NAME
+    return path / node if node else path
+
+
+def _write(path: Path, value: str) -> None:
+    try:
+        path.write_text(value)
+    except OSError as error:
+        raise MiniClusterError(f"cannot write {value!r} to {path}: {error.strerror}") from None
+
+
+def _make_cgroups(node: NodeSpec, cpuset: str) -> None:
+    for controller in CONTROLLERS:
+        _cgroup(controller, node.name).mkdir(parents=True, exist_ok=True)
+    parent = _cgroup("cpuset")
+    # cpuset children start empty: the parent must hold the cores and memory nodes first
+    for name in ("cpuset.cpus", "cpuset.mems"):
+        _write(parent / name, (CGROUP_ROOT / "cpuset" / name).read_text().strip())
+    _write(_cgroup("cpuset", node.name) / "cpuset.cpus", cpuset)
+    _write(_cgroup("cpuset", node.name) / "cpuset.mems", (parent / "cpuset.mems").read_text().strip())
+    _set_quota(node.name, node.cpus)
+
+
+def _set_quota(node: str, cpus: float) -> None:
+    path = _cgroup("cpu", node)
+    _write(path / "cpu.cfs_period_us", str(CPU_PERIOD_US))
+    _write(path / "cpu.cfs_quota_us", str(max(1000, int(cpus * CPU_PERIOD_US))))
+
+
+def _into_cgroups(node: str) -> None:
+    """preexec_fn: the child joins the node's cgroups before it runs anything."""
+    pid = str(os.getpid())
+    for controller in CONTROLLERS:
+        with open(_cgroup(controller, node) / "cgroup.procs", "w") as handle:
+            handle.write(pid)
+
+
+def _slurm_conf(cluster: MiniCluster, ports: tuple[int, int]) -> str:
+    directory = cluster.directory
+    memory_mb = int(psutil.virtual_memory().total / 2**20 * 0.9 / max(1, len(cluster.spec.nodes)))
+    lines = [
+        f"# written by workbench.minicluster: {len(cluster.spec.nodes)} nodes, everything under {directory}",
+        "ClusterName=workbench-mini",
+        f"SlurmctldHost={socket.gethostname()}({cluster.bridge_ip})",
+        f"SlurmctldPort={ports[0]}",
+        f"SlurmdPort={ports[1]}",
+        "SlurmUser=root",
+        "SlurmdUser=root",
+        "AuthType=auth/munge",
+        "CredType=cred/munge",
+        f"AuthInfo=socket={directory}/munge/munge.socket",
+        f"StateSaveLocation={directory}/state",
+        f"SlurmdSpoolDir={directory}/spool/%n",
+        f"SlurmctldPidFile={directory}/run/slurmctld.pid",
+        f"SlurmdPidFile={directory}/run/slurmd-%n.pid",
+        f"SlurmctldLogFile={directory}/log/slurmctld.log",
+        f"SlurmdLogFile={directory}/log/slurmd-%n.log",
+        "ProctrackType=proctrack/linuxproc",
+        "TaskPlugin=task/none",
+        "JobAcctGatherType=jobacct_gather/none",
+        "AccountingStorageType=accounting_storage/none",
+        "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_Core",
+        "MpiDefault=none",
+        "ReturnToService=2",
+        "SchedulerParameters=sched_interval=1",
+        # a node whose slurmd stops answering is marked down within seconds, as a lost node should be
+        "SlurmdTimeout=10",
+        "MinJobAge=300",
+        "KillWait=5",
+        "InactiveLimit=0",
+    ]
+    for node in cluster.spec.nodes:
+        lines.append(
+            f"NodeName={node.name} NodeAddr={cluster.node_ips[node.name]} CPUs={node.slurm_cpus} "
+            f"RealMemory={memory_mb} State=UNKNOWN"
+        )
+    lines.append(f"PartitionName=mini Nodes={','.join(cluster.node_names)} Default=YES MaxTime=UNLIMITED State=UP")
+    return "\n".join(lines) + "\n"
+
+
+def _free_port(ip: str) -> int:
+    with socket.socket() as probe:
+        probe.bind((ip, 0))
+        return int(probe.getsockname()[1])
+
+
+def _start_slurm(cluster: MiniCluster) -> None:
+    directory = cluster.directory
+    key = directory / "munge" / "munge.key"
+    os.chmod(directory / "munge", 0o711)
+    _checked(["mungekey", "--create", f"--keyfile={key}", "--force"])
+    os.chmod(key, 0o400)
+    _checked(
+        [
+            "munged", f"--key-file={key}", f"--socket={directory}/munge/munge.socket",
+            f"--pid-file={directory}/run/munged.pid", f"--log-file={directory}/log/munged.log",
+            f"--seed-file={directory}/munge/munge.seed", "--force",
+        ]  # fmt: skip
+    )
+    cluster.pids["munged"] = int((directory / "run" / "munged.pid").read_text())
+    cluster.slurm_conf.write_text(_slurm_conf(cluster, (_free_port(cluster.bridge_ip), _free_port(cluster.bridge_ip))))
+    environment = {**os.environ, "SLURM_CONF": str(cluster.slurm_conf)}
+    cluster.pids["slurmctld"] = _daemon(
+        ["slurmctld", "-D", "-f", str(cluster.slurm_conf)], directory / "log" / "slurmctld.out", environment
+    ).pid
+    for node in cluster.spec.nodes:
+        # nsenter, not `ip netns exec`: that remounts /sys, and slurmd then finds no cgroup file system
+        inner = f"hostname {node.name} && exec slurmd -D -N {node.name} -f {cluster.slurm_conf}"
+        command = ["nsenter", f"--net=/run/netns/{_netns(node.name)}", "unshare", "--uts", "sh", "-c", inner]
+        process = _daemon(command, directory / "log" / f"slurmd-{node.name}.out", environment, node=node.name)
+        cluster.pids[f"slurmd-{node.name}"] = process.pid
+    cluster._write_state()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        states = cluster.node_states()
+        if states and set(states) == set(cluster.node_names) and all(s == "idle" for s in states.values()):
+            return
+        dead = [name for name, alive in cluster.daemons_alive().items() if not alive]
+        if dead:
+            break
+        time.sleep(0.2)
+    logs = "; ".join(
+        f"{path.name}: {path.read_text(errors='replace').strip().splitlines()[-1]}"
+        for path in sorted((directory / "log").glob("*"))
+        if path.is_file() and path.read_text(errors="replace").strip()
+    )
+    raise MiniClusterError(f"the nodes did not become idle in Slurm within 60 s ({cluster.node_states()}); {logs}")
+
+
+def _checked(command: list[str]) -> None:
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise MiniClusterError(f"`{command[0]}` failed: {(result.stderr or result.stdout).strip()}")
+
+
+def _daemon(command: list[str], log: Path, environment: dict[str, str], node: str | None = None) -> subprocess.Popen:
+    with open(log, "ab") as output:
+        return subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            env=environment,
+            start_new_session=True,  # the kernel's Ctrl-C and its exit leave the daemons alone
+            preexec_fn=(lambda: _into_cgroups(node)) if node else None,  # noqa: PLW1509
+        )
+
+
+def _slurm(cluster: MiniCluster, *command: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    environment = {**os.environ, "SLURM_CONF": str(cluster.slurm_conf)}
+    result = subprocess.run(command, capture_output=True, text=True, check=False, env=environment, timeout=30)
+    if check and result.returncode != 0:
+        raise MiniClusterError(f"`{' '.join(command)}` failed: {result.stderr.strip()}")
+    return result
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+# -- removing ----------------------------------------------------------------------------------------
+
+
+def _leftovers() -> bool:
+    """Anything a miniature cluster makes, also from one whose state file is gone."""
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=False).stdout
+    return (
+        any(_cgroup(controller).exists() for controller in CONTROLLERS)
+        or bool(_our_netns())
+        or f" {BRIDGE}:" in links
+        or " wbmc-" in links
+        or STATE_DIR.exists()
+    )
+
+
+def _our_netns() -> list[str]:
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False).stdout
+    return [line.split()[0] for line in listed.splitlines() if line.startswith(NETNS_PREFIX)]
+
+
+def _cgroup_pids(path: Path) -> list[int]:
+    procs = path / "cgroup.procs"
+    if not procs.is_file():
+        return []
+    return [int(line) for line in procs.read_text().split()]
+
+
+def _kill_cgroup(path: Path, timeout_s: float = 10.0) -> list[int]:
+    """SIGKILL every process in the cgroup until it is empty (new children are caught by the next pass)."""
+    killed: list[int] = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        pids = _cgroup_pids(path)
+        if not pids:
+            break
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+        time.sleep(0.05)
+    return killed
+
+
+def _stop_pid(pid: int, grace_s: float = 10.0) -> None:
+    try:
+        process = psutil.Process(pid)
+        process.terminate()
+        process.wait(grace_s)
+    except psutil.TimeoutExpired:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    except psutil.Error:
+        pass
+
+
+def _remove_everything() -> None:
+    """Down, in the order that leaves nothing behind, tolerant of a half-made or half-removed cluster."""
+    cluster = MiniCluster._read_state() if (STATE_DIR / "state.json").is_file() else None
+    if cluster is not None and cluster.pids.get("slurmctld") and _alive(cluster.pids["slurmctld"]):
+        jobs = _slurm(cluster, "squeue", "-h", "-o", "%i", check=False).stdout.split()
+        if jobs:
+            _slurm(cluster, "scancel", *jobs, check=False)
+    nodes = [path.name for path in _cgroup("freezer").glob("*") if path.is_dir()] if _cgroup("freezer").exists() else []
+    for node in nodes:  # a frozen node's processes cannot die until thawed
+        with contextlib.suppress(OSError):
+            (_cgroup("freezer", node) / "freezer.state").write_text("THAWED")
+    # the nodes first (slurmd, step daemons, tasks: all in the node's cgroup), then the login node's daemons
+    for node in nodes:
+        slurmd = [pid for pid in _cgroup_pids(_cgroup("cpu", node))]
+        for pid in slurmd:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(_cgroup_pids(_cgroup("cpu", node)) for node in nodes):
+        time.sleep(0.1)
+    for node in nodes:
+        _kill_cgroup(_cgroup("cpu", node))
+    if cluster is not None:
+        for name in ("slurmctld", "munged"):
+            if name in cluster.pids and _alive(cluster.pids[name]):
+                _stop_pid(cluster.pids[name])
+    for controller in CONTROLLERS:
+        root = _cgroup(controller)
+        if root.exists():
+            for child in root.glob("*"):
+                if child.is_dir():
+                    _rmdir_cgroup(child)
+            _rmdir_cgroup(root)
+    for netns in _our_netns():
+        subprocess.run(["ip", "netns", "del", netns], capture_output=True, check=False)
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=False).stdout
+    for name in re.findall(r"^\d+: (wbmc[^:@]*)", links, flags=re.MULTILINE):
+        subprocess.run(["ip", "link", "del", name], capture_output=True, check=False)
+    shutil.rmtree(STATE_DIR, ignore_errors=True)
+
+
+def _rmdir_cgroup(path: Path) -> None:
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            path.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise MiniClusterError(f"cannot remove {path}: processes {_cgroup_pids(path)} are still in it") from None
+            _kill_cgroup(path, timeout_s=1.0)
+            time.sleep(0.1)
