@@ -36,12 +36,15 @@ from ipyparallel.cluster.launcher import LauncherError
 
 from workbench import faults, slurm
 from workbench.config import ClusterConfig, ConfigError, physical_cores
+from workbench.recorder import HEARTBEAT, HEARTBEAT_INTERVAL_S
 
 log = logging.getLogger(__name__)
 #: The signal that makes an engine write every thread's Python stack (``faulthandler``), without stopping it.
 STACK_SIGNAL = signal.SIGUSR2
 #: How long a diagnosis waits for mpiexec to name the rank that died and its signal.
 LAUNCHER_WAIT_S = 8.0
+#: A rank on another host whose recorder has not beaten for this long is unresponsive (frozen or unreachable).
+HEARTBEAT_LOST_S = 5 * HEARTBEAT_INTERVAL_S
 #: Process states that mean a rank can no longer take part.
 ENDED_STATES = ("gone", "zombie", "dead")
 
@@ -672,6 +675,7 @@ class RunWatch:
         self._error: faults.RankFailedError | None = None
         self._flagged: dict[int, float] = {}  # rank -> when it was first seen stalled
         self._next_node_check = time.monotonic()
+        self._heartbeats: dict[int, tuple[float, float]] = {}  # rank -> (when its last heartbeat was read, CPU %)
 
     def diagnose(self, error: BaseException | None = None) -> faults.Failure | None:
         """The failure behind ``error`` (or behind a rank that ended), once; later calls return the same."""
@@ -711,6 +715,11 @@ class RunWatch:
     def silent_s(self) -> dict[int, float]:
         """Seconds since each rank's last recorded event (since the run started for a rank with none)."""
         events, _memory = self._tail.poll()
+        counters = self._tail.poll_counters()
+        if len(counters):
+            beats = counters[counters["name"] == HEARTBEAT]
+            for rank, row in beats.sort_values("time_ns").groupby("rank").tail(1).set_index("rank").iterrows():
+                self._heartbeats[int(rank)] = (time.time(), float(row["value"]))
         if len(events):
             for rank, end in events.groupby("rank")["end_ns"].max().items():
                 self._last_event_ns[int(rank)] = max(int(end), self._last_event_ns.get(int(rank), 0))
@@ -721,6 +730,21 @@ class RunWatch:
             for rank in sorted(self.cluster.rank_pids)
         }
 
+    def _rank_processes(self) -> dict[int, tuple[str, float]]:
+        """Local ranks from their processes; ranks on other hosts from their recorders' heartbeats.
+
+        A remote rank whose heartbeat stopped for ``HEARTBEAT_LOST_S`` while others still beat is
+        ``unresponsive``: its process is frozen, or its node cannot be reached. A rank that never
+        beat (a recorder without heartbeats) is left out, as before.
+        """
+        processes = self.cluster.rank_processes()
+        now = time.time()
+        for rank, (seen, cpu) in self._heartbeats.items():
+            if rank in processes:
+                continue
+            processes[rank] = ("unresponsive", 0.0) if now - seen > HEARTBEAT_LOST_S else ("running", cpu)
+        return processes
+
     def _check_stalls(self) -> None:
         from workbench.store import update_run_meta
 
@@ -729,7 +753,7 @@ class RunWatch:
         stalls: list[faults.Stall] = []
         if any(value >= self.stall_after_s for value in silent.values()):
             stalls = faults.find_stalls(
-                silent, self.cluster.rank_processes(), self.stall_after_s, getattr(self.cluster, "rank_hosts", None)
+                silent, self._rank_processes(), self.stall_after_s, getattr(self.cluster, "rank_hosts", None)
             )
             # a rank once seen waiting for a stalled one is waiting, not stuck (a CPU reading can mislead)
             waiting = {rank for stall in self.stalls for rank in stall.waiting}

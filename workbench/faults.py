@@ -307,7 +307,8 @@ def find_stalls(
 
     ``silent_s``: seconds since each rank's last recorded event (or since the run started);
     ``processes``: each rank's process state and CPU percent. A rank silent that long whose process
-    is stopped is stuck; one that uses no CPU is stuck when another rank is busy (a rank waiting in
+    is stopped is stuck, and so is one on another host whose recorder's heartbeat stopped
+    (``unresponsive``); one that uses no CPU is stuck when another rank is busy (a rank waiting in
     a collective polls, and uses a core). A silent rank that computes hard is not named. ``hosts``
     (``{rank: host}``) on more than one host gives each stall its rank's host.
     """
@@ -324,6 +325,8 @@ def find_stalls(
         host = (hosts or {}).get(rank, "") if several_hosts else ""
         if state == "stopped":
             stalls.append(Stall(rank, silent, "process stopped", others, host))
+        elif state == "unresponsive":
+            stalls.append(Stall(rank, silent, "no heartbeat: frozen, or its node unreachable", others, host))
         elif cpu <= IDLE_CPU_PERCENT and others:
             stalls.append(Stall(rank, silent, f"idle, {cpu:.0f} % CPU", others, host))
     return stalls

@@ -51,6 +51,10 @@ def detect_rank() -> int:
     return 0
 
 
+#: The counter each rank's recorder writes about once a second: its process's CPU % since the last one.
+HEARTBEAT = "rank.cpu_percent"
+HEARTBEAT_INTERVAL_S = 1.0
+
 class _Span:
     """Context manager for one span; a tiny class because it runs once per training step.
 
@@ -102,6 +106,7 @@ class Recorder:
         host: str | None = None,
         flush_interval_s: float = 0.5,
         memory_interval_s: float | None = None,
+        heartbeat_interval_s: float | None = HEARTBEAT_INTERVAL_S,
     ) -> None:
         self.run_path = Path(run_path)
         meta = read_run_meta(self.run_path)  # one clear error if this is not a run directory
@@ -128,6 +133,12 @@ class Recorder:
         self._heads: dict[tuple[str, str | None, str], tuple[str, str, str]] = {}
         self._memory_interval_s = memory_interval_s
         self._last_memory_sample = 0.0
+        #: a heartbeat row (``HEARTBEAT``: this process's CPU % since the last one) from the background
+        #: thread: a rank waiting in MPI still beats, a frozen process or an unreachable node does not
+        self._heartbeat_interval_s = heartbeat_interval_s
+        self._heartbeat_process = psutil.Process()
+        self._heartbeat_process.cpu_percent(None)
+        self._last_heartbeat = 0.0
         self._write_lock = threading.Lock()
         self._stop = threading.Event()
         self._closed = False
@@ -294,15 +305,17 @@ class Recorder:
                 if self._memory_interval_s and now - self._last_memory_sample >= self._memory_interval_s:
                     self._last_memory_sample = now
                     self.sample_memory("interval")
+                if self._heartbeat_interval_s and now - self._last_heartbeat >= self._heartbeat_interval_s:
+                    self._last_heartbeat = now
+                    self._counters.append((HEARTBEAT, self.now_ns(), float(self._heartbeat_process.cpu_percent(None))))
                 self.flush()
             except Exception as error:  # e.g. disk full: rows stay buffered, close() raises it
                 self.write_error = error
                 continue
 
     def _tick(self) -> float:
-        if self._memory_interval_s:
-            return min(self.flush_interval_s, self._memory_interval_s)
-        return self.flush_interval_s
+        intervals = [self.flush_interval_s, self._memory_interval_s, self._heartbeat_interval_s]
+        return min(interval for interval in intervals if interval)
 
     def close(self) -> None:
         """Stop the background thread and write everything still buffered."""

@@ -42,12 +42,13 @@ def train_like_steps(
         recorder.align_clocks(comm)
         for step in range(steps):
             recorder.step = step
-            with recorder.phase("compute", "forward_backward", step=step):
-                deadline = time.thread_time() + compute_s
-                while time.thread_time() < deadline:  # CPU time: a slower core share takes longer
-                    pass
-            with recorder.phase("communication", "allreduce", step=step, nbytes=gradient.nbytes):
-                comm.Allreduce(gradient, summed, op=MPI.SUM)
+            with recorder.phase("compute", "train_step", step=step):
+                with recorder.phase("compute", "forward_backward", step=step):
+                    deadline = time.thread_time() + compute_s
+                    while time.thread_time() < deadline:  # CPU time: a slower core share takes longer
+                        pass
+                with recorder.phase("communication", "allreduce", step=step, nbytes=gradient.nbytes):
+                    comm.Allreduce(gradient, summed, op=MPI.SUM)
     return {"rank": comm.Get_rank(), "steps": steps}
 
 
@@ -116,3 +117,66 @@ def test_node_lost_is_one_error_naming_the_node_and_its_ranks(restored, tmp_path
     assert meta["status"] == "failed" and meta["failure"]["rank"] == 2
     after = _events_per_rank(live.run_path)
     assert all(after[rank] >= before[rank] for rank in before)
+
+
+def test_frozen_node_is_a_stall_naming_its_ranks_not_the_ranks_waiting_for_them(restored, tmp_path):
+    mini = restored
+    with mini.cluster(4) as cluster:
+        experiment = Experiment(StepCase(), ranks=4, out=tmp_path, steps=300, compute_s=0.005)
+        live = experiment.start(cluster, experiment.plan()[0], stall_after_s=3)
+        outcome: dict[str, Any] = {}
+        waiter = threading.Thread(target=lambda: outcome.setdefault("results", live.wait()))
+        waiter.start()
+        _wait_for(lambda: len(_events_per_rank(live.run_path)) == 4, "events of 4 ranks")
+        mini.freeze("node3")
+        try:
+            stall_s = _wait_for(lambda: bool(read_run_meta(live.run_path).get("stall")), "a stall in run.json", 60)
+            stall = read_run_meta(live.run_path)["stall"]["ranks"]
+        finally:
+            mini.thaw("node3")
+        waiter.join(CEILING_S)
+    print(f"\nnode3 frozen: stall in run.json after {stall_s:.1f} s: {[entry['message'] for entry in stall]}")
+    assert [(entry["rank"], entry["host"]) for entry in stall] == [(2, "node3")]
+    assert "no heartbeat" in stall[0]["state"]
+    assert [result["rank"] for result in outcome["results"]] == [0, 1, 2, 3]  # thawed, it went on
+    assert read_run_meta(live.run_path)["status"] == "finished"
+
+
+def _finding(run_path: Any, kind: str) -> dict[str, Any]:
+    from workbench.api import Run as AnalysedRun
+
+    findings = AnalysedRun.load(run_path).analyse().findings
+    chosen = findings[findings["kind"] == kind]
+    assert not chosen.empty, f"no {kind} finding in:\n" + "\n".join(findings["text"])
+    return chosen.iloc[0].to_dict()
+
+
+def _steps_s(run_path: Any, rank: int) -> float:
+    """Seconds of ``rank``'s steps after the first (the step the analysis leaves out as warm-up)."""
+    events = Run.load(run_path).events
+    steps = events[(events["name"] == "train_step") & (events["rank"] == rank) & (events["step"] >= 1)]
+    return float((steps["end_ns"] - steps["start_ns"]).sum() / 1e9)
+
+
+def test_slow_node_is_the_straggler_with_the_time_lost(restored, tmp_path):
+    """node2 at half the others' core share: named, and the time the others lose within 10 % of the truth.
+
+    The truth is what the fault adds: node2's compute spans beyond the others' (the same work at
+    half the share), which the straggler analysis does not read: it times the ranks' arrivals at
+    the allreduce. (The others' step times are no truth here: a rank waiting in MPI polls and spends
+    its node's quota, so even ranks already wait on one another's throttling.)
+    """
+    mini = restored
+    mini.set_cpus("node2", 0.2)
+    with mini.cluster(4) as cluster:
+        experiment = Experiment(StepCase(), ranks=4, out=tmp_path, steps=40, compute_s=0.01)
+        live = experiment.start(cluster, experiment.plan()[0])
+        live.wait()
+    events = Run.load(live.run_path).events
+    work = events[(events["name"] == "forward_backward") & (events["step"] >= 1)]  # step 0 is warm-up
+    compute_s = (work["end_ns"] - work["start_ns"]).groupby(work["rank"]).sum() / 1e9
+    truth = float(compute_s[1] - compute_s[[0, 2, 3]].mean())
+    finding = _finding(live.run_path, "straggler")
+    print(f"\nnode2 at half speed: {finding['text']}; truth {truth:.3g} s each")
+    assert finding["ranks"] == "1" and "rank 1 (node2)" in finding["text"]
+    assert finding["seconds_lost"] == pytest.approx(truth, rel=0.10)

@@ -12,6 +12,10 @@ and rank, from one of two kinds of evidence (``evidence`` says which):
   from its start to its done on every rank; a rank's longest kernel wait in a step minus the
   shortest such wait over ranks (the last rank still waits for the transfer) is its blocked time.
   Preferred where present: it is measured on the rank itself.
+- ``arrival`` (blocking collectives recorded as ``communication`` spans inside the step, e.g.
+  ``Recorder.phase("communication", "allreduce")`` around ``MPI.Allreduce``): a rank's arrival is
+  the start of its last such span in the step, and it is blocked until the last rank arrives:
+  ``wait = latest arrival - own arrival``, at most the span's own length.
 - ``step_length`` (step spans only): ranks in lock step end a step together, so a rank whose step
   lasts longer than the shortest one of the same step spent the difference waiting:
   ``wait = duration - min(duration over ranks)``. Blind to imbalance *inside* the step (ranks
@@ -51,6 +55,7 @@ LATENESS_COLUMNS: tuple[str, ...] = ("step", "rank", "tensors", "arrival_ns", "l
 #: Name of the derived wait spans ``wait_spans`` adds (phase ``communication_wait``).
 WAIT_SPAN_NAME = "wait_for_late_rank"
 LATENESS = "lateness"
+ARRIVAL = "arrival"
 STEP_LENGTH = "step_length"
 TF_PROFILER = "tf_profiler"
 #: Name of the spans ``formats.tf_profile`` imports (one per Horovod kernel, start to done).
@@ -59,6 +64,7 @@ TF_PROFILER_SPAN = "tf_horovod_wait"
 EVIDENCE_TEXT = {
     TF_PROFILER: "TF profiler's Horovod kernel waits",
     LATENESS: "Horovod's negotiation readiness (lateness)",
+    ARRIVAL: "when each rank entered its blocking collective",
     STEP_LENGTH: "step lengths (the others' steps last longer)",
 }
 #: Each rank's first step traces and compiles the step function; ranks finish that at different
@@ -145,6 +151,17 @@ def step_waits(events: pd.DataFrame, *, step_name: str = STEP_NAME) -> pd.DataFr
     late = dict(zip(shortest_rank["step"], shortest_rank["rank"]))
     steps["late_rank"] = [late[s] if c else -1 for s, c in zip(steps["step"], complete)]
 
+    arrivals = collective_arrivals(events, steps)
+    if len(arrivals):
+        merged = steps.merge(arrivals, on=["step", "rank"], how="left")
+        covered = merged["wait_from_arrival"].notna().to_numpy()
+        steps["wait_s"] = np.where(
+            covered, np.minimum(merged["wait_from_arrival"].to_numpy(), steps["duration_s"]), steps["wait_s"]
+        )
+        steps["evidence"] = np.where(covered, ARRIVAL, steps["evidence"])
+        last_rank = arrivals.loc[arrivals["wait_from_arrival"] == 0].drop_duplicates("step").set_index("step")["rank"]
+        steps["late_rank"] = np.where(covered, steps["step"].map(last_rank).fillna(-1), steps["late_rank"])
+        steps["late_rank"] = steps["late_rank"].astype("int64")
     lateness = allreduce_lateness(events, step_name=step_name)
     if len(lateness):
         latest = lateness.groupby("step")["arrival_ns"].transform("max")
@@ -176,6 +193,47 @@ def step_waits(events: pd.DataFrame, *, step_name: str = STEP_NAME) -> pd.DataFr
     steps.loc[warmup, "late_rank"] = -1
     steps["compute_s"] = (steps["duration_s"] - steps["wait_s"]).clip(lower=0.0)
     return steps[list(STEP_WAIT_COLUMNS)].reset_index(drop=True)
+
+
+def collective_arrivals(events: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """Per step and rank: how long it was blocked in its last recorded collective for the last rank to arrive.
+
+    Only steps where every rank recorded a ``communication`` span inside its step span: ``step,
+    rank, wait_from_arrival`` (``latest arrival - own arrival``, at most that span's length; 0 for
+    the last rank). Empty when no rank recorded its collectives.
+    """
+    columns = ["step", "rank", "wait_from_arrival"]
+    spans = events[events["phase"] == ev.COMMUNICATION]
+    if spans.empty or steps.empty:
+        return pd.DataFrame(columns=columns)
+    parts = []
+    for rank, own_spans in spans.groupby("rank"):
+        own = steps[steps["rank"] == rank].sort_values("start_ns")
+        if own.empty:
+            continue
+        starts = own_spans["start_ns"].to_numpy(np.int64)
+        index = np.searchsorted(own["start_ns"].to_numpy(np.int64), starts, "right") - 1
+        inside = (index >= 0) & (own_spans["end_ns"].to_numpy(np.int64) <= own["end_ns"].to_numpy(np.int64)[index])
+        parts.append(
+            pd.DataFrame(
+                {
+                    "step": own["step"].to_numpy()[index[inside]],
+                    "rank": rank,
+                    "arrival_ns": starts[inside],
+                    "length_s": (own_spans["end_ns"].to_numpy(np.int64) - starts)[inside] / NS_PER_S,
+                }
+            )
+        )
+    if not parts:
+        return pd.DataFrame(columns=columns)
+    found = pd.concat(parts).sort_values("arrival_ns").groupby(["step", "rank"]).tail(1)
+    ranks = steps["rank"].nunique()
+    found = found[found.groupby("step")["rank"].transform("nunique") == ranks]
+    if found.empty or ranks < 2:
+        return pd.DataFrame(columns=columns)
+    latest = found.groupby("step")["arrival_ns"].transform("max")
+    wait = np.minimum((latest - found["arrival_ns"]) / NS_PER_S, found["length_s"])
+    return found.assign(wait_from_arrival=wait)[columns].astype({"step": "int64", "rank": "int64"})
 
 
 def profiler_waits(events: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
@@ -246,7 +304,9 @@ def straggler_rows(
     A rank is named when it is the last arrival, with someone waiting at least
     ``SIGNIFICANT_WAIT_SHARE`` of the median step for it, in at least ``STRAGGLER_SHARE`` of the
     steps with evidence, and the others' mean wait for it is at least ``min_fraction`` of ``wall_s``.
-    ``seconds_lost`` is the time each other rank lost waiting for it (mean over them). With ``hosts``
+    ``seconds_lost`` is the time each other rank lost because of it: per step, the gap between
+    the next-to-last arrival and its own (the others would still have waited for the next-to-last
+    rank), summed over the steps where it came last. With 2 ranks that is the other rank's wait. With ``hosts``
     (``{rank: host}``) on more than one host, the text names the ranks' hosts.
     """
     judged = waits[(waits["evidence"] != "") & (waits["late_rank"] >= 0)]
@@ -262,14 +322,16 @@ def straggler_rows(
         others = judged[(judged["late_rank"] == late_rank) & (judged["rank"] != late_rank)]
         if share < STRAGGLER_SHARE or others.empty:
             continue
-        lost = float(others.groupby("rank")["wait_s"].sum().mean())
+        # what it costs each other rank: in a step, everyone still waits for the next-to-last
+        # arrival; only the gap from there to this rank is its doing (the least wait among the others)
+        lost = float(others.groupby("step")["wait_s"].min().sum())
         if lost / wall_s < min_fraction:
             continue
         typical = float(others.groupby("step")["wait_s"].max().median())
         evidence = set(others["evidence"])
         source = "; ".join(
             f"{EVIDENCE_TEXT[kind]} in {int((others['evidence'] == kind).sum())} rank-steps"
-            for kind in (TF_PROFILER, LATENESS, STEP_LENGTH)
+            for kind in (TF_PROFILER, LATENESS, ARRIVAL, STEP_LENGTH)
             if kind in evidence
         )
         other_ranks = sorted(int(r) for r in others["rank"].unique())
