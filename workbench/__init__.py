@@ -5,6 +5,7 @@ first use (module ``__getattr__``), so ``import workbench`` stays light: no Tens
 or plotly until a name that needs them is touched.
 
 - start ranks and watch them: ``Cluster``, ``Dashboard``, ``RunTail``
+- ranks on nodes of their own: ``minicluster`` (``minicluster.running().cluster_config(n)``), ``MiniCluster``
 - record: ``profile_function`` (a function on every rank), ``profile_command`` (a script), ``Recorder``
 - case studies: ``Experiment``
 - recorded runs: ``Run`` (``.analyse()``, ``.report(path)``, ``.summary()``), ``list_runs``, ``analyse_run``
@@ -25,6 +26,7 @@ _LAZY: dict[str, str] = {
     "ClusterConfig": "workbench.config",
     "Dashboard": "workbench.widgets",
     "Experiment": "workbench.experiment",
+    "MiniCluster": "workbench.minicluster",
     "PROFILE_ENVIRONMENT": "workbench.profile",
     "ProfiledCall": "workbench.api",
     "Recorder": "workbench.recorder",
@@ -40,7 +42,7 @@ _LAZY: dict[str, str] = {
     "readable": "workbench.report",
 }
 #: Exported namespaces: the layers, used as ``workbench.analysis.phase_breakdown`` and so on.
-_NAMESPACES = ("analysis", "cases", "figures", "widgets")
+_NAMESPACES = ("analysis", "cases", "figures", "minicluster", "widgets")
 
 __all__ = ["__version__", *_NAMESPACES, *_LAZY]
 

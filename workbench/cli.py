@@ -105,8 +105,14 @@ def case_parser(case: Any) -> argparse.ArgumentParser:
         "--ranks",
         type=int,
         default=None,
-        help="the most ranks any point of the sweep uses (default: this machine's physical cores); "
-        "scaling sweeps cover 1..N, single-size cases run at N",
+        help="the most ranks any point of the sweep uses (default: this machine's physical cores, or the "
+        "miniature cluster's nodes with --minicluster); scaling sweeps cover 1..N, single-size cases run at N",
+    )
+    parser.add_argument(
+        "--minicluster",
+        action="store_true",
+        help="run the ranks on the miniature cluster `workbench minicluster up` started (one rank per node "
+        "slot, under its Slurm) instead of on this machine",
     )
     parser.add_argument(
         "--preset",
@@ -118,7 +124,10 @@ def case_parser(case: Any) -> argparse.ArgumentParser:
     parser.add_argument("--resume", action="store_true", help="keep the finished points of the sweep in --out")
     parser.add_argument("--json", action="store_true", help="print one JSON summary object")
     parser.add_argument(
-        "--oversubscribe", action="store_true", help="allow more ranks than this machine's cores (ranks share cores)"
+        "--oversubscribe",
+        action="store_true",
+        help="allow more ranks than this machine's cores (ranks share cores); with --minicluster the nodes' "
+        "slots are the limit",
     )
     parser.add_argument(
         "--threads-per-rank",
@@ -146,6 +155,30 @@ def case_parser(case: Any) -> argparse.ArgumentParser:
     return parser
 
 
+def _run_placement(options: argparse.Namespace) -> tuple[int | None, Any]:
+    """Where ``workbench run``'s ranks go: (the most ranks, the ClusterConfig), on this machine or the minicluster.
+
+    On the miniature cluster each node has its own share of the cores, so this machine's core
+    count says nothing: the limit is the nodes' slots (one clear error naming the cluster's size).
+    """
+    from workbench.config import ClusterConfig, oversubscription_refused, physical_cores
+
+    settings: dict[str, Any] = {}
+    if options.oversubscribe:
+        settings["oversubscribe"] = True
+    if options.threads_per_rank is not None:
+        settings["threads_per_rank"] = options.threads_per_rank
+    if not options.minicluster:
+        if options.ranks is not None and options.ranks > physical_cores() and not options.oversubscribe:
+            raise ValueError(oversubscription_refused(options.ranks, "--oversubscribe"))
+        return options.ranks, ClusterConfig(**settings)
+    from workbench import minicluster
+
+    mini = minicluster.running()  # one line when none is up; sets SLURM_CONF for sbatch and squeue
+    ranks = options.ranks if options.ranks is not None else len(mini.node_names)
+    return ranks, mini.cluster_config(ranks, **settings)
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from workbench.experiment import Experiment, case_names, get_case
 
@@ -163,17 +196,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         for option in case.options
         if getattr(options, f"case_{option.field}") is not None
     }
-    from workbench.config import ClusterConfig, oversubscription_refused, physical_cores
-
-    if options.ranks is not None and options.ranks > physical_cores() and not options.oversubscribe:
-        raise ValueError(oversubscription_refused(options.ranks, "--oversubscribe"))
     if options.threads_per_rank is not None and options.threads_per_rank < 1:
         raise ValueError(f"--threads-per-rank {options.threads_per_rank}: use a whole number >= 1")
-    cluster_config = ClusterConfig(
-        oversubscribe=True if options.oversubscribe else None, threads_per_rank=options.threads_per_rank
-    )
+    ranks, cluster_config = _run_placement(options)
     experiment = Experiment(
-        case, preset=options.preset, ranks=options.ranks, out=options.out, cluster_config=cluster_config, **overrides
+        case, preset=options.preset, ranks=ranks, out=options.out, cluster_config=cluster_config, **overrides
     )
 
     def tell(point: Any, status: str) -> None:

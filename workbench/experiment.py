@@ -624,8 +624,7 @@ class Experiment:
                     if cluster is not None and cluster.n == ranks and not overrides:
                         remaining = self._run_group(cluster, remaining, bar, on_point, timeout_s)
                         continue
-                    config = dataclasses.replace(self.cluster_config, n=ranks, **self._config_fields(overrides))
-                    with Cluster(config=config) as own:
+                    with Cluster(config=self.point_config(ranks, overrides)) as own:
                         remaining = self._run_group(own, remaining, bar, on_point, timeout_s)
         finally:
             if bar is not None:
@@ -642,6 +641,17 @@ class Experiment:
             )
             groups.setdefault((point.ranks, overrides), []).append(point)
         return sorted(groups.items(), key=lambda item: (item[0][0], len(item[0][1])))
+
+    def point_config(self, ranks: int, overrides: tuple[tuple[str, Any], ...] = ()) -> ClusterConfig:
+        """The ``ClusterConfig`` a group of points starts with: the caller's, at ``ranks`` ranks, plus the overrides.
+
+        Where the ranks go stays as the caller set it (``launcher``, ``controller_ip``, Slurm
+        settings); ``nodes`` is capped at the rank count, so a 1-rank point's run records one node.
+        """
+        fields = self._config_fields(overrides)
+        if self.cluster_config.nodes is not None and "nodes" not in fields:
+            fields["nodes"] = min(self.cluster_config.nodes, ranks)
+        return dataclasses.replace(self.cluster_config, n=ranks, **fields)
 
     def cluster_settings(self, point: Point | str) -> dict[str, Any]:
         """The ``Cluster`` settings a point needs (``Cluster(n=point.ranks, **these)``): its case's overrides."""

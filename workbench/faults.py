@@ -81,7 +81,8 @@ class Failure:
         if self.host:
             ranks = ", ".join(str(rank) for rank in self.host_ranks)
             who = f"node {self.host} ({'rank' if len(self.host_ranks) == 1 else 'ranks'} {ranks}) "
-            after = f" (seen {self.detected_after_s:.1f} s after it happened)" if self.detected_after_s is not None else ""
+            seen = self.detected_after_s
+            after = f" (seen {seen:.1f} s after it happened)" if seen is not None else ""
             return f"{who}{self.cause}{after}"
         who = f"rank {self.rank} " if self.rank is not None else ""
         after = f" (seen {self.detected_after_s:.1f} s after it happened)" if self.detected_after_s is not None else ""

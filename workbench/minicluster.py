@@ -53,7 +53,14 @@ LOGIN_SHARE = 0.4
 #: Candidate private /24s; the first one no interface of this machine uses is taken.
 SUBNETS = tuple(f"10.{second}.{third}.0/24" for second in (213, 214, 215) for third in (0, 1, 2))
 SLURM_TOOLS = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sinfo", "srun")
-RATE_UNITS = {"bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9, "kbps": 8 * 10**3, "mbps": 8 * 10**6}
+RATE_UNITS = {
+    "bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9,
+    "bps": 8, "kbps": 8 * 10**3, "mbps": 8 * 10**6, "gbps": 8 * 10**9,
+}  # fmt: skip
+#: The kernel's smallest CFS quota (1 ms): a share below QUOTA_MIN_US / CPU_PERIOD_US needs a longer period.
+QUOTA_MIN_US = 1_000
+#: Tools check_host needs beside Slurm, and the Debian package that has each.
+HOST_TOOLS = {"ip": "iproute2", "tc": "iproute2", "nsenter": "util-linux", "unshare": "util-linux"}
 
 
 class MiniClusterError(RuntimeError):
@@ -65,7 +72,7 @@ class MiniClusterError(RuntimeError):
 
 def parse_rate(text: str | None) -> int | None:
     """Bits per second from tc's notation ("800mbit", "1gbit", "50mbps" = megabytes); None = unshaped."""
-    if text is None or str(text).lower() in ("", "none", "unshaped"):
+    if text is None or str(text).strip().lower() in ("", "none", "unshaped"):
         return None
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*", str(text).lower())
     if not match or match.group(2) not in RATE_UNITS:
@@ -79,11 +86,22 @@ def parse_rate(text: str | None) -> int | None:
 
 
 def format_rate(bits_per_s: int | None) -> str:
+    """A rate as tc writes it (what :func:`parse_rate` reads back): ``1gbit``, ``800mbit``, ``500kbit``."""
     if bits_per_s is None:
         return "unshaped"
     if bits_per_s >= 10**9 and bits_per_s % 10**8 == 0:
         return f"{bits_per_s / 10**9:g}gbit"
+    if bits_per_s < 10**6:
+        return f"{bits_per_s / 10**3:g}kbit"
     return f"{bits_per_s / 10**6:g}mbit"
+
+
+def _share(name: str, value: Any) -> float:
+    """A node's core share from a number or text ("0.2"); one error for anything else."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise MiniClusterError(f"{name} with {value!r} cores: give a share of a core as a number, e.g. 0.2") from None
 
 
 @dataclass(frozen=True)
@@ -116,11 +134,11 @@ class MiniClusterSpec:
         *,
         cpus_per_node: float = 0.4,
         link: str | None = "1gbit",
-        node_cpus: dict[str, float] | None = None,
+        node_cpus: dict[str, float | str] | None = None,
         node_links: dict[str, str | None] | None = None,
     ) -> MiniClusterSpec:
         """``nodes`` alike, then per-node changes by name (``node_cpus={"node2": 0.2}``: one slower node)."""
-        if not isinstance(nodes, int) or nodes < 1:
+        if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
             raise MiniClusterError(f"nodes={nodes!r}: use a whole number >= 1")
         names = [f"node{index}" for index in range(1, nodes + 1)]
         for name in [*(node_cpus or {}), *(node_links or {})]:
@@ -129,7 +147,7 @@ class MiniClusterSpec:
         default_rate = parse_rate(link)
         specs = []
         for name in names:
-            cpus = float((node_cpus or {}).get(name, cpus_per_node))
+            cpus = _share(name, (node_cpus or {}).get(name, cpus_per_node))
             if not 0.01 <= cpus <= physical_cores():
                 raise MiniClusterError(
                     f"{name} with {cpus:g} cores: use a share between 0.01 and this machine's {physical_cores()} cores"
@@ -140,10 +158,15 @@ class MiniClusterSpec:
         total = sum(node.cpus for node in spec.nodes)
         if total > physical_cores() - LOGIN_SHARE + 1e-9:
             raise MiniClusterError(
-                f"{nodes} nodes with {total:g} cores in all leave the login node (kernel, controller, slurmctld) less "
-                f"than {LOGIN_SHARE} of this machine's {physical_cores()} cores: ask fewer nodes or less --cpus-per-node"
+                f"{nodes} nodes with {total:g} cores in all leave the login node (kernel, controller, slurmctld) "
+                f"less than {LOGIN_SHARE} of this machine's {physical_cores()} cores: "
+                "ask fewer nodes or less --cpus-per-node"
             )
         return spec
+
+    def max_ranks(self, threads_per_rank: int = 1) -> int:
+        """Ranks Slurm can place at ``threads_per_rank`` CPUs each: every node's whole slots, added up."""
+        return sum(node.slurm_cpus // max(1, threads_per_rank) for node in self.nodes)
 
     def to_json(self) -> list[dict[str, Any]]:
         return [asdict(node) for node in self.nodes]
@@ -183,6 +206,11 @@ class MiniCluster:
                     existing.use()
                     return existing
                 nodes = ", ".join(node.describe() for node in existing.spec.nodes)
+                if existing.spec == spec and reuse:
+                    raise MiniClusterError(
+                        f"a miniature cluster with these nodes is up but not healthy ({nodes}): "
+                        "`workbench minicluster down`, then up again"
+                    )
                 raise MiniClusterError(
                     f"a miniature cluster is already up ({nodes}): use it, or `workbench minicluster down` first"
                 )
@@ -207,7 +235,12 @@ class MiniCluster:
         path = STATE_DIR / "state.json"
         if not path.is_file():
             return None
-        state = json.loads(path.read_text())
+        try:
+            state = json.loads(path.read_text())
+        except json.JSONDecodeError as error:
+            raise MiniClusterError(
+                f"{path} is not valid JSON ({error.msg}): `workbench minicluster down` removes what is left"
+            ) from None
         return cls(
             spec=MiniClusterSpec.from_json(state["nodes"]),
             directory=STATE_DIR,
@@ -229,7 +262,10 @@ class MiniCluster:
             "slurm_conf": str(self.slurm_conf),
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
-        (self.directory / "state.json").write_text(json.dumps(state, indent=1) + "\n")
+        # written aside, then renamed: a reader (status, running, down) never sees half a file
+        partial = self.directory / "state.json.partial"
+        partial.write_text(json.dumps(state, indent=1) + "\n")
+        partial.replace(self.directory / "state.json")
 
     # -- using -------------------------------------------------------------------------------------
     @property
@@ -247,6 +283,9 @@ class MiniCluster:
     def cluster_config(self, n: int | None = None, **settings: Any) -> ClusterConfig:
         """Settings for ``Cluster``/``Experiment``: Slurm engines, one rank per node, the controller on the bridge."""
         ranks = n if n is not None else len(self.spec.nodes)
+        threads = settings.get("threads_per_rank") or 1
+        if isinstance(ranks, int) and ranks > self.spec.max_ranks(threads):
+            raise MiniClusterError(self.too_many_ranks(ranks, threads))
         defaults: dict[str, Any] = {
             "n": ranks,
             "launcher": "slurm",
@@ -257,6 +296,19 @@ class MiniCluster:
             "start_timeout_s": 120.0,
         }
         return ClusterConfig(**{**defaults, **settings})
+
+    def too_many_ranks(self, ranks: int, threads_per_rank: int = 1) -> str:
+        """The one line for more ranks than the nodes' slots hold, naming the cluster's size."""
+        slots = [node.slurm_cpus // max(1, threads_per_rank) for node in self.spec.nodes]
+        if len(set(slots)) == 1:
+            shape = f"{len(slots)} nodes x {slots[0]} slot{'' if slots[0] == 1 else 's'}"
+        else:
+            shape = f"{len(slots)} nodes with {' + '.join(map(str, slots))} slots"
+        each = f" at {threads_per_rank} threads per rank" if threads_per_rank > 1 else ""
+        return (
+            f"{ranks} ranks do not fit the miniature cluster ({shape}{each} = {sum(slots)} ranks): ask at most "
+            f"{sum(slots)}, or `workbench minicluster down` and up again with more --nodes or --cpus-per-node"
+        )
 
     def cluster(self, n: int | None = None, **settings: Any) -> Any:
         """A (not yet started) ``workbench.Cluster`` whose engines are ranks on this cluster's nodes."""
@@ -281,8 +333,12 @@ class MiniCluster:
         return states
 
     def healthy(self) -> bool:
-        return all(self.daemons_alive().values()) and all(
-            state in ("idle", "alloc", "mix", "comp") for state in self.node_states().values()
+        """Every daemon alive and Slurm answering with every node usable (no answer is not healthy)."""
+        if not all(self.daemons_alive().values()):
+            return False
+        states = self.node_states()
+        return set(states) == set(self.node_names) and all(
+            state in ("idle", "alloc", "mix", "comp") for state in states.values()
         )
 
     def status(self) -> dict[str, Any]:
@@ -331,12 +387,12 @@ class MiniCluster:
         self._node(node)
         wrapped = ["nsenter", f"--net=/run/netns/{_netns(node)}", "unshare", "--uts", "sh", "-c",
                    f'hostname {node} && exec "$@"', "sh", *command]  # fmt: skip
-        return subprocess.Popen(wrapped, preexec_fn=lambda: _into_cgroups(node), **popen)  # noqa: PLW1509
+        return subprocess.Popen(wrapped, preexec_fn=lambda: _into_cgroups(node), **popen)
 
     # -- faults (tests and teaching) ---------------------------------------------------------------
     def processes(self, node: str) -> list[int]:
         """Every process in the node's cgroup: its slurmd and whatever Slurm started there."""
-        return _cgroup_pids(_cgroup(CONTROLLERS[0], node))
+        return _cgroup_pids(_cgroup(CONTROLLERS[0], self._node(node)))
 
     def freeze(self, node: str) -> None:
         """Stop every process of the node at once (a hung node: nothing runs, nothing dies)."""
@@ -368,6 +424,11 @@ class MiniCluster:
 
     def set_cpus(self, node: str, cpus: float) -> None:
         """Change the node's share of a core while it runs."""
+        cpus = _share(node, cpus)
+        if not 0.01 <= cpus <= physical_cores():
+            raise MiniClusterError(
+                f"{node} with {cpus:g} cores: use a share between 0.01 and this machine's {physical_cores()} cores"
+            )
         _set_quota(self._node(node), cpus)
         nodes = tuple(replace(spec, cpus=cpus) if spec.name == node else spec for spec in self.spec.nodes)
         self.spec = MiniClusterSpec(nodes)
@@ -434,9 +495,9 @@ def check_host() -> None:
     """One MiniClusterError naming the first missing part and what to do; nothing when all is there."""
     if os.geteuid() != 0:
         raise MiniClusterError("the miniature cluster makes network namespaces and cgroups: run it as root")
-    for tool in ("ip", "tc", "nsenter", "unshare"):
+    for tool, package in HOST_TOOLS.items():
         if shutil.which(tool) is None:
-            raise MiniClusterError(f"`{tool}` is not installed: install iproute2 / util-linux (apt-get install {tool})")
+            raise MiniClusterError(f"`{tool}` is not installed: apt-get install {package}")
     missing = [tool for tool in SLURM_TOOLS if shutil.which(tool) is None]
     if missing:
         raise MiniClusterError(f"Slurm is not installed ({', '.join(missing)} missing): run `make slurm`")
@@ -523,9 +584,10 @@ def _cpusets(spec: MiniClusterSpec) -> dict[str, str]:
     """
     cores = sorted(os.sched_getaffinity(0))
     result = {}
-    for index, node in enumerate(spec.nodes):
-        width = max(1, math.ceil(node.cpus))
-        chosen = [cores[(index + offset) % len(cores)] for offset in range(width)]
+    position = 0  # the next core to deal: a node of 2 cores takes two, so the next node starts after them
+    for node in spec.nodes:
+        chosen = [cores[(position + offset) % len(cores)] for offset in range(node.slurm_cpus)]
+        position += node.slurm_cpus
         result[node.name] = ",".join(str(core) for core in sorted(set(chosen)))
     return result
 
@@ -613,10 +675,21 @@ def _make_cgroups(node: NodeSpec, cpuset: str) -> None:
     _set_quota(node.name, node.cpus)
 
 
+def _cfs_bandwidth(cpus: float) -> tuple[int, int]:
+    """(period, quota) in µs giving ``cpus`` of a core: CPU_PERIOD_US, longer where the quota would be under 1 ms.
+
+    Why: the kernel refuses quotas below 1 ms, so at a 5 ms period any share under 0.2 would
+    silently become 0.2 (0.1 of a core: 10 ms periods with 1 ms each).
+    """
+    period = max(CPU_PERIOD_US, math.ceil(QUOTA_MIN_US / cpus))
+    return period, max(QUOTA_MIN_US, round(cpus * period))
+
+
 def _set_quota(node: str, cpus: float) -> None:
     path = _cgroup("cpu", node)
-    _write(path / "cpu.cfs_period_us", str(CPU_PERIOD_US))
-    _write(path / "cpu.cfs_quota_us", str(max(1000, int(cpus * CPU_PERIOD_US))))
+    period, quota = _cfs_bandwidth(cpus)
+    _write(path / "cpu.cfs_period_us", str(period))
+    _write(path / "cpu.cfs_quota_us", str(quota))
 
 
 def _into_cgroups(node: str) -> None:
@@ -683,13 +756,12 @@ def _start_slurm(cluster: MiniCluster) -> None:
     os.chmod(directory / "munge", 0o711)
     _checked(["mungekey", "--create", f"--keyfile={key}", "--force"])
     os.chmod(key, 0o400)
-    _checked(
-        [
-            "munged", f"--key-file={key}", f"--socket={directory}/munge/munge.socket",
-            f"--pid-file={directory}/run/munged.pid", f"--log-file={directory}/log/munged.log",
-            f"--seed-file={directory}/munge/munge.seed", "--force",
-        ]  # fmt: skip
-    )
+    munged = [
+        "munged", f"--key-file={key}", f"--socket={directory}/munge/munge.socket",
+        f"--pid-file={directory}/run/munged.pid", f"--log-file={directory}/log/munged.log",
+        f"--seed-file={directory}/munge/munge.seed", "--force",
+    ]  # fmt: skip
+    _checked(munged)
     cluster.pids["munged"] = int((directory / "run" / "munged.pid").read_text())
     cluster.slurm_conf.write_text(_slurm_conf(cluster, (_free_port(cluster.bridge_ip), _free_port(cluster.bridge_ip))))
     environment = {**os.environ, "SLURM_CONF": str(cluster.slurm_conf)}
@@ -735,7 +807,7 @@ def _daemon(command: list[str], log: Path, environment: dict[str, str], node: st
             stderr=subprocess.STDOUT,
             env=environment,
             start_new_session=True,  # the kernel's Ctrl-C and its exit leave the daemons alone
-            preexec_fn=(lambda: _into_cgroups(node)) if node else None,  # noqa: PLW1509
+            preexec_fn=(lambda: _into_cgroups(node)) if node else None,
         )
 
 
@@ -811,7 +883,9 @@ def _stop_pid(pid: int, grace_s: float = 10.0) -> None:
 
 def _remove_everything() -> None:
     """Down, in the order that leaves nothing behind, tolerant of a half-made or half-removed cluster."""
-    cluster = MiniCluster._read_state() if (STATE_DIR / "state.json").is_file() else None
+    cluster = None
+    with contextlib.suppress(MiniClusterError, KeyError, TypeError):  # a damaged state file: remove by name
+        cluster = MiniCluster._read_state()
     if cluster is not None and cluster.pids.get("slurmctld") and _alive(cluster.pids["slurmctld"]):
         jobs = _slurm(cluster, "squeue", "-h", "-o", "%i", check=False).stdout.split()
         if jobs:
@@ -860,6 +934,7 @@ def _rmdir_cgroup(path: Path) -> None:
             return
         except OSError:
             if time.monotonic() > deadline:
-                raise MiniClusterError(f"cannot remove {path}: processes {_cgroup_pids(path)} are still in it") from None
+                stuck = _cgroup_pids(path)
+                raise MiniClusterError(f"cannot remove {path}: processes {stuck} are still in it") from None
             _kill_cgroup(path, timeout_s=1.0)
             time.sleep(0.1)

@@ -12,7 +12,7 @@ pytestmark = [pytest.mark.notebook, pytest.mark.mpi]
 
 
 def test_saved_notebook_is_stripped_and_parametrised():
-    check_saved(NOTEBOOK, "ranks = 2", 'preset = "reduced"')
+    check_saved(NOTEBOOK, "ranks = 2", 'preset = "reduced"', 'cluster = "local"')
 
 
 def test_notebook_runs_and_reports_the_fix(tmp_path, run_notebook):

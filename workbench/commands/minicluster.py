@@ -49,12 +49,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.minicluster_action == "up":
-        node_cpus = {name: float(value) for name, value in _per_node(args.node_cpus, "--node-cpus").items()}
         spec = MiniClusterSpec.make(
             args.nodes,
             cpus_per_node=args.cpus_per_node,
             link=args.link,
-            node_cpus=node_cpus,
+            node_cpus=_per_node(args.node_cpus, "--node-cpus"),  # make() reads "0.2", or names what is wrong
             node_links=_per_node(args.node_link, "--node-link"),
         )
         cluster = MiniCluster.up(spec)

@@ -1,0 +1,367 @@
+"""The miniature cluster's pure parts, with no cluster: rates, specs, Slurm's config, checks and the CLI's errors.
+
+Nothing here makes a namespace, a cgroup or a daemon: STATE_DIR and CGROUP_ROOT point at temporary
+folders, and ``MiniCluster.up`` is made to fail should a test ever reach it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from workbench import cli, minicluster
+from workbench.experiment import Experiment
+from workbench.minicluster import MiniCluster, MiniClusterError, MiniClusterSpec, NodeSpec, format_rate, parse_rate
+
+
+@pytest.fixture(autouse=True)
+def nothing_real(monkeypatch, tmp_path):
+    """No test reads /run/workbench-minicluster or builds anything; SLURM_CONF is restored after each."""
+    monkeypatch.setattr(minicluster, "STATE_DIR", tmp_path / "state")
+    monkeypatch.setattr(minicluster, "CGROUP_ROOT", tmp_path / "cgroup")
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("a unit test must not build a miniature cluster")
+
+    monkeypatch.setattr(MiniCluster, "up", classmethod(refuse))
+
+
+@pytest.fixture
+def eight_cores(monkeypatch):
+    monkeypatch.setattr(minicluster, "physical_cores", lambda: 8)
+
+
+def _mini(directory: Path, spec: MiniClusterSpec) -> MiniCluster:
+    return MiniCluster(
+        spec=spec,
+        directory=directory,
+        subnet="10.213.0.0/24",
+        bridge_ip="10.213.0.1",
+        node_ips={node.name: f"10.213.0.{11 + index}" for index, node in enumerate(spec.nodes)},
+        cpusets={node.name: str(index % 2) for index, node in enumerate(spec.nodes)},
+    )
+
+
+def _write_state(mini: MiniCluster) -> None:
+    mini.directory.mkdir(parents=True, exist_ok=True)
+    mini._write_state()
+
+
+# -- rates -----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("text", "bits"),
+    [
+        ("800mbit", 800 * 10**6),
+        ("1gbit", 10**9),
+        ("1.5gbit", 1_500_000_000),
+        ("100mbps", 800 * 10**6),  # megabytes per second, as tc reads it
+        (" 250 MBit ", 250 * 10**6),
+        ("500kbit", 500_000),
+        (None, None),
+        ("none", None),
+        ("unshaped", None),
+        ("", None),
+    ],
+)
+def test_parse_rate(text, bits):
+    assert parse_rate(text) == bits
+
+
+@pytest.mark.parametrize("text", ["fast", "100", "10 furlongs", "1e9bit", "-5mbit"])
+def test_a_bad_rate_is_one_line_with_the_fix(text):
+    with pytest.raises(MiniClusterError) as raised:
+        parse_rate(text)
+    message = str(raised.value)
+    assert "\n" not in message
+    assert repr(text) in message and "write it as tc does, e.g. 800mbit, 1gbit" in message
+
+
+def test_a_rate_too_slow_for_training_is_refused():
+    with pytest.raises(MiniClusterError, match="below 100 kbit/s"):
+        parse_rate("50kbit")
+
+
+@pytest.mark.parametrize(
+    ("bits", "text"),
+    [(None, "unshaped"), (10**9, "1gbit"), (800 * 10**6, "800mbit"), (1_500_000_000, "1.5gbit"), (500_000, "500kbit")],
+)
+def test_format_rate_reads_back(bits, text):
+    assert format_rate(bits) == text
+    assert parse_rate(text) == bits
+
+
+# -- nodes and specs --------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("cpus", "slots"), [(0.01, 1), (0.4, 1), (1.0, 1), (1.5, 2), (2.0, 2), (2.0000000001, 2)])
+def test_slurm_offers_one_cpu_per_started_core_share(cpus, slots):
+    assert NodeSpec("node1", cpus).slurm_cpus == slots
+
+
+def test_make_defaults(eight_cores):
+    spec = MiniClusterSpec.make()
+    assert spec.nodes == (NodeSpec("node1", 0.4, 10**9), NodeSpec("node2", 0.4, 10**9))
+    assert spec.max_ranks() == 2
+
+
+def test_make_changes_nodes_by_name(eight_cores):
+    spec = MiniClusterSpec.make(
+        4, cpus_per_node=0.5, link="800mbit", node_cpus={"node2": 0.2, "node4": "1.5"}, node_links={"node3": "100mbit"}
+    )
+    assert [node.cpus for node in spec.nodes] == [0.5, 0.2, 0.5, 1.5]
+    assert [node.link_bits_per_s for node in spec.nodes] == [800 * 10**6] * 2 + [100 * 10**6, 800 * 10**6]
+    assert MiniClusterSpec.make(2, node_links={"node2": None}).nodes[1].link_bits_per_s is None
+    assert MiniClusterSpec.from_json(json.loads(json.dumps(spec.to_json()))) == spec
+    assert spec.max_ranks() == 5 and spec.max_ranks(threads_per_rank=2) == 1
+
+
+def test_make_refuses_a_node_it_does_not_have(eight_cores):
+    with pytest.raises(MiniClusterError, match=r"there is no 'node9' among node1, node2, node3: name one of them"):
+        MiniClusterSpec.make(3, node_cpus={"node9": 0.2})
+    with pytest.raises(MiniClusterError, match="there is no 'gpu1'"):
+        MiniClusterSpec.make(3, node_links={"gpu1": "1gbit"})
+
+
+@pytest.mark.parametrize(
+    ("make", "expected"),
+    [
+        ({"nodes": 0}, r"nodes=0: use a whole number >= 1"),
+        ({"nodes": True}, r"nodes=True: use a whole number >= 1"),
+        ({"nodes": 2, "node_cpus": {"node2": "fast"}}, r"node2 with 'fast' cores: give a share of a core as a number"),
+        ({"nodes": 2, "cpus_per_node": 0.001}, r"node1 with 0.001 cores: use a share between 0.01 and"),
+    ],
+)
+def test_make_refuses_what_cannot_be_built(eight_cores, make, expected):
+    with pytest.raises(MiniClusterError, match=expected):
+        MiniClusterSpec.make(**make)
+
+
+def test_too_many_cores_in_all_names_the_login_nodes_share(monkeypatch):
+    monkeypatch.setattr(minicluster, "physical_cores", lambda: 2)
+    assert len(MiniClusterSpec.make(4, cpus_per_node=0.4).nodes) == 4  # 1.6 of 2 cores: the login node keeps 0.4
+    with pytest.raises(MiniClusterError) as raised:
+        MiniClusterSpec.make(4, cpus_per_node=0.5)
+    message = str(raised.value)
+    assert "\n" not in message
+    assert "4 nodes with 2 cores in all leave the login node" in message
+    assert f"less than {minicluster.LOGIN_SHARE} of this machine's 2 cores" in message
+    assert "ask fewer nodes or less --cpus-per-node" in message
+
+
+def test_cpusets_deal_the_cores_round_robin(monkeypatch, eight_cores):
+    monkeypatch.setattr(minicluster.os, "sched_getaffinity", lambda _pid: {0, 1})
+    assert minicluster._cpusets(MiniClusterSpec.make(4)) == {"node1": "0", "node2": "1", "node3": "0", "node4": "1"}
+    monkeypatch.setattr(minicluster.os, "sched_getaffinity", lambda _pid: {0, 1, 2, 3})
+    # a node of 2 cores takes two: the next one starts after them, not on the second of them
+    spec = MiniClusterSpec.make(3, node_cpus={"node1": 2.0, "node2": 1.5, "node3": 0.5})
+    assert minicluster._cpusets(spec) == {"node1": "0,1", "node2": "2,3", "node3": "0"}
+
+
+@pytest.mark.parametrize("cpus", [0.01, 0.1, 0.2, 0.4, 1.0, 1.5])
+def test_cfs_quota_gives_the_share_asked_without_going_under_a_millisecond(cpus):
+    period, quota = minicluster._cfs_bandwidth(cpus)
+    assert quota >= minicluster.QUOTA_MIN_US and period >= minicluster.CPU_PERIOD_US
+    assert quota / period == pytest.approx(cpus, rel=0.01)
+    if cpus >= 0.2:
+        assert period == minicluster.CPU_PERIOD_US  # short periods where the kernel allows them
+
+
+# -- Slurm's view ------------------------------------------------------------------------------------------
+def test_slurm_conf_has_a_node_line_per_node_and_the_controller_on_the_bridge(tmp_path, eight_cores):
+    mini = _mini(tmp_path, MiniClusterSpec.make(3, node_cpus={"node3": 1.5}))
+    text = minicluster._slurm_conf(mini, (6817, 6818))
+    node_lines = [line for line in text.splitlines() if line.startswith("NodeName=")]
+    assert [line.split()[:3] for line in node_lines] == [
+        ["NodeName=node1", "NodeAddr=10.213.0.11", "CPUs=1"],
+        ["NodeName=node2", "NodeAddr=10.213.0.12", "CPUs=1"],
+        ["NodeName=node3", "NodeAddr=10.213.0.13", "CPUs=2"],
+    ]
+    (host,) = [line for line in text.splitlines() if line.startswith("SlurmctldHost=")]
+    assert host.endswith("(10.213.0.1)")
+    assert "SlurmctldPort=6817" in text and "SlurmdPort=6818" in text
+    assert "PartitionName=mini Nodes=node1,node2,node3 Default=YES" in text
+    assert f"StateSaveLocation={tmp_path}/state" in text
+
+
+def test_cluster_config_puts_one_rank_per_node_under_slurm(tmp_path, eight_cores):
+    mini = _mini(tmp_path, MiniClusterSpec.make(4))
+    config = mini.cluster_config()
+    assert (config.launcher, config.n, config.nodes, config.controller_ip) == ("slurm", 4, 4, "10.213.0.1")
+    assert config.threads == 1 and not config.oversubscribed
+    assert (mini.cluster_config(2).n, mini.cluster_config(2).nodes) == (2, 2)
+    assert mini.cluster_config(1, time_limit="5").time_limit == "5"
+
+
+def test_cluster_config_places_more_ranks_than_nodes_where_nodes_have_slots(tmp_path, eight_cores):
+    mini = _mini(tmp_path, MiniClusterSpec.make(2, cpus_per_node=2.0))
+    config = mini.cluster_config(4)
+    assert (config.n, config.nodes) == (4, 2)
+    assert mini.cluster_config(2, threads_per_rank=2).threads == 2
+
+
+def test_more_ranks_than_slots_is_one_line_naming_the_clusters_size(tmp_path, eight_cores):
+    mini = _mini(tmp_path, MiniClusterSpec.make(4))
+    with pytest.raises(MiniClusterError) as raised:
+        mini.cluster_config(8)
+    assert str(raised.value).startswith("8 ranks do not fit the miniature cluster (4 nodes x 1 slot = 4 ranks)")
+    assert "\n" not in str(raised.value)
+    with pytest.raises(MiniClusterError, match=r"\(4 nodes x 0 slots at 2 threads per rank = 0 ranks\)"):
+        mini.cluster_config(1, threads_per_rank=2)
+    mixed = _mini(tmp_path, MiniClusterSpec.make(3, node_cpus={"node3": 2.0}))
+    with pytest.raises(MiniClusterError, match=r"\(3 nodes with 1 \+ 1 \+ 2 slots = 4 ranks\): ask at most 4"):
+        mixed.cluster_config(5)
+
+
+def test_each_point_of_a_sweep_keeps_where_its_ranks_go(tmp_path, eight_cores):
+    mini = _mini(tmp_path, MiniClusterSpec.make(4))
+    experiment = Experiment(
+        "eval-frequency", preset="ci", ranks=4, out=tmp_path / "out", cluster_config=mini.cluster_config(4)
+    )
+    for ranks, nodes in ((1, 1), (2, 2), (4, 4)):
+        config = experiment.point_config(ranks)
+        assert (config.launcher, config.n, config.nodes, config.controller_ip) == ("slurm", ranks, nodes, "10.213.0.1")
+    local = Experiment("eval-frequency", preset="ci", ranks=2, out=tmp_path / "local").point_config(2)
+    assert (local.launcher, local.n, local.nodes) == ("mpi", 2, None)
+
+
+# -- state --------------------------------------------------------------------------------------------------
+def test_running_without_a_cluster_is_one_line():
+    with pytest.raises(
+        MiniClusterError, match=r"^no miniature cluster is up: run `workbench minicluster up --nodes 4` first$"
+    ):
+        minicluster.running()
+    assert minicluster.status() is None
+
+
+def test_running_reads_the_state_and_sets_slurm_conf(eight_cores):
+    mini = _mini(minicluster.STATE_DIR, MiniClusterSpec.make(2))
+    _write_state(mini)
+    found = minicluster.running()
+    assert found.spec == mini.spec and found.bridge_ip == "10.213.0.1" and found.node_ips == mini.node_ips
+    assert minicluster.os.environ["SLURM_CONF"] == str(minicluster.STATE_DIR / "slurm.conf")
+    assert not (minicluster.STATE_DIR / "state.json.partial").exists()
+
+
+def test_a_damaged_state_file_says_how_to_clean_up():
+    minicluster.STATE_DIR.mkdir(parents=True)
+    (minicluster.STATE_DIR / "state.json").write_text('{"nodes": [')
+    with pytest.raises(
+        MiniClusterError, match=r"is not valid JSON .*: `workbench minicluster down` removes what is left"
+    ):
+        minicluster.running()
+
+
+def test_a_slurm_that_does_not_answer_is_not_healthy(tmp_path, eight_cores, monkeypatch):
+    mini = _mini(tmp_path, MiniClusterSpec.make(2))
+    monkeypatch.setattr(mini, "daemons_alive", lambda: {"slurmctld": True})
+    monkeypatch.setattr(mini, "node_states", dict)
+    assert not mini.healthy()
+    monkeypatch.setattr(mini, "node_states", lambda: {"node1": "idle", "node2": "mix"})
+    assert mini.healthy()
+    monkeypatch.setattr(mini, "node_states", lambda: {"node1": "idle", "node2": "down*"})
+    assert not mini.healthy()
+
+
+# -- can it run here ------------------------------------------------------------------------------------------
+def _every_tool(name: str) -> str:
+    return f"/usr/bin/{name}"
+
+
+def test_check_host_wants_root(monkeypatch):
+    monkeypatch.setattr(minicluster.os, "geteuid", lambda: 1000)
+    with pytest.raises(MiniClusterError, match=r"cgroups: run it as root$"):
+        minicluster.check_host()
+
+
+def test_check_host_names_the_package_of_a_missing_tool(monkeypatch):
+    monkeypatch.setattr(minicluster.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(minicluster.shutil, "which", lambda name: None if name == "tc" else _every_tool(name))
+    with pytest.raises(MiniClusterError, match=r"^`tc` is not installed: apt-get install iproute2$"):
+        minicluster.check_host()
+
+
+def test_check_host_wants_slurm(monkeypatch):
+    monkeypatch.setattr(minicluster.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(minicluster.shutil, "which", lambda name: None if name == "slurmd" else _every_tool(name))
+    with pytest.raises(MiniClusterError, match=r"^Slurm is not installed \(slurmd missing\): run `make slurm`$"):
+        minicluster.check_host()
+
+
+def test_check_host_names_the_missing_cgroup_controller(monkeypatch):
+    monkeypatch.setattr(minicluster.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(minicluster.shutil, "which", _every_tool)
+    root = minicluster.CGROUP_ROOT
+    with pytest.raises(MiniClusterError, match=r"no cgroup v1 `cpu` controller at .*cgroup/cpu: the nodes' CPU shares"):
+        minicluster.check_host()
+    (root / "cpu").mkdir(parents=True)
+    (root / "cpu" / "cgroup.procs").write_text("")
+    with pytest.raises(MiniClusterError, match=r"no cgroup v1 `cpuset` controller"):
+        minicluster.check_host()
+    for controller in ("cpuset", "freezer"):
+        (root / controller).mkdir()
+        (root / controller / "cgroup.procs").write_text("")
+    with pytest.raises(MiniClusterError, match=r"no cpu.cfs_quota_us \(CFS bandwidth control\)"):
+        minicluster.check_host()
+    (root / "cpu" / "cpu.cfs_quota_us").write_text("-1")
+    minicluster.check_host()  # everything there: nothing to say
+
+
+# -- the command line -------------------------------------------------------------------------------------------
+def _one_error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("workbench: ")
+    return err[0]
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--node-cpus", "node2"], "--node-cpus 'node2': write NODE=VALUE, e.g. --node-cpus node2=0.2"),
+        (["--node-link", "node2"], "--node-link 'node2': write NODE=VALUE, e.g. --node-link node2=0.2"),
+        (["--node-cpus", "node2=lots"], "node2 with 'lots' cores: give a share of a core as a number"),
+        (["--node-cpus", "node7=0.2"], "there is no 'node7' among node1, node2"),
+        (["--link", "quick"], "link rate 'quick' is not a rate"),
+    ],
+)
+def test_minicluster_up_bad_options_are_one_line(capsys, argv, expected):
+    assert cli.main(["minicluster", "up", *argv]) == 2
+    assert expected in _one_error_line(capsys)
+
+
+def test_run_on_the_minicluster_with_none_up_is_one_line(capsys):
+    assert cli.main(["run", "eval-frequency", "--minicluster", "--preset", "ci"]) == 2
+    assert _one_error_line(capsys) == (
+        "workbench: no miniature cluster is up: run `workbench minicluster up --nodes 4` first"
+    )
+
+
+def test_run_on_the_minicluster_with_too_many_ranks_names_its_size(capsys, eight_cores):
+    _write_state(_mini(minicluster.STATE_DIR, MiniClusterSpec.make(4)))
+    assert cli.main(["run", "eval-frequency", "--minicluster", "--ranks", "6"]) == 2
+    assert "6 ranks do not fit the miniature cluster (4 nodes x 1 slot = 4 ranks): ask at most 4" in _one_error_line(
+        capsys
+    )
+
+
+def test_run_on_the_minicluster_gives_the_sweep_its_nodes(capsys, monkeypatch):
+    """--ranks defaults to the nodes, this machine's cores are not asked, every point keeps Slurm and the bridge."""
+    monkeypatch.setattr(minicluster, "physical_cores", lambda: 16)
+    monkeypatch.setattr("workbench.config.physical_cores", lambda: 2)  # 4 ranks here would be oversubscribed
+    _write_state(_mini(minicluster.STATE_DIR, MiniClusterSpec.make(4)))
+    seen = {}
+
+    def stop_here(self, **_kwargs):
+        seen["experiment"] = self
+        raise RuntimeError("stopped before any rank starts")
+
+    monkeypatch.setattr(Experiment, "run", stop_here)
+    assert cli.main(["run", "eval-frequency", "--minicluster", "--preset", "ci"]) == 2
+    assert "stopped before any rank starts" in _one_error_line(capsys)
+    experiment = seen["experiment"]
+    assert experiment.max_ranks == 4
+    config = experiment.cluster_config
+    assert (config.launcher, config.n, config.nodes, config.controller_ip) == ("slurm", 4, 4, "10.213.0.1")
+    assert max(point.ranks for point in experiment.plan()) == 4
+    assert experiment.point_config(2).nodes == 2 and experiment.point_config(2).launcher == "slurm"
