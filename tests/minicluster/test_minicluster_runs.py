@@ -1,0 +1,84 @@
+"""Runs on the miniature cluster: hosts in what is recorded, clocks aligned across nodes, a sweep over node counts."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+import cloudpickle
+import numpy as np
+
+from workbench.store import Run, create_run
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # engines cannot import test modules
+SKEW_NS = 250_000_000
+
+
+def steps_with_a_skewed_clock(run_path: str, *, steps: int, skewed_rank: int, skew_ns: int) -> dict[str, Any]:
+    """Allreduce steps whose recorder on ``skewed_rank`` reads a clock ``skew_ns`` ahead, as a badly synced node's."""
+    import types
+
+    from mpi4py import MPI
+
+    import workbench.recorder as recorder_module
+    from workbench.recorder import Recorder
+
+    comm = MPI.COMM_WORLD
+    if comm.Get_rank() == skewed_rank:
+        real = time.time_ns
+
+        def skewed() -> int:
+            return real() + skew_ns
+
+        # every clock reading of the recorder: its spans' and the one its clock alignment answers with
+        recorder_module.time = types.SimpleNamespace(**{**vars(time), "time_ns": skewed})
+        recorder_module._now_ns = skewed
+    buffer = np.ones(1024, dtype=np.float32)
+    with Recorder(run_path, flush_interval_s=0.1) as recorder:
+        offset, precision = recorder.align_clocks(comm)
+        for step in range(steps):
+            with recorder.phase("compute", "train_step", step=step):
+                with recorder.phase("communication", "allreduce", step=step):
+                    comm.Allreduce(MPI.IN_PLACE, buffer, op=MPI.SUM)
+                time.sleep(0.01)
+    recorder_module.time, recorder_module._now_ns = time, time.time_ns
+    return {"rank": comm.Get_rank(), "host": recorder.host, "offset_ns": offset, "precision_ns": precision}
+
+
+def test_hosts_are_recorded_and_a_skewed_nodes_clock_is_aligned(mini, tmp_path):
+    run = create_run(tmp_path, name="skew")
+    with mini.cluster(2) as cluster:
+        results = cluster.view.apply_sync(
+            steps_with_a_skewed_clock, str(run), steps=30, skewed_rank=1, skew_ns=SKEW_NS
+        )
+    assert [result["host"] for result in results] == ["node1", "node2"]
+    recorded = Run.load(run)
+    assert set(recorded.events["host"]) == {"node1", "node2"}
+    assert dict(zip(recorded.rank_meta["rank"], recorded.rank_meta["host"])) == {0: "node1", 1: "node2"}
+    offset, precision = results[1]["offset_ns"], results[1]["precision_ns"]
+    print(f"\nnode2's clock {SKEW_NS / 1e6:.0f} ms ahead: offset found {offset / 1e6:.2f} ms (± {precision / 1e6:.2f} ms)")
+    assert abs(offset - SKEW_NS) <= max(precision, 1_000_000)
+    # both ranks leave each blocking allreduce together: aligned, their ends agree to well under the skew
+    ends = recorded.events[recorded.events["name"] == "allreduce"].pivot_table(index="step", columns="rank", values="end_ns")
+    gap_ms = float((ends[1] - ends[0]).abs().median() / 1e6)
+    assert gap_ms < 5, gap_ms
+
+
+def test_experiment_sweep_on_the_miniature_cluster_one_point_per_node_count(mini, tmp_path):
+    from workbench.experiment import Experiment
+
+    experiment = Experiment(
+        "eval-frequency", preset="ci", ranks=2, out=tmp_path / "ef", backends=("mpi4py",),
+        cluster_config=mini.cluster_config(2),
+    )  # fmt: skip
+    result = experiment.run()
+    runs = result.tables["runs"]
+    assert len(runs) == 4 and set(runs["ranks"]) == {1, 2}  # 1 and 2 nodes x intervals {1, 20}
+    assert result.summary["speedup_eval_fix"] > 1.0
+    for path in tmp_path.rglob("run.json"):
+        meta = json.loads(path.read_text())
+        ranks = meta["config"]["cluster"]["ranks"]
+        hosts = set(Run.load(path.parent).rank_meta["host"])
+        assert hosts == {f"node{k}" for k in range(1, ranks + 1)}, (ranks, hosts)
