@@ -174,6 +174,8 @@ class Cluster(AsyncFirst):
         #: MPI rank -> engine process id, and the rank's host (filled at start)
         self.rank_pids: dict[int, int] = {}
         self.rank_hosts: dict[int, str] = {}
+        #: each rank's link speed when ranks are on several hosts (``_measure_links``), else empty
+        self.links: dict[int, dict[str, Any]] = {}
         self._stack_dir: str | None = None
         self._stack_files: dict[int, str] = {}
 
@@ -283,6 +285,7 @@ class Cluster(AsyncFirst):
             self._pids |= {identity["pid"] for identity in identities if identity["host"] == here}
             self.rank_pids = {identity["mpi_rank"]: identity["pid"] for identity in identities}
             self.rank_hosts = {identity["mpi_rank"]: identity["host"] for identity in identities}
+            self.links = self._measure_links()
             self._stack_dir = tempfile.mkdtemp(prefix="workbench-stacks-")
             paths = self.client[engine_ids].apply_sync(_register_stack_dump, self._stack_dir, int(STACK_SIGNAL))
             self._stack_files = dict(zip(engine_ids, paths))
@@ -296,6 +299,24 @@ class Cluster(AsyncFirst):
                 raise ClusterStartError(f"Slurm did not accept the engines' job: {error}") from None
             raise ClusterStartError(f"the cluster did not start ({error!r}); engine output:\n{output}") from error
         return self
+
+    def _measure_links(self) -> dict[int, dict[str, Any]]:
+        """Ranks on several hosts: each rank's link speed, measured once at start (``links``; see bench.link).
+
+        Runs record it, so a slow node's link is a finding. Empty on one host, or above
+        ``LINK_CHECK_MAX_RANKS`` ranks (it exchanges with two partners per rank, one pair at a time).
+        """
+        from workbench.bench.link import LINK_CHECK_MAX_RANKS, link_bandwidth
+
+        hosts = set(self.rank_hosts.values())
+        if len(hosts) < 2 or len(self.rank_hosts) > LINK_CHECK_MAX_RANKS:
+            return {}
+        answers = self.client[sorted(self.client.ids)].apply_sync(link_bandwidth)
+        speeds = next(answer for answer in answers if answer is not None)
+        return {
+            int(rank): {"host": self.rank_hosts.get(int(rank), ""), "bytes_per_s": float(speed)}
+            for rank, speed in speeds.items()
+        }
 
     async def _wait_for_engines(self) -> None:
         config = self.config

@@ -537,7 +537,8 @@ class Experiment:
                     "point": point.key,
                     "params": point.as_dict(),
                     "sweep": str(self.out),
-                }
+                },
+                **({"links": getattr(cluster, "links", None)} if getattr(cluster, "links", None) else {}),
             },
         )
         manifest["points"][point.key] = {

@@ -179,3 +179,22 @@ def test_slow_node_is_the_straggler_with_the_time_lost(restored, tmp_path):
     print(f"\nnode2 at half speed: {finding['text']}; truth {truth:.3g} s each")
     assert finding["ranks"] == "1" and "rank 1 (node2)" in finding["text"]
     assert finding["seconds_lost"] == pytest.approx(truth, rel=0.10)
+
+
+def test_slow_link_is_named_with_its_bandwidth(restored, tmp_path):
+    """node3's link at 100 Mbit/s, the others' at 1 Gbit/s: the finding names node3's link and its speed."""
+    mini = restored
+    mini.shape("node3", "100mbit")
+    with mini.cluster(4) as cluster:
+        assert cluster.links[2]["host"] == "node3"
+        experiment = Experiment(StepCase(), ranks=4, out=tmp_path, steps=20, compute_s=0.005, tensor_mb=2.0)
+        live = experiment.start(cluster, experiment.plan()[0])
+        live.wait()
+    links = read_run_meta(live.run_path)["links"]
+    speeds = {int(rank): link["bytes_per_s"] / 1e6 for rank, link in links.items()}
+    finding = _finding(live.run_path, "slow_link")
+    print(f"\nnode3 at 100 Mbit/s: links {speeds} MB/s: {finding['text']}")
+    assert finding["ranks"] == "2" and "node3's link" in finding["text"]
+    assert 0.8 * 12.5 < speeds[2] < 1.05 * 12.5  # 100 Mbit/s = 12.5 MB/s of packets
+    assert all(speeds[rank] > 3 * speeds[2] for rank in (0, 1, 3))
+    assert finding["seconds_lost"] > 0

@@ -519,3 +519,60 @@ def _ranked(rows: list[dict]) -> pd.DataFrame:
     ).reset_index(drop=True)
     frame.insert(0, "order", np.arange(1, len(frame) + 1))
     return frame
+
+
+#: A node's link slower than this share of the median node's is named (``slow_link_finding``).
+SLOW_LINK_SHARE = 0.5
+
+
+def slow_link_finding(
+    links: Mapping[Any, Mapping[str, Any]] | None, events: pd.DataFrame, *, wall_s: float | None = None
+) -> pd.DataFrame:
+    """A node whose link is much slower than the others': every collective with its ranks moves at its speed.
+
+    ``links``: ``{rank: {"host", "bytes_per_s"}}`` as the cluster measured them at start (run.json
+    ``links``). A host's speed is its fastest rank's. ``seconds_lost``: the ranks' mean time in
+    ``communication`` spans times ``1 - slow / median``, what the same collectives would have
+    saved at the median node's speed when they are bound by that link.
+    """
+    if not links:
+        return _ranked([])
+    by_host: dict[str, float] = {}
+    ranks_of: dict[str, list[int]] = {}
+    for rank, link in links.items():
+        host, speed = str(link.get("host", "")), float(link.get("bytes_per_s", float("nan")))
+        if not host or not np.isfinite(speed) or speed <= 0:
+            continue
+        by_host[host] = max(speed, by_host.get(host, 0.0))
+        ranks_of.setdefault(host, []).append(int(rank))
+    if len(by_host) < 2:
+        return _ranked([])
+    median = float(np.median(list(by_host.values())))
+    slow = {host: speed for host, speed in by_host.items() if speed < SLOW_LINK_SHARE * median}
+    if not slow or len(slow) == len(by_host):
+        return _ranked([])
+    communication = events[events["phase"] == ev.COMMUNICATION] if len(events) else events
+    per_rank = (
+        ((communication["end_ns"] - communication["start_ns"]) / ev.NS_PER_S).groupby(communication["rank"]).sum()
+        if len(communication)
+        else pd.Series(dtype="float64")
+    )
+    communication_s = float(per_rank.mean()) if len(per_rank) else float("nan")
+    rank_hosts = {int(rank): str(link.get("host", "")) for rank, link in links.items()}
+    rows = []
+    for host, speed in sorted(slow.items(), key=lambda item: item[1]):
+        lost = communication_s * (1 - speed / median) if np.isfinite(communication_s) else float("nan")
+        spent = f"; the ranks spent {communication_s:.3g} s each in communication" if np.isfinite(communication_s) else ""
+        rows.append(
+            {
+                "kind": "slow_link",
+                "text": f"communication waits on {host}'s link: it carries {speed / 1e6:.3g} MB/s, the median"
+                f" node's {median / 1e6:.3g} MB/s (measured when the cluster started); every collective with"
+                f" {ranks_with_hosts(ranks_of[host], rank_hosts)} moves at that speed{spent}, about"
+                f" {lost:.3g} s of it because of this link",
+                "seconds_lost": lost,
+                "fraction_of_wall": lost / wall_s if wall_s and np.isfinite(lost) else np.nan,
+                "ranks": rank_list(ranks_of[host]),
+            }
+        )
+    return _ranked(rows)

@@ -25,6 +25,7 @@ from workbench.analysis.findings import (
     findings,
     missing_data_finding,
     oversubscription_finding_from_meta,
+    slow_link_finding,
 )
 from workbench.analysis.memory import memory_summary
 from workbench.analysis.pop import POP_COLUMNS, pop_metrics, useful_phase_set
@@ -219,6 +220,8 @@ def analyse_run(
         )
     if meta:
         extra.append(oversubscription_finding_from_meta(meta, wall_s=wall_s))
+        if isinstance(meta.get("links"), Mapping):
+            extra.append(slow_link_finding(meta["links"], events, wall_s=wall_s))
 
     steps = steps_per_rank(events, ranks=ranks)
     if len(events) and int(steps["steps"].sum()) == 0:
