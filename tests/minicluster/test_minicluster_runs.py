@@ -50,18 +50,20 @@ def steps_with_a_skewed_clock(run_path: str, *, steps: int, skewed_rank: int, sk
 def test_hosts_are_recorded_and_a_skewed_nodes_clock_is_aligned(mini, tmp_path):
     run = create_run(tmp_path, name="skew")
     with mini.cluster(2) as cluster:
-        results = cluster.view.apply_sync(
-            steps_with_a_skewed_clock, str(run), steps=30, skewed_rank=1, skew_ns=SKEW_NS
-        )
+        results = cluster.view.apply_sync(steps_with_a_skewed_clock, str(run), steps=30, skewed_rank=1, skew_ns=SKEW_NS)
     assert [result["host"] for result in results] == ["node1", "node2"]
     recorded = Run.load(run)
     assert set(recorded.events["host"]) == {"node1", "node2"}
     assert dict(zip(recorded.rank_meta["rank"], recorded.rank_meta["host"])) == {0: "node1", 1: "node2"}
     offset, precision = results[1]["offset_ns"], results[1]["precision_ns"]
-    print(f"\nnode2's clock {SKEW_NS / 1e6:.0f} ms ahead: offset found {offset / 1e6:.2f} ms (± {precision / 1e6:.2f} ms)")
+    print(
+        f"\nnode2's clock {SKEW_NS / 1e6:.0f} ms ahead: offset found {offset / 1e6:.2f} ms (± {precision / 1e6:.2f} ms)"
+    )
     assert abs(offset - SKEW_NS) <= max(precision, 1_000_000)
     # both ranks leave each blocking allreduce together: aligned, their ends agree to well under the skew
-    ends = recorded.events[recorded.events["name"] == "allreduce"].pivot_table(index="step", columns="rank", values="end_ns")
+    ends = recorded.events[recorded.events["name"] == "allreduce"].pivot_table(
+        index="step", columns="rank", values="end_ns"
+    )
     gap_ms = float((ends[1] - ends[0]).abs().median() / 1e6)
     assert gap_ms < 5, gap_ms
 

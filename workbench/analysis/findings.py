@@ -562,7 +562,9 @@ def slow_link_finding(
     rows = []
     for host, speed in sorted(slow.items(), key=lambda item: item[1]):
         lost = communication_s * (1 - speed / median) if np.isfinite(communication_s) else float("nan")
-        spent = f"; the ranks spent {communication_s:.3g} s each in communication" if np.isfinite(communication_s) else ""
+        spent = (
+            f"; the ranks spent {communication_s:.3g} s each in communication" if np.isfinite(communication_s) else ""
+        )
         rows.append(
             {
                 "kind": "slow_link",
