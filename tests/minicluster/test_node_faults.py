@@ -8,6 +8,7 @@ run's own spans.
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
