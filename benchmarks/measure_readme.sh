@@ -77,5 +77,7 @@ measure projection workbench bench projection --allreduce benchmarks/results/all
 measure report-open python benchmarks/report_open.py
 # the browser test writes its measurements (event -> screen, first figure, redraw in the browser)
 measure browser python benchmarks/browser_measurements.py
+# the miniature cluster (root; builds its own 4 nodes and takes them down, refuses while one is up; a few minutes)
+measure minicluster python benchmarks/minicluster.py --json
 python benchmarks/render_readme.py --write
 exit $failed

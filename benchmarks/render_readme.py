@@ -58,7 +58,9 @@ def source_line(saved: Mapping[str, Any]) -> str:
         if load
         else ""
     )
-    return f"*From `{saved['command']}`, {saved['measured']} on {saved['machine']}{busy} ({where}).*"
+    # a result not (yet) from its command says so: e.g. values measured by hand while the command was written
+    note = f" Note: {saved['note']}." if saved.get("note") else ""
+    return f"*From `{saved['command']}`, {saved['measured']} on {saved['machine']}{busy} ({where}).{note}*"
 
 
 def case_text(saved: Mapping[str, Any]) -> str:
@@ -828,6 +830,54 @@ def render_horovod_step(saved: Mapping[str, Any]) -> str:
     return line + "\n\n" + table(header, ["l"] + ["r"] * 5, rows) + "\n\n" + source_line(saved)
 
 
+def render_minicluster(saved: Mapping[str, Any]) -> str:
+    """The miniature cluster: its links against MPI and Horovod, a slow link, the same step on 1/2/4 nodes."""
+    r = saved["result"]
+    link, slow, hardware = r["link_test"], r["slow_link"], r["hardware"]
+
+    def mbps(value: float | None) -> str:
+        return "–" if value is None or value != value else f"{fixed(value, 1)} MB/s"
+
+    def asked(rate: str, mbps_of_packets: float, where: str) -> str:
+        return f"{rate} ({number(mbps_of_packets)} MB/s of packets), {where}"
+
+    links = [
+        [
+            asked(link["link"], link["link_mbps"], f"{' → '.join(link['nodes'])} at {link['cpus']:g} core each"),
+            mbps(link["tcp_stream_mbps"]),
+            mbps(link["mpi_busbw_mbps"]["1"]),
+            f"**{mbps(link['mpi_busbw_mbps']['4'])}**",
+            mbps(link["horovod_busbw_mbps"]["4"]),
+        ],
+        [asked(slow["link"], slow["link_mbps"], f"to {slow['node']}"), mbps(slow["tcp_stream_mbps"]), "–", "–", "–"],
+    ]
+    header = ["link asked", "TCP stream", "MPI busbw, 1 TCP link per peer", "MPI busbw, 4 links (default)",
+              "Horovod busbw, 4 links"]  # fmt: skip
+    steps = hardware["median_step_ms"]
+    nodes = [
+        [
+            f"1-thread TF step at {hardware['cpus']:g} core, median of {hardware['rounds']} interleaved rounds",
+            *(f"{fixed(steps[busy], 1)} ms" for busy in ("1", "2", "4")),
+            f"**{fixed(100 * hardware['spread'], 1)} %**",
+        ]
+    ]
+    down = f", down in {fixed(r['down_s'], 1)} s" if r.get("down_s") is not None else ""
+    line = (
+        f"{r['nodes']} nodes of {r['cpus_per_node']:g} core with a {rate_words(r['link'])} link each: up in "
+        f"{fixed(r['up_s'], 1)} s{down}. Allreduce of {number(link['allreduce_bytes'] / 2**20)} MiB on 2 ranks "
+        "(busbw = algbw there); MB/s are 10⁶ bytes/s."
+    )
+    hardware_header = ["each node's hardware", "1 busy node", "2 busy nodes", "4 busy nodes", "spread"]
+    return "\n\n".join(
+        [
+            line,
+            table(header, ["l", "r", "r", "r", "r"], links),
+            table(hardware_header, ["l", "r", "r", "r", "r"], nodes),
+            source_line(saved),
+        ]
+    )
+
+
 def render_clock_alignment(saved: Mapping[str, Any]) -> str:
     """The clock-offset estimates of the eval-frequency sweep's multi-rank runs: bound and offset found."""
     clock = saved["result"].get("clock_alignment_ns")
@@ -842,12 +892,20 @@ def render_clock_alignment(saved: Mapping[str, Any]) -> str:
     )
 
 
+def rate_words(rate: str) -> str:
+    """A link rate in tc's notation in words: ``1gbit`` -> ``1 Gbit/s``, ``100mbit`` -> ``100 Mbit/s``."""
+    match = re.fullmatch(r"([\d.]+)(gbit|mbit|kbit)", rate)
+    return f"{match[1]} {match[2][0].upper() if match[2] != 'kbit' else 'k'}bit/s" if match else rate
+
+
 def render_headline(saved: Mapping[str, Any]) -> str:
     """The README's three lines of key figures, each from the saved result its docs page renders in full."""
     overhead = saved["result"]
     analysis, browser, live = load("analysis-categorical")["result"], load("browser")["result"], load("live")["result"]
     evaluation, pipeline = load("eval-frequency-reduced")["result"], load("input-pipeline-reduced")["result"]
     projection, cost = load("projection")["result"], load("dashboard-cost")["result"]
+    mini = load("minicluster")["result"]
+    mini_link = mini["link_test"]
     low, high = overhead["cpu_overhead_ci"]
     cores_live = sum(dashboard_cores(cost, name) for name in PROCESSES)
     lines = [
@@ -868,10 +926,15 @@ def render_headline(saved: Mapping[str, Any]) -> str:
         f"input-pipeline seed: ~{pipeline['seed_speedup_in_memory']:g}×); the scaling projection is within "
         f"{share(projection['median_error'])} (median) and {share(projection['max_error'])} (max) of measured "
         "2-rank runs.",
+        f"- **Across nodes:** on a {mini['nodes']}-node miniature cluster with {rate_words(mini['link'])} links, an "
+        f"MPI allreduce of {number(mini_link['allreduce_bytes'] / 2**20)} MiB between two nodes moved "
+        f"{number(mini_link['mpi_busbw_mbps']['4'])} MB/s beside {number(mini_link['tcp_stream_mbps'])} MB/s of one "
+        f"TCP stream ({number(mini_link['mpi_busbw_mbps']['1'])} MB/s with Open MPI's default of one TCP socket per "
+        "peer, hence the workbench's 4).",
     ]
     sources = (
         "overhead, analysis-categorical, browser, live, dashboard-cost, eval-frequency-reduced, input-pipeline-reduced,"
-        " projection"
+        " projection, minicluster"
     )
     return (
         "\n".join(lines)
@@ -898,6 +961,7 @@ RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "ps-vs-allreduce-reduced": render_ps_vs_allreduce,
     "cpu-tuning-reduced": render_cpu_tuning,
     "clock-alignment": render_clock_alignment,
+    "minicluster": render_minicluster,
     "headline": render_headline,
 }
 #: Blocks rendered from another block's saved result (block name -> result name).
