@@ -410,6 +410,24 @@ class MiniCluster:
         self.thaw(node)
         return _kill_cgroup(_cgroup("cpu", self._node(node)))
 
+    def restart_node(self, node: str, timeout_s: float = 60.0) -> None:
+        """Bring a killed node back (a rebooted node): its processes gone, a new slurmd, idle in Slurm again."""
+        self.thaw(self._node(node))
+        _kill_cgroup(_cgroup("cpu", node))
+        _start_slurmd(self, node)
+        self._write_state()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            state = self.node_states().get(node, "")
+            if state == "idle":
+                return
+            if state.startswith(("down", "drain")):
+                _slurm(self, "scontrol", "update", f"NodeName={node}", "State=RESUME", check=False)
+            time.sleep(0.5)
+        raise MiniClusterError(
+            f"{node} did not come back idle in Slurm within {timeout_s:.0f} s: see {self.directory}/log"
+        )
+
     def set_link(self, node: str, up: bool) -> None:
         """Take the node's link down (a pulled cable) or up again."""
         _ip("link", "set", _veth(self._node(node)), "up" if up else "down")
@@ -769,11 +787,7 @@ def _start_slurm(cluster: MiniCluster) -> None:
         ["slurmctld", "-D", "-f", str(cluster.slurm_conf)], directory / "log" / "slurmctld.out", environment
     ).pid
     for node in cluster.spec.nodes:
-        # nsenter, not `ip netns exec`: that remounts /sys, and slurmd then finds no cgroup file system
-        inner = f"hostname {node.name} && exec slurmd -D -N {node.name} -f {cluster.slurm_conf}"
-        command = ["nsenter", f"--net=/run/netns/{_netns(node.name)}", "unshare", "--uts", "sh", "-c", inner]
-        process = _daemon(command, directory / "log" / f"slurmd-{node.name}.out", environment, node=node.name)
-        cluster.pids[f"slurmd-{node.name}"] = process.pid
+        _start_slurmd(cluster, node.name)
     cluster._write_state()
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -790,6 +804,16 @@ def _start_slurm(cluster: MiniCluster) -> None:
         if path.is_file() and path.read_text(errors="replace").strip()
     )
     raise MiniClusterError(f"the nodes did not become idle in Slurm within 60 s ({cluster.node_states()}); {logs}")
+
+
+def _start_slurmd(cluster: MiniCluster, node: str) -> None:
+    """The node's slurmd, in its network namespace, cgroups and a UTS namespace named after it."""
+    environment = {**os.environ, "SLURM_CONF": str(cluster.slurm_conf)}
+    # nsenter, not `ip netns exec`: that remounts /sys, and slurmd then finds no cgroup file system
+    inner = f"hostname {node} && exec slurmd -D -N {node} -f {cluster.slurm_conf}"
+    command = ["nsenter", f"--net=/run/netns/{_netns(node)}", "unshare", "--uts", "sh", "-c", inner]
+    process = _daemon(command, cluster.directory / "log" / f"slurmd-{node}.out", environment, node=node)
+    cluster.pids[f"slurmd-{node}"] = process.pid
 
 
 def _checked(command: list[str]) -> None:

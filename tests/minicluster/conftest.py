@@ -49,6 +49,8 @@ def restored(mini):
     """The cluster as the session made it again after a test that slowed a node or a link."""
     yield mini
     for node in mini.node_names:
+        if not mini.daemons_alive().get(f"slurmd-{node}", True):
+            mini.restart_node(node)  # a test killed it
         mini.thaw(node)
         mini.set_link(node, up=True)
         mini.set_cpus(node, CPUS_PER_NODE)
