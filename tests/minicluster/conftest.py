@@ -23,7 +23,7 @@ def _required() -> bool:
     return os.environ.get("WORKBENCH_REQUIRE_SLURM") == "1" or os.environ.get("CI", "").lower() in ("1", "true")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def mini():
     """The running cluster: node1..node4, 0.4 of a core and a 1 Gbit/s link each."""
     try:
