@@ -55,3 +55,14 @@ def restored(mini):
         mini.set_link(node, up=True)
         mini.set_cpus(node, CPUS_PER_NODE)
         mini.shape(node, LINK)
+
+
+@pytest.fixture
+def mini_checked_host():
+    """Skip (or fail, where promised) as ``mini`` does, without starting a cluster."""
+    try:
+        minicluster.check_host()
+    except MiniClusterError as error:
+        if _required():
+            pytest.fail(f"{error}; WORKBENCH_REQUIRE_SLURM/CI says the miniature cluster must run", pytrace=False)
+        pytest.skip(str(error))
