@@ -61,36 +61,6 @@ def busbw(nbytes: int, with_horovod: bool) -> dict[str, Any]:
     }
 
 
-def mean_step_s(seconds: float) -> float:
-    """Mean wall time of a small dense training step (1 thread), over ``seconds`` after a warm-up.
-
-    The same step as ``tests/minicluster/test_node_hardware.py``.
-    """
-    import time
-
-    import tensorflow as tf
-
-    tf.random.set_seed(0)
-    model = tf.keras.Sequential([tf.keras.layers.Dense(256, activation="relu") for _ in range(3)])
-    optimizer = tf.keras.optimizers.SGD(0.01)
-    x = tf.random.normal((512, 256))
-
-    @tf.function
-    def step() -> tf.Tensor:
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(model(x) ** 2)
-        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
-        return loss
-
-    for _ in range(20):
-        step().numpy()
-    count, started = 0, time.perf_counter()
-    while time.perf_counter() - started < seconds:
-        step().numpy()
-        count += 1
-    return (time.perf_counter() - started) / count
-
-
 # -- the measurements ---------------------------------------------------------------------------------------
 def allreduce_mbps(mini: Any, with_horovod: bool, env: dict[str, str] | None = None) -> dict[str, Any]:
     """Rank 0's 64 MiB allreduce busbw (MB/s) on 2 ranks (node1, node2); ``env`` for the engines."""
@@ -142,6 +112,8 @@ def measure_link(mini: Any) -> dict[str, Any]:
 
 def measure_hardware(mini: Any) -> dict[str, Any]:
     """The same 1-thread step on 1, 2 and 4 busy nodes, rounds interleaved so drift falls on every count alike."""
+    from workbench.bench.node_step import mean_step_s
+
     rounds: dict[str, list[float]] = {"1": [], "2": [], "4": []}
     with mini.cluster(NODES) as cluster:
         client = cluster.client

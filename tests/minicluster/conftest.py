@@ -26,12 +26,7 @@ def _required() -> bool:
 @pytest.fixture(scope="package")
 def mini():
     """The running cluster: node1..node4, 0.4 of a core and a 1 Gbit/s link each."""
-    try:
-        minicluster.check_host()
-    except MiniClusterError as error:
-        if _required():
-            pytest.fail(f"{error}; WORKBENCH_REQUIRE_SLURM/CI says the miniature cluster must run", pytrace=False)
-        pytest.skip(str(error))
+    _check_or_skip()
     if minicluster.status() is not None:
         minicluster.down()  # one left by an interrupted run: these tests need their own
     previous = os.environ.get("SLURM_CONF")
@@ -60,6 +55,10 @@ def restored(mini):
 @pytest.fixture
 def mini_checked_host():
     """Skip (or fail, where promised) as ``mini`` does, without starting a cluster."""
+    _check_or_skip()
+
+
+def _check_or_skip() -> None:
     try:
         minicluster.check_host()
     except MiniClusterError as error:

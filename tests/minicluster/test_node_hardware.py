@@ -2,38 +2,7 @@
 
 from __future__ import annotations
 
-import sys
-
-import cloudpickle
-
-cloudpickle.register_pickle_by_value(sys.modules[__name__])  # engines cannot import test modules
-
-
-def mean_step_s(seconds: float) -> float:
-    """Mean wall time of a small dense training step (1 thread), over ``seconds`` after a warm-up."""
-    import time
-
-    import tensorflow as tf
-
-    tf.random.set_seed(0)
-    model = tf.keras.Sequential([tf.keras.layers.Dense(256, activation="relu") for _ in range(3)])
-    optimizer = tf.keras.optimizers.SGD(0.01)
-    x = tf.random.normal((512, 256))
-
-    @tf.function
-    def step() -> tf.Tensor:
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(model(x) ** 2)
-        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
-        return loss
-
-    for _ in range(20):
-        step().numpy()
-    count, started = 0, time.perf_counter()
-    while time.perf_counter() - started < seconds:
-        step().numpy()
-        count += 1
-    return (time.perf_counter() - started) / count
+from workbench.bench.node_step import mean_step_s
 
 
 def test_the_same_step_takes_the_same_time_on_1_2_and_4_nodes(mini):

@@ -151,17 +151,7 @@ def step_waits(events: pd.DataFrame, *, step_name: str = STEP_NAME) -> pd.DataFr
     late = dict(zip(shortest_rank["step"], shortest_rank["rank"]))
     steps["late_rank"] = [late[s] if c else -1 for s, c in zip(steps["step"], complete)]
 
-    arrivals = collective_arrivals(events, steps)
-    if len(arrivals):
-        merged = steps.merge(arrivals, on=["step", "rank"], how="left")
-        covered = merged["wait_from_arrival"].notna().to_numpy()
-        steps["wait_s"] = np.where(
-            covered, np.minimum(merged["wait_from_arrival"].to_numpy(), steps["duration_s"]), steps["wait_s"]
-        )
-        steps["evidence"] = np.where(covered, ARRIVAL, steps["evidence"])
-        last_rank = arrivals.loc[arrivals["wait_from_arrival"] == 0].drop_duplicates("step").set_index("step")["rank"]
-        steps["late_rank"] = np.where(covered, steps["step"].map(last_rank).fillna(-1), steps["late_rank"])
-        steps["late_rank"] = steps["late_rank"].astype("int64")
+    _take_waits(steps, collective_arrivals(events, steps), "wait_from_arrival", ARRIVAL)
     lateness = allreduce_lateness(events, step_name=step_name)
     if len(lateness):
         latest = lateness.groupby("step")["arrival_ns"].transform("max")
@@ -176,23 +166,26 @@ def step_waits(events: pd.DataFrame, *, step_name: str = STEP_NAME) -> pd.DataFr
         steps["evidence"] = np.where(covered, LATENESS, steps["evidence"])
         from_lateness = steps["step"].map(last_rank)
         steps["late_rank"] = np.where(covered, from_lateness.fillna(-1), steps["late_rank"]).astype("int64")
-    profiled = profiler_waits(events, steps)
-    if len(profiled):
-        merged = steps.merge(profiled, on=["step", "rank"], how="left")
-        covered = merged["wait_from_profiler"].notna().to_numpy()
-        steps["wait_s"] = np.where(
-            covered, np.minimum(merged["wait_from_profiler"].to_numpy(), steps["duration_s"]), steps["wait_s"]
-        )
-        steps["evidence"] = np.where(covered, TF_PROFILER, steps["evidence"])
-        last_rank = profiled.loc[profiled["wait_from_profiler"] == 0].drop_duplicates("step").set_index("step")["rank"]
-        steps["late_rank"] = np.where(covered, steps["step"].map(last_rank).fillna(-1), steps["late_rank"])
-        steps["late_rank"] = steps["late_rank"].astype("int64")
+    _take_waits(steps, profiler_waits(events, steps), "wait_from_profiler", TF_PROFILER)
     warmup = steps["step"] < steps.groupby("rank")["step"].transform("min") + WARMUP_STEPS
     steps.loc[warmup, "wait_s"] = 0.0
     steps.loc[warmup, "evidence"] = ""
     steps.loc[warmup, "late_rank"] = -1
     steps["compute_s"] = (steps["duration_s"] - steps["wait_s"]).clip(lower=0.0)
     return steps[list(STEP_WAIT_COLUMNS)].reset_index(drop=True)
+
+
+def _take_waits(steps: pd.DataFrame, waits: pd.DataFrame, column: str, evidence: str) -> None:
+    """Where ``waits`` (``step, rank, column``) covers a rank-step, its wait (at most the step) and last rank win."""
+    if not len(waits):
+        return
+    merged = steps.merge(waits, on=["step", "rank"], how="left")
+    covered = merged[column].notna().to_numpy()
+    steps["wait_s"] = np.where(covered, np.minimum(merged[column].to_numpy(), steps["duration_s"]), steps["wait_s"])
+    steps["evidence"] = np.where(covered, evidence, steps["evidence"])
+    last_rank = waits.loc[waits[column] == 0].drop_duplicates("step").set_index("step")["rank"]
+    steps["late_rank"] = np.where(covered, steps["step"].map(last_rank).fillna(-1), steps["late_rank"])
+    steps["late_rank"] = steps["late_rank"].astype("int64")
 
 
 def collective_arrivals(events: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
