@@ -568,8 +568,9 @@ def slow_link_finding(
         rows.append(
             {
                 "kind": "slow_link",
-                "text": f"communication waits on {host}'s link: it carries {speed / 1e6:.3g} MB/s, the median"
-                f" node's {median / 1e6:.3g} MB/s (measured when the cluster started); every collective with"
+                "text": f"communication waits on {host}'s link: it carries {speed / ev.BYTES_PER_MB:.3g} MB/s,"
+                f" the median node's {median / ev.BYTES_PER_MB:.3g} MB/s (measured when the cluster started);"
+                " every collective with"
                 f" {ranks_with_hosts(ranks_of[host], rank_hosts)} moves at that speed{spent}, about"
                 f" {lost:.3g} s of it because of this link",
                 "seconds_lost": lost,
