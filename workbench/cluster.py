@@ -717,12 +717,11 @@ class RunWatch:
             )
             self._error = faults.RankFailedError(self.failure, self.run_path)
             raise self._error
-        states = self.cluster.rank_states()
-        if time.monotonic() >= self._next_node_check:  # ranks on other nodes: the launcher's words, once a second
+        ended = any(state in ENDED_STATES for state in self.cluster.rank_states().values())
+        if not ended and time.monotonic() >= self._next_node_check:  # ranks on other nodes: the launcher's words
             self._next_node_check = time.monotonic() + 1.0
-            if self.cluster.lost_nodes():
-                states = {**states, -1: "gone"}
-        if any(state in ENDED_STATES for state in states.values()):
+            ended = bool(self.cluster.lost_nodes())
+        if ended:
             failure = self.diagnose()
             if failure is not None:
                 self._error = faults.RankFailedError(failure, self.run_path)
@@ -738,9 +737,9 @@ class RunWatch:
         events, _memory = self._tail.poll()
         counters = self._tail.poll_counters()
         if len(counters):
-            beats = counters[counters["name"] == HEARTBEAT]
-            for rank, row in beats.sort_values("time_ns").groupby("rank").tail(1).set_index("rank").iterrows():
-                self._heartbeats[int(rank)] = (time.time(), float(row["value"]))
+            beats = counters[counters["name"] == HEARTBEAT].sort_values("time_ns")
+            for rank, cpu in beats.groupby("rank")["value"].last().items():
+                self._heartbeats[int(rank)] = (time.time(), float(cpu))
         if len(events):
             for rank, end in events.groupby("rank")["end_ns"].max().items():
                 self._last_event_ns[int(rank)] = max(int(end), self._last_event_ns.get(int(rank), 0))

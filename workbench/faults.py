@@ -231,11 +231,14 @@ def diagnose(
             first_line = value.strip().splitlines()[0] if value.strip() else ""
             cause = f"raised {name}: {first_line}"[:300]
             source = "exception"
-    lost = [node for node in lost_nodes(launcher_output) if node in set((rank_hosts or {}).values())]
-    if lost and not (deaths and source == "launcher" and "signal" in cause and rank_hosts.get(rank) != lost[0]):
-        # a whole node gone: its ranks did not fail one by one, and the other ranks' errors follow from it
+    hosts = dict(rank_hosts or {})
+    lost = [node for node in lost_nodes(launcher_output) if node in hosts.values()]
+    # a rank the launcher saw killed on another node came first; else a whole node gone explains the rest
+    killed_elsewhere = source == "launcher" and "signal" in cause and bool(lost) and hosts.get(rank) != lost[0]
+    if lost and not killed_elsewhere:
+        # its ranks did not fail one by one, and the other ranks' errors follow from it
         node = lost[0]
-        on_node = tuple(sorted(r for r, host in (rank_hosts or {}).items() if host == node))
+        on_node = tuple(sorted(r for r, host in hosts.items() if host == node))
         details = [*details, f"ranks on other nodes lost their peer on {node}" if len(lost) == 1 else f"lost: {lost}"]
         ended_first = [(r, t) for r, t in exits if r in on_node]
         return Failure(

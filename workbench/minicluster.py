@@ -920,8 +920,7 @@ def _remove_everything() -> None:
             (_cgroup("freezer", node) / "freezer.state").write_text("THAWED")
     # the nodes first (slurmd, step daemons, tasks: all in the node's cgroup), then the login node's daemons
     for node in nodes:
-        slurmd = [pid for pid in _cgroup_pids(_cgroup("cpu", node))]
-        for pid in slurmd:
+        for pid in _cgroup_pids(_cgroup("cpu", node)):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + 5

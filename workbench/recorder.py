@@ -307,7 +307,7 @@ class Recorder:
                     self.sample_memory("interval")
                 if self._heartbeat_interval_s and now - self._last_heartbeat >= self._heartbeat_interval_s:
                     self._last_heartbeat = now
-                    self._counters.append((HEARTBEAT, self.now_ns(), float(self._heartbeat_process.cpu_percent(None))))
+                    self.counter(HEARTBEAT, self._heartbeat_process.cpu_percent(None))
                 self.flush()
             except Exception as error:  # e.g. disk full: rows stay buffered, close() raises it
                 self.write_error = error
