@@ -48,6 +48,8 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 CONTROLLERS = ("cpu", "cpuset", "freezer")
 #: CFS period: short enough that a 10 ms training step is throttled in small slices, not 100 ms lumps.
 CPU_PERIOD_US = 5_000
+#: CFS weight of each node's cgroup (the machine's other processes weigh 1024): nodes get their share first.
+NODE_SHARES = 16384
 #: The share of this machine the login node keeps for the kernel, the controller and slurmctld.
 LOGIN_SHARE = 0.4
 #: Candidate private /24s; the first one no interface of this machine uses is taken.
@@ -704,10 +706,17 @@ def _cfs_bandwidth(cpus: float) -> tuple[int, int]:
 
 
 def _set_quota(node: str, cpus: float) -> None:
+    """The node's share: a CFS quota caps it, and a heavy weight lets it take that share first.
+
+    A quota is only a ceiling: an unrelated busy process on the same core would take the node's
+    time. The weight (``cpu.shares``, ``NODE_SHARES`` against 1024 for everything else) gives the
+    node's runnable threads the core before the rest of the machine, up to its quota.
+    """
     path = _cgroup("cpu", node)
     period, quota = _cfs_bandwidth(cpus)
     _write(path / "cpu.cfs_period_us", str(period))
     _write(path / "cpu.cfs_quota_us", str(quota))
+    _write(path / "cpu.shares", str(NODE_SHARES))
 
 
 def _into_cgroups(node: str) -> None:
