@@ -4,14 +4,29 @@ Started by ``workbench/_profile_boot/sitecustomize.py``. Nothing is imported eag
 hooks act when the script itself imports TensorFlow or Keras, so a script that never uses them
 pays nothing.
 
-Steps. In a Horovod TF2 script, Python runs once per step: at the call of the ``tf.function``
-that holds the step (``hvd.DistributedGradientTape`` inside it). So every *top-level* call of a
-``tf.function`` from the main thread becomes a ``compute`` span named ``train_step`` (its
-function's name in ``detail``), numbered per rank; the time between two such calls becomes a
-``host`` span (host work between steps). Calls made while another ``tf.function`` runs or traces
-are nested and ignored. Inside Keras ``fit`` only Keras's ``train_function`` counts (its
-evaluation batches are recorded as ``evaluation`` by the callback); inside ``evaluate`` and
-``predict`` nothing does. Per step this costs two clock reads, two checks and two appends.
+What is recorded, on every rank, from the main thread (``StepTracker``):
+
+- **Steps.** A top-level call of a ``tf.function`` (none other running or tracing) is a training
+  step, a ``compute`` span named ``train_step`` numbered per rank, only when the function trains:
+  its traced graph computes gradients (ops in a gradient tape's name scope, ``*Grad`` kernels) or
+  applies them (``ResourceApply*``). That is decided once per function, from its graph, after its first
+  call (``trains``). Any other top-level ``tf.function`` (Keras's ``predict_function``, a user's
+  ``@tf.function`` generator) is ``compute`` under its own name, not a step.
+- **Keras calls** (``KERAS_METHODS``): ``fit``, ``evaluate``, ``predict``, ``train_on_batch``,
+  ``test_on_batch``, ``predict_on_batch`` and the model's ``__call__`` made outside any
+  ``tf.function``, each a span named ``keras.<method>`` (detail: the model's name) around the whole
+  call. The ``tf.function`` calls inside it are spans of their own (the model running), so the
+  Keras call's own time, its setup per call, is what is left: ``host`` for the training and
+  prediction methods, ``evaluation`` for ``evaluate`` and ``test_on_batch`` (their model runs are
+  ``evaluation`` too). An eager ``__call__`` is ``compute`` as a whole. After each call one memory
+  sample is taken, labelled ``keras.<method>`` with the call's number, for growth per call.
+- **Time between** two recorded calls: ``host`` (``between_calls``) when the main thread was on a
+  CPU for at least half of it (Python, callbacks, NumPy), else ``idle`` (``off_cpu``: sleeping,
+  reading, waiting for a lock or a collective outside Horovod). The same rule whatever was called.
+  Inside ``fit`` the time between batches is classified alike; Keras's validation is ``evaluation``
+  (the recorder's callback).
+
+Per call this costs a few clock reads (one of them the thread's CPU clock) and appends.
 
 TF's profiler. With ``WORKBENCH_TRACE_STEPS=A:B`` the steps A..B-1 run under
 ``tf.profiler.experimental`` into ``<run>/tf_profile/rank-N`` (one folder per rank: the file is
@@ -32,15 +47,33 @@ import time
 from pathlib import Path
 from typing import Any
 
-from workbench.events import COMPUTE, HOST
+from workbench.events import COMPUTE, EVALUATION, HOST, IDLE
 from workbench.recorder import Recorder
 
 _KERAS_TRAINING_MODULES = ("keras.src.engine.training", "tf_keras.src.engine.training")
 _TF_FUNCTION_MODULE = "tensorflow.python.eager.polymorphic_function.polymorphic_function"
-#: Keras's own step function: the only ``tf.function`` that is a step while ``fit`` runs.
+#: Keras's own step function: the only ``tf.function`` that can be a step while ``fit`` runs.
 KERAS_STEP_FUNCTION = "train_function"
 #: The name every step span carries (what ``analysis.steps_per_rank`` counts).
 STEP_NAME = "train_step"
+#: Prefix of the span around a whole Keras call (``keras.predict``) and of its memory samples' label.
+KERAS_PREFIX = "keras."
+#: Keras methods recorded as calls, with the phase of their own time: setup around the model's
+#: runs is host work, except for evaluation, where all of it is evaluation.
+KERAS_METHODS: dict[str, str] = {
+    "fit": HOST,
+    "evaluate": EVALUATION,
+    "predict": HOST,
+    "train_on_batch": HOST,
+    "test_on_batch": EVALUATION,
+    "predict_on_batch": HOST,
+    "__call__": COMPUTE,
+}
+#: Names of the spans between recorded calls: the main thread was busy, or it was not.
+BETWEEN_CALLS = "between_calls"
+OFF_CPU = "off_cpu"
+#: The share of a gap the main thread must spend on a CPU for the gap to be host work.
+BUSY_SHARE = 0.5
 #: Folder of the TF profiler traces inside a run, and the file with each rank's start clock.
 TF_PROFILE_DIR = "tf_profile"
 TF_PROFILE_CLOCK_FILE = "clock.json"
@@ -49,23 +82,71 @@ TF_PROFILE_CLOCK_FILE = "clock.json"
 _recorder: Recorder | None = None
 _steps: StepTracker | None = None
 
+#: What ``trains`` looks for in a traced graph. Op types alone mislead: a transposed convolution's
+#: forward pass is ``Conv2DBackpropInput``. Gradient ops are named in a gradient tape's (or
+#: ``tf.gradients``') name scope; ``*Grad`` kernels and optimizers' ``ResourceApply*`` only appear in training.
+_GRADIENT_SCOPES = ("gradient_tape/", "gradients/")
+_GRADIENT_OP_SUFFIXES = ("Grad", "GradV2")
+_APPLY_OP_PREFIXES = ("ResourceApply", "ResourceSparseApply")
+
+
+def trains(function: Any) -> bool:
+    """Does this ``tf.function`` train? Its traced graphs (and the functions they call) compute or apply gradients.
+
+    Decided once per function and kept on it. A function whose graph cannot be read (another TF
+    version, a function never traced) counts as a step, as every top-level call did before.
+    """
+    known = getattr(function, "_workbench_trains", None)
+    if known is not None:
+        return bool(known)
+    try:
+        decision = any(_graph_trains(concrete.graph) for concrete in function._list_all_concrete_functions())
+    except Exception:
+        decision = True
+    try:
+        function._workbench_trains = decision
+    except Exception:
+        pass
+    return decision
+
+
+def _graph_trains(graph: Any) -> bool:
+    definition = graph.as_graph_def()
+    nodes = [*definition.node, *(node for library in definition.library.function for node in library.node_def)]
+    for node in nodes:
+        if node.op.endswith(_GRADIENT_OP_SUFFIXES) or node.op.startswith(_APPLY_OP_PREFIXES):
+            return True
+        name = node.name
+        if name.startswith(_GRADIENT_SCOPES) or "/gradient_tape/" in name or "/gradients/" in name:
+            return True
+    return False
+
 
 class StepTracker:
-    """Turns top-level ``tf.function`` calls into numbered step spans and the gaps into host spans."""
+    """Turns the main thread's top-level calls into spans: steps, other functions, Keras calls, the time between."""
 
     def __init__(self, recorder: Recorder, trace_steps: tuple[int, int] | None = None) -> None:
         self.recorder = recorder
         self.main_thread = threading.get_ident()
+        #: True while a call is being recorded: calls it makes are its own business.
         self.busy = False
-        #: None: every top-level call is a step; a set: only functions with these names (Keras fit).
+        #: None: every top-level function may be a step; a set: only functions with these names (Keras fit).
         self.only: frozenset[str] | None = None
+        #: The phase of ``tf.function`` runs inside the Keras call in progress (None: compute or a step).
+        self.inner_phase: str | None = None
         self.step = 0
+        #: End (ns) and the main thread's CPU clock at the end of the last recorded call; 0: do not
+        #: record the time until the next one (inside a Keras call, whose own span covers it).
         self.previous_end = 0
+        self.previous_cpu = 0
+        self.keras_depth = 0
+        self.keras_calls: dict[str, int] = {}
         self.trace_steps = trace_steps
         self.tracing = False
 
+    # -- tf.function calls -----------------------------------------------------------------------
     def call(self, original: Any, function: Any, args: tuple, kwargs: dict) -> Any:
-        """Run ``original(function, ...)``; a top-level call from the main thread is a step."""
+        """Run ``original(function, ...)``; a top-level call from the main thread is recorded."""
         if self.busy or threading.get_ident() != self.main_thread:
             return original(function, *args, **kwargs)
         name = getattr(function, "_name", "")
@@ -79,24 +160,73 @@ class StepTracker:
             self.trace_window()
         self.busy = True
         start = time.time_ns()
+        self.between(start)
         try:
             return original(function, *args, **kwargs)
         finally:
             end = time.time_ns()
             self.busy = False
-            self.done(name, start, end)
+            self.done(function, name, start, end)
 
-    def done(self, name: str, start: int, end: int) -> None:
+    def done(self, function: Any, name: str, start: int, end: int) -> None:
         recorder, step = self.recorder, self.step
-        if self.previous_end:
-            recorder.record(HOST, self.previous_end, start, "between_steps", step=step)
-        recorder.record(COMPUTE, start, end, STEP_NAME, detail=name, step=step)
+        if self.inner_phase is not None:
+            recorder.record(self.inner_phase, start, end, name, step=step)
+        elif trains(function):
+            recorder.record(COMPUTE, start, end, STEP_NAME, detail=name, step=step)
+            self.step = step + 1
+        else:
+            recorder.record(COMPUTE, start, end, name, detail="no gradients: not a training step", step=step)
+        if not self.keras_depth or self.only is not None:  # inside predict & co. the call's own span covers it
+            self.resume(end)
+
+    # -- the time between calls ------------------------------------------------------------------
+    def between(self, start: int) -> None:
+        """Record the time since the last recorded call: host work if the main thread was busy, else off CPU."""
+        if self.previous_end and start > self.previous_end:
+            cpu_ns = time.thread_time_ns() - self.previous_cpu
+            busy = cpu_ns >= BUSY_SHARE * (start - self.previous_end)
+            phase, name = (HOST, BETWEEN_CALLS) if busy else (IDLE, OFF_CPU)
+            self.recorder.record(phase, self.previous_end, start, name, step=self.step)
+        self.previous_end = 0
+
+    def resume(self, end: int) -> None:
+        """A recorded call ended at ``end``: the time from here to the next one is classified."""
         self.previous_end = end
-        self.step = step + 1
+        self.previous_cpu = time.thread_time_ns()
 
     def pause(self) -> None:
-        """Forget the previous step's end: the time until the next step is not host work between steps."""
+        """Forget the previous call's end: the time until the next call is not recorded as between calls."""
         self.previous_end = 0
+
+    # -- Keras calls -----------------------------------------------------------------------------
+    def keras_call(self, method: str, call: Any, model: Any, args: tuple, kwargs: dict) -> Any:
+        """Run one of ``KERAS_METHODS`` as a recorded span around its model runs (top level only)."""
+        if self.busy or self.keras_depth or threading.get_ident() != self.main_thread:
+            return call(model, *args, **kwargs)
+        phase = KERAS_METHODS[method]
+        inner = EVALUATION if phase == EVALUATION else None
+        start = time.time_ns()
+        self.between(start)
+        if method == "fit":
+            self.resume(start)  # the time between batches inside fit is classified too
+        self.keras_depth += 1
+        outer_phase, self.inner_phase = self.inner_phase, inner
+        outer_only = self.only
+        if method == "fit":
+            self.only = frozenset({KERAS_STEP_FUNCTION})
+        try:
+            return call(model, *args, **kwargs)
+        finally:
+            end = time.time_ns()
+            self.keras_depth -= 1
+            self.inner_phase, self.only = outer_phase, outer_only
+            recorder = self.recorder
+            recorder.record(phase, start, end, KERAS_PREFIX + method.strip("_"), detail=str(getattr(model, "name", "")))
+            number = self.keras_calls.get(method, 0)
+            self.keras_calls[method] = number + 1
+            recorder.sample_memory(KERAS_PREFIX + method.strip("_"), number)
+            self.resume(time.time_ns())
 
     def trace_window(self) -> None:
         """Start TF's profiler before step A, stop it before step B (steps A..B-1 traced)."""
@@ -207,34 +337,48 @@ def _step_call(original: Any) -> Any:
     return call
 
 
-def _keras_method(method: Any, steps_inside: frozenset[str]) -> Any:
-    """``fit`` / ``evaluate`` / ``predict`` with the recorder's callback, counting only Keras's step function."""
+def _keras_method(method_name: str, method: Any) -> Any:
+    """One of ``KERAS_METHODS`` recorded by the step tracker; ``fit`` also gets the recorder's callback."""
 
     @functools.wraps(method)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if _recorder is None or _steps is None:
+        tracker = _steps
+        if _recorder is None or tracker is None:
             return method(self, *args, **kwargs)
-        callbacks = list(kwargs.get("callbacks") or [])
-        if not any(type(cb).__name__ == "RecorderCallback" for cb in callbacks):
-            callbacks.append(_recorder.keras_callback(record_batches=False))
-        kwargs["callbacks"] = callbacks
-        outer, _steps.only = _steps.only, steps_inside
-        try:
-            return method(self, *args, **kwargs)
-        finally:
-            _steps.only = outer
-            _steps.pause()
+        if method_name == "fit" and not (tracker.busy or tracker.keras_depth):
+            callbacks = list(kwargs.get("callbacks") or [])
+            if not any(type(cb).__name__ in ("RecorderCallback", "FitCallback") for cb in callbacks):
+                callbacks.append(_fit_callback(_recorder, tracker))
+            kwargs["callbacks"] = callbacks
+        return tracker.keras_call(method_name, method, self, args, kwargs)
 
     return wrapper
+
+
+def _fit_callback(recorder: Recorder, tracker: StepTracker) -> Any:
+    """The recorder's Keras callback (epochs, validation as ``evaluation``), telling the tracker of validation."""
+    from workbench._keras import RecorderCallback
+
+    class FitCallback(RecorderCallback):
+        def on_test_begin(self, logs: dict[str, Any] | None = None) -> None:
+            super().on_test_begin(logs)
+            tracker.between(self._test_start)
+
+        def on_test_end(self, logs: dict[str, Any] | None = None) -> None:
+            super().on_test_end(logs)
+            tracker.resume(time.time_ns())
+
+    return FitCallback(recorder, record_batches=False)
 
 
 def _instrument_keras(module: Any) -> None:
     model = getattr(module, "Model", None)
     if model is not None and not hasattr(model, "_workbench_instrumented"):
         model._workbench_instrumented = True
-        model.fit = _keras_method(model.fit, frozenset({KERAS_STEP_FUNCTION}))
-        model.evaluate = _keras_method(model.evaluate, frozenset())
-        model.predict = _keras_method(model.predict, frozenset())
+        for name in KERAS_METHODS:
+            original = getattr(model, name, None)
+            if original is not None:
+                setattr(model, name, _keras_method(name, original))
 
 
 class _PostImportHook(importlib.abc.MetaPathFinder):

@@ -243,6 +243,27 @@ def format_analysis(result: RunAnalysis, *, width: int = WIDTH) -> str:
     else:
         lines.append("  none recorded (compute spans named 'train_step')")
 
+    if len(result.keras_calls):
+        lines += ["", "Keras calls per rank (own: Keras's work per call outside the model's runs)"]
+        lines += text_table(
+            [*by_rank.header, "call", "model", "calls", "seconds", "per call", "model runs", "own"],
+            [
+                [
+                    *by_rank.cells(row.rank),
+                    str(row.method),
+                    str(row.model) or "–",
+                    str(row.calls),
+                    format_seconds(row.seconds),
+                    format_seconds(row.ms_per_call / 1e3),
+                    format_seconds(row.model_s),
+                    format_seconds(row.own_s),
+                ]
+                for row in result.keras_calls.itertuples()
+            ],
+            width=width,
+            labels=by_rank.labels,
+        )
+
     lateness = lateness_summary(result.lateness)
     if len(lateness):
         lines += ["", "Arrival at the allreduce (Horovod's readiness marks, per step)"]

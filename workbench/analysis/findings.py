@@ -253,23 +253,39 @@ def host_work(run: RunTimes) -> Finding | None:
         return None
     return run.found(
         "host_work",
-        f"host work between steps: ranks spend {lost / run.wall:.0%} of wall time outside their training"
-        f" steps (most: {run.named([host.idxmax()])}, {host.max() / run.wall:.0%}): Python between the step calls,"
-        " callbacks, logging; a rank that does more of it than the others makes them wait (see straggler)",
+        f"host work: ranks spend {lost / run.wall:.0%} of wall time on the CPU outside their training steps and"
+        f" model runs (most: {run.named([host.idxmax()])}, {host.max() / run.wall:.0%}): Python between the calls,"
+        " Keras's own work per call, callbacks, logging; a rank that does more of it than the others makes them"
+        " wait (see straggler)",
         lost,
         _busy_ranks(host),
     )
 
 
+#: Name of the idle spans ``workbench profile`` records between calls when the rank's main thread
+#: was off the CPU (``workbench.autorecord.OFF_CPU``).
+OFF_CPU = "off_cpu"
+
+
 def idle(run: RunTimes) -> Finding | None:
-    """Mean over ranks of idle seconds (time in no span)."""
+    """Mean over ranks of idle seconds: off the CPU between recorded calls, or in no recorded span at all."""
     idle_s = run.phase(ev.IDLE)
     lost = float(idle_s.mean())
     if not run.matters(lost):
         return None
+    events = run.events
+    off_cpu = events[(events["phase"] == ev.IDLE) & (events["name"] == OFF_CPU)] if len(events) else events
+    off_cpu_s = float((off_cpu["end_ns"] - off_cpu["start_ns"]).sum()) / ev.NS_PER_S / run.n_ranks
+    where = (
+        f"waiting: {off_cpu_s / run.wall:.0%} off the CPU between recorded calls (sleeping, reading files, waiting"
+        " for a lock or a message outside Horovod: the rank's main thread was not running),"
+        f" {max(lost - off_cpu_s, 0.0) / run.wall:.0%} in no recorded span"
+        if off_cpu_s > 0
+        else "in no recorded span"
+    )
     return run.found(
         "idle",
-        f"idle: ranks spend {lost / run.wall:.0%} of wall time in no recorded span"
+        f"idle: ranks spend {lost / run.wall:.0%} of wall time {where}"
         f" (most: {run.named([idle_s.idxmax()])}, {idle_s.max() / run.wall:.0%})",
         lost,
         _busy_ranks(idle_s),

@@ -27,6 +27,12 @@ from workbench.analysis.findings import (
     oversubscription_finding_from_meta,
     slow_link_finding,
 )
+from workbench.analysis.keras_calls import (
+    KERAS_CALL_COLUMNS,
+    call_memory_findings,
+    keras_call_findings,
+    keras_call_table,
+)
 from workbench.analysis.memory import memory_summary
 from workbench.analysis.pop import POP_COLUMNS, pop_metrics, useful_phase_set
 from workbench.analysis.scaling import steps_per_rank
@@ -73,6 +79,8 @@ class RunAnalysis:
     lateness: pd.DataFrame = field(default_factory=lambda: _empty(LATENESS_COLUMNS))
     #: ``communication_overlap``: collectives in flight per rank and how much overlapped its own work.
     in_flight: pd.DataFrame = field(default_factory=lambda: _empty(OVERLAP_COLUMNS))
+    #: ``keras_call_table``: per rank and Keras method, calls, seconds, the model's runs and Keras's own work.
+    keras_calls: pd.DataFrame = field(default_factory=lambda: _empty(KERAS_CALL_COLUMNS))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: tables as lists of row dicts, NaN and inf as None, numpy scalars as Python."""
@@ -85,6 +93,7 @@ class RunAnalysis:
             "memory": json_records(self.memory),
             "lateness": json_records(lateness_summary(self.lateness, self.header.get("rank_hosts"))),
             "in_flight": json_records(self.in_flight),
+            "keras_calls": json_records(self.keras_calls),
         }
 
 
@@ -223,6 +232,9 @@ def analyse_run(
         if isinstance(meta.get("links"), Mapping):
             extra.append(slow_link_finding(meta["links"], events, wall_s=wall_s))
 
+    if wall_s:
+        extra.append(combine_findings(pd.DataFrame(keras_call_findings(events, wall_s, min_fraction=min_fraction))))
+    extra.append(combine_findings(pd.DataFrame(call_memory_findings(memory, hosts))))
     steps = steps_per_rank(events, ranks=ranks)
     if len(events) and int(steps["steps"].sum()) == 0:
         extra.append(
@@ -251,6 +263,7 @@ def analyse_run(
         waits=with_hosts(waits, hosts),
         lateness=with_hosts(lateness, hosts),
         in_flight=with_hosts(in_flight, hosts),
+        keras_calls=with_hosts(keras_call_table(events), hosts),
     )
 
 

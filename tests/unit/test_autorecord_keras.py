@@ -1,0 +1,161 @@
+"""What ``workbench profile`` records of a script's Keras calls and ``tf.function``s, on real TF in this process.
+
+A step is a call that trains (its graph computes gradients), whatever its shape; a Keras call is a
+span around its model runs; the time between calls is host work when the main thread ran, waiting
+when it did not. Every count below is what the loop in the test did.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from workbench import autorecord
+from workbench.analysis.keras_calls import keras_call_table
+from workbench.recorder import Recorder
+from workbench.store import Run, create_run
+
+tf = pytest.importorskip("tensorflow")
+
+LATENT = 8
+
+
+def _generator() -> tf.keras.Model:
+    """Dense then a transposed convolution: its forward pass is a ``Conv2DBackpropInput`` op, not a gradient."""
+    return tf.keras.Sequential(
+        [
+            tf.keras.Input((LATENT,)),
+            tf.keras.layers.Dense(4 * 4 * 2, activation="relu"),
+            tf.keras.layers.Reshape((4, 4, 2)),
+            tf.keras.layers.Conv2DTranspose(1, 3, strides=2, padding="same"),
+        ],
+        name="generator",
+    )
+
+
+def _discriminator() -> tf.keras.Model:
+    model = tf.keras.Sequential(
+        [tf.keras.Input((8, 8, 1)), tf.keras.layers.Flatten(), tf.keras.layers.Dense(1, activation="sigmoid")],
+        name="discriminator",
+    )
+    model.compile(optimizer="adam", loss="binary_crossentropy")
+    return model
+
+
+def _spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+@pytest.fixture
+def recorded(tmp_path):
+    """Record whatever the test runs into a one-rank run; yields a loader of its events and memory."""
+    run_path = create_run(tmp_path, "autorecord", ranks=1)
+    recorder = Recorder(run_path, rank=0, flush_interval_s=3600, heartbeat_interval_s=None)
+    autorecord.instrument(recorder)
+
+    def load() -> Run:
+        autorecord.close()
+        return Run.load(run_path)
+
+    yield load
+    autorecord.close()
+
+
+def test_a_gan_loop_counts_only_training_calls_as_steps(recorded):
+    generator, discriminator = _generator(), _discriminator()
+    rng = np.random.default_rng(0)
+    labels = np.ones((4, 1), np.float32)
+    iterations = 6
+    for _ in range(iterations):
+        noise = rng.normal(size=(4, LATENT)).astype(np.float32)
+        fake = generator.predict(noise, verbose=0)
+        generator.predict_on_batch(noise)
+        discriminator.train_on_batch(fake, labels)
+        discriminator.test_on_batch(fake, labels)
+        generator(noise, training=False)
+    run = recorded()
+    events = run.events
+    steps = events[events["name"] == "train_step"]
+    assert list(steps["step"]) == list(range(iterations))  # one per train_on_batch, nothing else
+    assert set(steps["detail"]) == {"train_function"}
+    calls = keras_call_table(events).set_index("method")
+    for method in ("predict", "predict_on_batch", "train_on_batch", "test_on_batch", "call"):
+        assert calls.loc[method, "calls"] == iterations, method
+    assert set(calls.loc[["predict", "predict_on_batch", "call"], "model"]) == {"generator"}
+    # predict's own work per call (data adapter, callbacks) is far more than its model run
+    assert calls.loc["predict", "own_s"] > calls.loc["predict", "model_s"]
+    phases = events.groupby("name")["phase"].first()
+    assert phases["keras.predict"] == "host" and phases["keras.test_on_batch"] == "evaluation"
+    assert phases["keras.call"] == "compute" and phases["predict_function"] == "compute"
+    assert phases["test_function"] == "evaluation"  # the model's run inside test_on_batch is evaluation too
+    # one memory sample after every call, numbered per method
+    samples = run.memory[run.memory["label"] == "keras.predict"]
+    assert sorted(samples["iteration"]) == list(range(iterations))
+
+
+def test_a_custom_step_trains_and_a_generator_function_does_not(recorded):
+    generator, discriminator = _generator(), _discriminator()
+    optimizer = tf.keras.optimizers.SGD(0.01)
+    images = tf.zeros((4, 8, 8, 1))
+
+    @tf.function
+    def generate(noise):
+        return generator(noise, training=False)
+
+    @tf.function
+    def train_step(batch):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(discriminator(batch, training=True))
+        grads = tape.gradient(loss, discriminator.trainable_variables)
+        optimizer.apply_gradients(zip(grads, discriminator.trainable_variables))
+        return loss
+
+    for _ in range(4):
+        generate(tf.zeros((4, LATENT)))
+        train_step(images)
+    events = recorded().events
+    steps = events[events["name"] == "train_step"]
+    assert list(steps["detail"]) == ["train_step"] * 4 and list(steps["step"]) == [0, 1, 2, 3]
+    generated = events[events["name"] == "generate"]
+    assert len(generated) == 4 and (generated["phase"] == "compute").all()
+    assert list(generated["step"]) == [0, 1, 2, 3]  # numbered by the step they precede
+
+
+def test_time_between_calls_is_host_work_on_the_cpu_and_waiting_off_it(recorded):
+    discriminator = _discriminator()
+    batch, labels = np.zeros((4, 8, 8, 1), np.float32), np.ones((4, 1), np.float32)
+    discriminator.train_on_batch(batch, labels)  # traced: the gaps below are not tracing
+    for gap in ("spin", "sleep", "spin", "sleep"):
+        _spin(0.05) if gap == "spin" else time.sleep(0.05)
+        discriminator.train_on_batch(batch, labels)
+    events = recorded().events
+    between = events[events["name"].isin(["between_calls", "off_cpu"])].sort_values("start_ns")
+    assert list(between["name"]) == ["between_calls", "off_cpu", "between_calls", "off_cpu"]
+    assert list(between["phase"]) == ["host", "idle", "host", "idle"]
+    seconds = (between["end_ns"] - between["start_ns"]) / 1e9
+    assert (seconds >= 0.05).all() and (seconds < 0.5).all()
+
+
+def test_fit_counts_its_batches_and_classifies_the_time_between_them(recorded):
+    discriminator = _discriminator()
+    rng = np.random.default_rng(1)
+    x, y = rng.random((48, 8, 8, 1), dtype=np.float32), rng.integers(0, 2, (48, 1)).astype(np.float32)
+
+    class Sleepy(tf.keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            time.sleep(0.02)
+
+    discriminator.fit(x, y, batch_size=8, epochs=2, validation_split=1 / 3, verbose=0, callbacks=[Sleepy()])
+    events = recorded().events
+    steps = events[events["name"] == "train_step"]
+    assert list(steps["step"]) == list(range(8))  # 32 training samples / 8 = 4 batches x 2 epochs
+    assert list(steps["epoch"]) == [0] * 4 + [1] * 4
+    assert (events["name"] == "evaluate").sum() == 2  # validation after each epoch, as evaluation
+    waits = events[events["name"] == "off_cpu"]
+    assert len(waits) >= 6  # the callback's sleep between batches (7 gaps inside epochs) is off the CPU
+    (fit,) = events.loc[events["name"] == "keras.fit", "phase"]
+    assert fit == "host"
