@@ -68,7 +68,7 @@ def import_tf_profiles(run_path: Path) -> tuple[int, str]:
 def profiled_call(run_path: str | Path, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """On a rank (an ipyparallel engine): run ``function`` recorded as ``workbench profile`` records a script.
 
-    Steps (top-level ``tf.function`` calls, Keras batches), host work between them and memory go
+    Steps (top-level ``tf.function`` calls that train), Keras calls, the time between them and memory go
     into this rank's part of ``run_path``; if Horovod is initialised, its timeline too (rank 0
     writes it). The recording stops when the function returns or raises.
     """

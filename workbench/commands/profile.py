@@ -4,7 +4,8 @@ The script runs under mpiexec with the cluster's environment, Horovod's timeline
 through HOROVOD_TIMELINE (its response cache off, so that every negotiation marks every rank's
 readiness; set HOROVOD_CACHE_CAPACITY yourself to keep it), and a start-up hook on every rank
 (``workbench/autorecord.py``) that samples the process (CPU, RSS), records every training step
-(Keras batches, top-level calls of a ``tf.function``) and the host work between them, and, with
+(a top-level ``tf.function`` call that trains: Keras batches, a Horovod step), every Keras call
+around its model runs, and the time between calls (host work, or off the CPU), and, with
 ``--trace-steps A:B``, runs steps A..B-1 under TensorFlow's profiler. Afterwards the timeline and
 the profiler traces are imported into the same run, and the command ends with the answer: steps/s
 per rank, where the time went, the top findings and an HTML report (what ``workbench analyse``
