@@ -375,6 +375,34 @@ def render_timeline(saved: Mapping[str, Any]) -> str:
     return table(header, ["l"] + ["r"] * 7, rows) + "\n\n" + source_line(saved)
 
 
+def render_export(saved: Mapping[str, Any]) -> str:
+    """``workbench export`` of a large synthetic run, plain and gzipped: speed, size, memory."""
+    r = saved["result"]
+    label = {"json": "`trace.json`", "gzip": "`trace.json.gz` (level 1)"}
+    rows = [
+        [
+            label.get(kind, kind),
+            number(r["events"]),
+            str(r["ranks"]),
+            fixed(e["seconds"], 2),
+            number(e["spans_per_s"]),
+            number(e["file_mb"]),
+            number(e["mb_per_s"]),
+            f"{e['peak_rss_mb']:.0f} MB",
+            f"{e['import_rss_mb']:.0f} MB",
+        ]
+        for kind, e in r["exports"].items()
+    ]
+    header = ["file", "spans", "ranks", "seconds", "spans/s", "file MB", "MB/s", "peak RSS", "MB for the export itself"]
+    plain = r["exports"]["json"]
+    verdict = (
+        f"The run on disk: {number(r['store_mb'])} MB of Parquet, largest part {r['largest_part_mb']:.3g} MB."
+        f" Goal: bounded memory — **{'met' if plain['import_rss_mb'] <= 256 else 'not met'}**"
+        f" ({plain['import_rss_mb']:.0f} MB for a {number(plain['file_mb'])} MB file)."
+    )
+    return table(header, ["l"] + ["r"] * 8, rows) + "\n\n" + verdict + "\n\n" + source_line(saved)
+
+
 def render_live(saved: Mapping[str, Any]) -> str:
     """The dashboard following a 64-rank synthetic job: refresh time, marker latency, decimation."""
     r = saved["result"]
@@ -947,6 +975,7 @@ RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "overhead": render_overhead,
     "analysis-categorical": render_analysis,
     "timeline": render_timeline,
+    "export": render_export,
     "redraw": render_redraw,
     "dashboard-cost": render_dashboard_cost,
     "live": render_live,

@@ -7,6 +7,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -250,6 +251,19 @@ def _cmd_analyse(args: argparse.Namespace) -> int:
     return analyse_command(args.run_dir, as_json=args.json, html=args.html)
 
 
+def _cmd_export(args: argparse.Namespace) -> int:
+    from workbench.formats.trace_export import export_trace
+
+    out = args.trace or str(Path(args.run_dir) / "trace.json.gz")
+    result = export_trace(args.run_dir, out)
+    print(
+        f"trace: {result.path} ({result.bytes_written / 1e6:.3g} MB, {result.spans} spans and {result.samples}"
+        f" samples of {result.ranks} ranks on {result.hosts} host(s), {result.seconds:.2g} s): open it at"
+        " https://ui.perfetto.dev or chrome://tracing"
+    )
+    return 0
+
+
 def _cmd_project(args: argparse.Namespace) -> int:
     from workbench.commands.project import project_command
 
@@ -391,6 +405,17 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--json", action="store_true", help="print one JSON object")
     compare.add_argument("--html", default=None, metavar="FILE", help="also write the HTML report to FILE")
     compare.set_defaults(handler=_cmd_compare)
+
+    export = sub.add_parser("export", help="a run as one trace for ui.perfetto.dev and chrome://tracing")
+    export.add_argument("run_dir", help="a run directory, e.g. runs/<run_id>")
+    export.add_argument(
+        "--trace",
+        "--perfetto",
+        default=None,
+        metavar="FILE",
+        help="where to write it (default RUN/trace.json.gz; .gz compresses; Trace Event Format JSON)",
+    )
+    export.set_defaults(handler=_cmd_export)
 
     project = sub.add_parser("project", help="project recorded runs to more ranks: step time, efficiency, limits")
     project.add_argument("run_dirs", nargs="+", help="run directories; the fewest ranks builds the model")

@@ -7,13 +7,10 @@ import pytest
 
 from workbench.bench.timeline import run as bench_timeline
 from workbench.bench.timeline import write_synthetic_timeline
-from workbench.events import events_frame
 from workbench.formats import (
     TimelineError,
     horovod_timeline,
     read_horovod_timeline,
-    to_chrome_trace,
-    write_chrome_trace,
 )
 from workbench.formats.tf_profile import TfProfileError, horovod_waits, read_tf_profiles, xplane_to_trace
 
@@ -83,29 +80,6 @@ def test_foreign_and_corrupt_files_are_one_clear_error(tmp_path):
         read_horovod_timeline(no_origin)
     with pytest.raises(TimelineError, match="does not exist"):
         read_horovod_timeline(tmp_path / "missing.json")
-
-
-def test_chrome_trace_has_a_process_per_rank_and_a_track_per_phase(tmp_path):
-    events = events_frame(
-        [
-            {"rank": 0, "phase": "compute", "name": "train_step", "step": 0, "start_ns": 1_000, "end_ns": 5_000},
-            {"rank": 1, "phase": "communication", "name": "allreduce", "start_ns": 2_000, "end_ns": 3_000, "bytes": 8},
-        ]
-    )
-    path = write_chrome_trace(tmp_path / "trace.json", events, title="t")
-    trace = json.loads(path.read_text())
-    spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
-    for event in spans:
-        assert {"ph", "name", "pid", "tid", "ts", "dur"} <= set(event)
-    assert {(e["pid"], e["name"], e["ts"], e["dur"]) for e in spans} == {
-        (0, "train_step", 0.0, 4.0),
-        (1, "allreduce", 1.0, 1.0),
-    }
-    names = {(e["pid"], e["args"]["name"]) for e in trace["traceEvents"] if e["name"] == "process_name"}
-    assert names == {(0, "rank 0"), (1, "rank 1")}
-    tracks = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
-    assert {"compute", "communication", "evaluation", "input"} <= tracks
-    assert to_chrome_trace(events.iloc[:0])["traceEvents"] == []
 
 
 @pytest.mark.parametrize("chunk_bytes", [64, 100, 333])
