@@ -58,6 +58,7 @@ measure timeline workbench bench timeline --mb 300 --json
 measure export python benchmarks/export_trace.py --events 10000000 --ranks 64 --json
 measure redraw workbench bench redraw --json
 measure live workbench bench live --ranks 64 --seconds 120 --json
+measure late-attach python benchmarks/late_attach.py --minutes 10 30 --unmerged-minutes 10 --json
 measure dashboard-cost python benchmarks/dashboard_cost.py --preset reduced --repetitions 5
 measure horovod-step workbench bench horovod-step --json
 measure eval-frequency-reduced workbench run eval-frequency --preset reduced --ranks 2 --out artifacts/eval-frequency-reduced --json

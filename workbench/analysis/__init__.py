@@ -25,6 +25,7 @@ from workbench.analysis.findings import (
     oversubscription_finding_from_meta,
 )
 from workbench.analysis.input import input_bound_level, input_findings, input_share, queue_exhaustion, step_times
+from workbench.analysis.keras_calls import call_memory_findings, keras_call_findings, keras_call_table
 from workbench.analysis.memory import memory_growth, memory_skew, memory_summary
 from workbench.analysis.method import BenchmarkMethod, measured_step_seconds, scaling_efficiency
 from workbench.analysis.pop import pop_metrics, pop_scaling, useful_phase_set
@@ -67,6 +68,7 @@ __all__ = [
     "WhatIf",
     "allreduce_lateness",
     "analyse_run",
+    "call_memory_findings",
     "combine_findings",
     "communication_overlap",
     "compare_runs",
@@ -81,6 +83,8 @@ __all__ = [
     "io_overhead",
     "json_ready",
     "json_records",
+    "keras_call_findings",
+    "keras_call_table",
     "lane_table",
     "lateness_summary",
     "measured_step_seconds",

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from workbench.events import CHECKPOINT, COMMUNICATION, COMPUTE, INPUT, NS_PER_S
-from workbench.store import RunTail, StreamWriter, create_run
+from workbench.store import MERGE_FANOUT, RunTail, StreamWriter, create_run
 
 #: Where the feed process is told to stop: a file it checks between flushes.
 STOP_FILE = "feed.stop"
@@ -50,6 +50,7 @@ class SyntheticJob:
         marker_s: float = 1.0,
         flush_s: float = 0.5,
         seed: int = 0,
+        merge_fanout: int = MERGE_FANOUT,
     ) -> None:
         self.run_path = Path(run_path)
         self.ranks = ranks
@@ -58,7 +59,7 @@ class SyntheticJob:
         self.marker_ns = int(marker_s * NS_PER_S)
         self.flush_ns = int(flush_s * NS_PER_S)
         self.rng = np.random.default_rng(seed)
-        self.writers = [StreamWriter(self.run_path, "events", rank) for rank in range(ranks)]
+        self.writers = [StreamWriter(self.run_path, "events", rank, merge_fanout=merge_fanout) for rank in range(ranks)]
         started = time.time_ns()
         self.clock = [started] * ranks  # where each rank's next step starts
         self.step = [0] * ranks
