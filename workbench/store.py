@@ -366,6 +366,17 @@ def compact(run_path: str | Path) -> None:
                     entry.unlink(missing_ok=True)
 
 
+def stream_files(run_path: str | Path, stream: str) -> list[tuple[int, Path]]:
+    """Every part file of one stream of a run with its rank, rank by rank, each rank's in batch order."""
+    stream_dir = Path(run_path) / stream
+    found = []
+    for rank_dir in sorted(stream_dir.iterdir()) if stream_dir.is_dir() else ():
+        rank = _rank_of(rank_dir)
+        if rank is not None:
+            found += [(rank, entry) for _first, _last, entry in _parts(rank_dir)]
+    return found
+
+
 #: The column each stream's rows are ordered by within a rank, and a time window applies to.
 TIME_COLUMNS: dict[str, str] = {"events": "start_ns", "memory": "time_ns", "counters": "time_ns"}
 

@@ -244,25 +244,8 @@ def format_analysis(result: RunAnalysis, *, width: int = WIDTH) -> str:
         lines.append("  none recorded (compute spans named 'train_step')")
 
     if len(result.keras_calls):
-        lines += ["", "Keras calls per rank (own: Keras's work per call outside the model's runs)"]
-        lines += text_table(
-            [*by_rank.header, "call", "model", "calls", "seconds", "per call", "model runs", "own"],
-            [
-                [
-                    *by_rank.cells(row.rank),
-                    str(row.method),
-                    str(row.model) or "–",
-                    str(row.calls),
-                    format_seconds(row.seconds),
-                    format_seconds(row.ms_per_call / 1e3),
-                    format_seconds(row.model_s),
-                    format_seconds(row.own_s),
-                ]
-                for row in result.keras_calls.itertuples()
-            ],
-            width=width,
-            labels=by_rank.labels,
-        )
+        lines += ["", "Keras calls (own: Keras's work per call outside the model's runs)"]
+        lines += _keras_call_lines(result.keras_calls, width, by_rank)
 
     lateness = lateness_summary(result.lateness)
     if len(lateness):
@@ -333,6 +316,47 @@ def _breakdown_lines(breakdown: pd.DataFrame, width: int, by_rank: _RankColumns 
         cells = [f"{format_seconds(seconds.at[rank, p])} {format_share(fraction.at[rank, p])}" for p in order]
         rows.append([*by_rank.cells(rank), *cells, format_seconds(float(seconds.loc[rank].sum()))])
     return text_table([*by_rank.header, *order, "wall"], rows, width=width, labels=by_rank.labels)
+
+
+#: Above this many ranks, per-rank tables of calls are summarised per call (mean over ranks, and the busiest).
+RANKS_LISTED = 8
+
+
+def _keras_call_lines(calls: pd.DataFrame, width: int, by_rank: _RankColumns) -> list[str]:
+    """Per rank and Keras call; with more than ``RANKS_LISTED`` ranks, per call: the mean rank and the busiest."""
+    if calls["rank"].nunique() <= RANKS_LISTED:
+        rows = [
+            [
+                *by_rank.cells(row.rank),
+                str(row.method),
+                str(row.model) or MISSING,
+                str(row.calls),
+                format_seconds(row.seconds),
+                format_seconds(row.ms_per_call / 1e3),
+                format_seconds(row.model_s),
+                format_seconds(row.own_s),
+            ]
+            for row in calls.itertuples()
+        ]
+        header = [*by_rank.header, "call", "model", "calls", "seconds", "per call", "model runs", "own"]
+        return text_table(header, rows, width=width, labels=by_rank.labels)
+    rows = []
+    for (method, model), group in calls.groupby(["method", "model"], sort=True):
+        busiest = group.loc[group["own_s"].idxmax()]
+        rows.append(
+            [
+                str(method),
+                str(model) or MISSING,
+                str(len(group)),
+                f"{group['calls'].mean():.0f}",
+                format_seconds(group["seconds"].mean()),
+                format_seconds(group["seconds"].sum() / group["calls"].sum()),
+                format_seconds(group["own_s"].mean()),
+                f"rank {int(busiest['rank'])}, {format_seconds(busiest['own_s'])}",
+            ]
+        )
+    header = ["call", "model", "ranks", "calls", "seconds", "per call", "own", "most own"]
+    return text_table(header, rows, width=width, labels=2)
 
 
 def findings_lines(found: pd.DataFrame, width: int) -> list[str]:

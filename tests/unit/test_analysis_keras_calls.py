@@ -168,3 +168,20 @@ def test_too_few_calls_and_growth_that_stops_get_the_reason_instead_of_a_verdict
     (found,) = call_memory_findings(settling)
     assert found["text"].startswith("memory still settling:"), found["text"]
     assert call_memory_findings(None) == [] and call_memory_findings(_samples({}, {})) == []
+
+
+def test_the_text_report_lists_keras_calls_per_rank_and_summarises_a_thousand_ranks():
+    from workbench.text import format_analysis
+
+    text = format_analysis(analyse_run(gan_loop(3), meta={"run_id": "r", "ranks": 2}))
+    table = text.split("Keras calls (own: Keras's work per call outside the model's runs)")[1].split("\n\n")[0]
+    assert len(table.strip().splitlines()) == 1 + 2 * 2  # header, 2 ranks x 2 calls
+    rows = [
+        {"rank": r, "method": "predict", "model": "g", "calls": 100, "seconds": 6.0, "model_s": 0.5,
+         "own_s": 5.5 + (r == 700), "ms_per_call": 60.0, "model_ms_per_call": 5.0}
+        for r in range(1024)
+    ]  # fmt: skip
+    from workbench.text import _keras_call_lines, _RankColumns
+
+    lines = _keras_call_lines(pd.DataFrame(rows), 100, _RankColumns({}))
+    assert len(lines) == 2 and "1024" in lines[1] and "rank 700, 6.50 s" in lines[1]

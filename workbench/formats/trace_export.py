@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from workbench import events as ev
-from workbench.store import STREAMS, TIME_COLUMNS, _parts, _rank_of, read_run_meta
+from workbench.store import STREAMS, TIME_COLUMNS, read_run_meta, stream_files
 
 #: Rows turned into text at a time: what the export holds in memory, whatever the run's size.
 BATCH_ROWS = 32_768
@@ -220,17 +220,6 @@ def _counter_lines(table: pa.Table, origin: int, layout: _Layout) -> pa.Array:
 _LINES = {"events": _span_lines, "memory": _memory_lines, "counters": _counter_lines}
 
 
-def _files(run_path: Path, stream: str) -> list[tuple[int, Path]]:
-    """Every part file of a stream with its rank, rank by rank in order."""
-    stream_dir = run_path / stream
-    found = []
-    for rank_dir in sorted(stream_dir.iterdir()) if stream_dir.is_dir() else ():
-        rank = _rank_of(rank_dir)
-        if rank is not None:
-            found += [(rank, entry) for _first, _last, entry in _parts(rank_dir)]
-    return found
-
-
 def _first_time(files: dict[str, list[tuple[int, Path]]]) -> int:
     """The earliest time in the run, from the part files' footers (min statistics of their time columns)."""
     first = None
@@ -273,7 +262,7 @@ def export_trace(run_path: str | Path, out_path: str | Path) -> TraceExport:
     """Write run ``run_path`` as one Trace Event Format JSON file (``.gz``: compressed); see the module docstring."""
     run_path = Path(run_path)
     meta = read_run_meta(run_path)  # one clear error if this is not a run
-    files = {stream: _files(run_path, stream) for stream in STREAMS}
+    files = {stream: stream_files(run_path, stream) for stream in STREAMS}
 
     def tables() -> Iterator[tuple[str, pa.Table]]:
         for stream, entries in files.items():
