@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 
 from workbench.events import EVENT_COLUMNS
-from workbench.formats.horovod_timeline import TimelineError, read_horovod_timeline
+from workbench.formats.horovod_timeline import TimelineError, iter_horovod_timeline
 from workbench.store import StreamWriter, update_run_meta
 
 BOOT_DIR = Path(__file__).parent / "_profile_boot"
@@ -46,11 +46,15 @@ def import_timeline(run_path: Path, *, enabled: bool) -> tuple[int, str]:
             "Horovod timeline: none written — the script never initialised Horovod (hvd.init()) or ran no"
             " collective; steps and host work are still recorded per rank"
         )
+    imported = 0
     try:
-        events = read_horovod_timeline(path, run_id=run_path.name)
+        for events in iter_horovod_timeline(path, run_id=run_path.name):  # batch by batch: bounded memory
+            imported += write_events(run_path, events)
     except TimelineError as error:
+        if imported:
+            return imported, f"Horovod timeline: not imported whole ({error}); the {imported} spans before it are kept"
         return 0, f"Horovod timeline: not imported ({error})"
-    return write_events(run_path, events), f"Horovod timeline: {len(events)} spans of collectives in flight"
+    return imported, f"Horovod timeline: {imported} spans of collectives in flight"
 
 
 def import_tf_profiles(run_path: Path) -> tuple[int, str]:

@@ -10,6 +10,7 @@ from workbench.bench.timeline import write_synthetic_timeline
 from workbench.formats import (
     TimelineError,
     horovod_timeline,
+    iter_horovod_timeline,
     read_horovod_timeline,
 )
 from workbench.formats.tf_profile import TfProfileError, horovod_waits, read_tf_profiles, xplane_to_trace
@@ -105,6 +106,19 @@ def test_synthetic_timeline_of_the_bench_round_trips(tmp_path):
     assert negotiations > 0 and (events["rank"] == 1).sum() == negotiations
     assert (events["rank"] == 0).sum() == 5 * negotiations  # its readiness + ALLREDUCE + 3 activities
     assert (events["end_ns"] >= events["start_ns"]).all()
+
+
+def test_the_timeline_in_batches_holds_exactly_the_events_of_one_read(tmp_path):
+    path = write_synthetic_timeline(tmp_path / "t.json", 0.5, ranks=3, tensors=2)
+    whole = read_horovod_timeline(path, run_id="r", chunk_mb=0.05)
+    batches = list(iter_horovod_timeline(path, run_id="r", chunk_mb=0.05, batch_events=2_000))
+    assert len(batches) >= 3 and all(len(batch) >= 2_000 for batch in batches[:-1])
+    joined = pd.concat(batches, ignore_index=True).sort_values(["rank", "start_ns", "end_ns"], kind="stable")
+    columns = ["rank", "name", "detail", "start_ns", "end_ns"]
+    expected = whole.sort_values(["rank", "start_ns", "end_ns"], kind="stable")[columns].astype(str)
+    pd.testing.assert_frame_equal(joined[columns].astype(str).reset_index(drop=True), expected.reset_index(drop=True))
+    with pytest.raises(ValueError, match="batch_events"):
+        next(iter_horovod_timeline(path, batch_events=0))
 
 
 # Records as Horovod's writer lays them out beyond TIMELINE's: an instant marker (no pid), a name with a JSON

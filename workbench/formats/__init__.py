@@ -1,6 +1,13 @@
 """File formats in and out: Horovod's timeline (import), one trace of a whole run (export: Perfetto, chrome://tracing)."""
 
-from workbench.formats.horovod_timeline import TimelineError, read_horovod_timeline
+from workbench.formats.horovod_timeline import TimelineError, iter_horovod_timeline, read_horovod_timeline
 from workbench.formats.trace_export import TraceExport, export_trace, write_chrome_trace
 
-__all__ = ["TimelineError", "TraceExport", "export_trace", "read_horovod_timeline", "write_chrome_trace"]
+__all__ = [
+    "TimelineError",
+    "TraceExport",
+    "export_trace",
+    "iter_horovod_timeline",
+    "read_horovod_timeline",
+    "write_chrome_trace",
+]
