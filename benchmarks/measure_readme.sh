@@ -55,6 +55,7 @@ measure overhead workbench bench overhead --tf-threads 1 --repetitions 1600 --js
 measure analysis-categorical workbench bench analysis --events 10000000 --ranks 64 --strings categorical --json
 measure analysis-object workbench bench analysis --events 10000000 --ranks 64 --strings object --json
 measure timeline workbench bench timeline --mb 300 --json
+measure timeline-stream python benchmarks/timeline_stream.py --mb 5000 --json
 measure export python benchmarks/export_trace.py --events 10000000 --ranks 64 --json
 measure redraw workbench bench redraw --json
 measure live workbench bench live --ranks 64 --seconds 120 --json

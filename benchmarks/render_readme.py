@@ -375,6 +375,31 @@ def render_timeline(saved: Mapping[str, Any]) -> str:
     return table(header, ["l"] + ["r"] * 7, rows) + "\n\n" + source_line(saved)
 
 
+def render_timeline_stream(saved: Mapping[str, Any]) -> str:
+    """A GB-sized Horovod timeline imported into a run batch by batch: speed and memory against the goals."""
+    r = saved["result"]
+    goal = r["goal"]
+    row = [
+        number(r["file_mb"]),
+        number(r["events"]),
+        fixed(r["seconds"], 1),
+        number(r["mb_per_s"]),
+        f"{r['peak_rss_mb']:.0f} MB",
+        f"{r['import_rss_mb']:.0f} MB",
+        number(r["store_files"]),
+    ]
+    header = ["file MB", "events", "seconds", "MB/s", "peak RSS", "MB for the import itself", "files in the run"]
+    met = {
+        "memory": r["peak_rss_mb"] <= goal["peak_rss_mb"],
+        "speed": r["mb_per_s"] >= goal["mb_per_s"],
+    }
+    verdict = (
+        f"Goals: peak ≤ {number(goal['peak_rss_mb'])} MB — **{'met' if met['memory'] else 'not met'}**;"
+        f" ≥ {number(goal['mb_per_s'])} MB/s — **{'met' if met['speed'] else 'not met'}**."
+    )
+    return table(header, ["r"] * 7, [row]) + "\n\n" + verdict + "\n\n" + source_line(saved)
+
+
 def render_export(saved: Mapping[str, Any]) -> str:
     """``workbench export`` of a large synthetic run, plain and gzipped: speed, size, memory."""
     r = saved["result"]
@@ -1004,6 +1029,7 @@ RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "analysis-categorical": render_analysis,
     "timeline": render_timeline,
     "export": render_export,
+    "timeline-stream": render_timeline_stream,
     "redraw": render_redraw,
     "dashboard-cost": render_dashboard_cost,
     "live": render_live,

@@ -32,7 +32,9 @@ RESPONSE_CACHE = "HOROVOD_CACHE_CAPACITY"
 def write_events(run_path: Path, events: pd.DataFrame) -> int:
     """Append imported events to the run, one part per rank; returns how many."""
     for rank, rows in events.groupby("rank", sort=True):
-        StreamWriter(run_path, "events", int(rank)).write({c: rows[c].to_numpy() for c in EVENT_COLUMNS})
+        # batches of an import are large already: merging them would hold several at once
+        writer = StreamWriter(run_path, "events", int(rank), merge_fanout=0)
+        writer.write({c: rows[c].to_numpy() for c in EVENT_COLUMNS})
     return len(events)
 
 

@@ -240,6 +240,8 @@ def write_parquet(table: pa.Table, path: Path, *, row_group_size: int | None = N
 #: Part files a writer merges at a time while its run goes on (``StreamWriter``): an hour of flushes
 #: every 0.5 s leaves about a dozen files per rank and stream instead of 7 200.
 MERGE_FANOUT = 8
+#: Files are not merged into one larger than this on disk (its rows are held in memory while merging).
+MERGE_MAX_BYTES = 16_000_000
 
 
 def _level(first: int, last: int, fanout: int) -> int:
@@ -339,6 +341,8 @@ class StreamWriter:
                 start -= 1
             if len(files) - start < fanout:
                 return
+            if sum(entry.stat().st_size for _f, _l, entry in files[start : start + fanout]) > MERGE_MAX_BYTES:
+                return  # files this large are few already; merging them would hold them all in memory
             merged = _merge(self.directory, files[start : start + fanout], self.schema)
             if merged is None:
                 return
