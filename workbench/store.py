@@ -199,18 +199,6 @@ def _parts(directory: Path, after: int = 0) -> list[tuple[int, int, Path]]:
     return kept
 
 
-def _read_parts(parts: list[tuple[int, int, Path]], schema: pa.Schema) -> pd.DataFrame:
-    tables = []
-    for _first, _last, entry in parts:
-        try:
-            tables.append(pq.read_table(entry, schema=schema))
-        except (OSError, pa.ArrowInvalid):
-            continue  # only complete files are renamed into place; tolerate foreign junk
-    if not tables:
-        return schema.empty_table().to_pandas()
-    return pa.concat_tables(tables).to_pandas()
-
-
 #: Nanosecond columns that grow along a rank's rows: stored as deltas.
 _DELTA_COLUMNS = ("start_ns", "end_ns", "time_ns")
 
@@ -253,25 +241,29 @@ def _level(first: int, last: int, fanout: int) -> int:
     return level
 
 
-def _merge(directory: Path, group: list[tuple[int, int, Path]], schema: pa.Schema) -> tuple[int, int, Path] | None:
-    """Merge consecutive part files into one named by their batch range; None (nothing changed) if one is unreadable.
+def _merge(
+    directory: Path, group: list[tuple[int, int, Path]], schema: pa.Schema, *, skip_unreadable: bool = False
+) -> tuple[int, int, Path] | None:
+    """Merge consecutive part files into one named by their batch range.
 
-    Crash-safe at every point: the merged file is written under a temporary name and renamed into
-    place, then the parts are removed; readers skip a part whose batches lie inside another file's
-    range (``_parts``), so a merge killed after the rename doubles nothing, and one killed before it
-    loses nothing.
+    A part that cannot be read (foreign junk) is left out with ``skip_unreadable``, else nothing is
+    merged (None). Crash-safe at every point: the merged file is written under a temporary name and
+    renamed into place, then the parts are removed; readers skip a part whose batches lie inside
+    another file's range (``_parts``), so a merge killed after the rename doubles nothing, and one
+    killed before it loses nothing.
     """
     tables = []
     for _first, _last, entry in group:
         try:
             tables.append(pq.read_table(entry, schema=schema))
         except (OSError, pa.ArrowInvalid):
-            return None
+            if not skip_unreadable:
+                return None
     first, last = group[0][0], group[-1][1]
     final = directory / f"{first:08d}-{last:08d}.parquet"
     tmp = directory / f".{final.name}.tmp"
-    table = pa.concat_tables(tables)
-    write_parquet(table, tmp, row_group_size=COMPACT_ROW_GROUP if table.num_rows > COMPACT_ROW_GROUP else None)
+    # row groups of 64 Ki rows: a time window read later skips the groups outside it
+    write_parquet(pa.concat_tables(tables) if tables else schema.empty_table(), tmp, row_group_size=COMPACT_ROW_GROUP)
     os.replace(tmp, final)
     for _first, _last, entry in group:
         if entry != final:
@@ -357,12 +349,7 @@ def compact(run_path: str | Path) -> None:
         for rank_dir in sorted(stream_dir.iterdir()) if stream_dir.is_dir() else ():
             parts = _parts(rank_dir)
             if len(parts) >= 2:
-                table = pa.Table.from_pandas(_read_parts(parts, schema), schema=schema, preserve_index=False)
-                final = rank_dir / f"{parts[0][0]:08d}-{parts[-1][1]:08d}.parquet"
-                tmp = rank_dir / f".{final.name}.tmp"
-                # row groups of 64 Ki rows: a time window read later skips the groups outside it
-                write_parquet(table, tmp, row_group_size=COMPACT_ROW_GROUP)
-                os.replace(tmp, final)
+                _merge(rank_dir, parts, schema, skip_unreadable=True)
             # the merged parts, and any that a compaction killed half-way left behind (readers skip them)
             kept = {entry for _first, _last, entry in _parts(rank_dir)}
             for entry in rank_dir.iterdir():
