@@ -47,7 +47,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from workbench.events import COMPUTE, EVALUATION, HOST, IDLE
+from workbench.events import BETWEEN_CALLS, COMPUTE, EVALUATION, HOST, IDLE, KERAS_PREFIX, OFF_CPU
 from workbench.recorder import Recorder
 
 _KERAS_TRAINING_MODULES = ("keras.src.engine.training", "tf_keras.src.engine.training")
@@ -56,8 +56,6 @@ _TF_FUNCTION_MODULE = "tensorflow.python.eager.polymorphic_function.polymorphic_
 KERAS_STEP_FUNCTION = "train_function"
 #: The name every step span carries (what ``analysis.steps_per_rank`` counts).
 STEP_NAME = "train_step"
-#: Prefix of the span around a whole Keras call (``keras.predict``) and of its memory samples' label.
-KERAS_PREFIX = "keras."
 #: Keras methods recorded as calls, with the phase of their own time: setup around the model's
 #: runs is host work, except for evaluation, where all of it is evaluation.
 KERAS_METHODS: dict[str, str] = {
@@ -69,9 +67,6 @@ KERAS_METHODS: dict[str, str] = {
     "predict_on_batch": HOST,
     "__call__": COMPUTE,
 }
-#: Names of the spans between recorded calls: the main thread was busy, or it was not.
-BETWEEN_CALLS = "between_calls"
-OFF_CPU = "off_cpu"
 #: The share of a gap the main thread must spend on a CPU for the gap to be host work.
 BUSY_SHARE = 0.5
 #: Folder of the TF profiler traces inside a run, and the file with each rank's start clock.
@@ -195,10 +190,6 @@ class StepTracker:
         self.previous_end = end
         self.previous_cpu = time.thread_time_ns()
 
-    def pause(self) -> None:
-        """Forget the previous call's end: the time until the next call is not recorded as between calls."""
-        self.previous_end = 0
-
     # -- Keras calls -----------------------------------------------------------------------------
     def keras_call(self, method: str, call: Any, model: Any, args: tuple, kwargs: dict) -> Any:
         """Run one of ``KERAS_METHODS`` as a recorded span around its model runs (top level only)."""
@@ -208,24 +199,23 @@ class StepTracker:
         inner = EVALUATION if phase == EVALUATION else None
         start = time.time_ns()
         self.between(start)
+        outer_phase, outer_only = self.inner_phase, self.only
+        self.inner_phase = inner
         if method == "fit":
             self.resume(start)  # the time between batches inside fit is classified too
-        self.keras_depth += 1
-        outer_phase, self.inner_phase = self.inner_phase, inner
-        outer_only = self.only
-        if method == "fit":
             self.only = frozenset({KERAS_STEP_FUNCTION})
+        self.keras_depth += 1
         try:
             return call(model, *args, **kwargs)
         finally:
             end = time.time_ns()
             self.keras_depth -= 1
             self.inner_phase, self.only = outer_phase, outer_only
-            recorder = self.recorder
-            recorder.record(phase, start, end, KERAS_PREFIX + method.strip("_"), detail=str(getattr(model, "name", "")))
+            label = KERAS_PREFIX + method.strip("_")
+            self.recorder.record(phase, start, end, label, detail=str(getattr(model, "name", "")))
             number = self.keras_calls.get(method, 0)
             self.keras_calls[method] = number + 1
-            recorder.sample_memory(KERAS_PREFIX + method.strip("_"), number)
+            self.recorder.sample_memory(label, number)
             self.resume(time.time_ns())
 
     def trace_window(self) -> None:

@@ -73,6 +73,12 @@ HOST = "host"
 #: Collectives in flight on Horovod's background thread (its timeline, TF's profiler): they run
 #: *while* the ranks compute, so they overlap the other phases and never take time from them.
 IN_FLIGHT = "in_flight"
+#: Span names ``workbench profile`` gives, which analysis reads back: a Keras call is
+#: ``keras.<method>`` (its memory samples are labelled alike), and the time between two recorded
+#: calls is ``between_calls`` (host) when the rank's main thread ran, else ``off_cpu`` (idle).
+KERAS_PREFIX = "keras."
+BETWEEN_CALLS = "between_calls"
+OFF_CPU = "off_cpu"
 #: Phases that overlap a rank's other spans: left out of the breakdown's one-span-per-instant sum
 #: and shown on their own lane.
 OVERLAP_PHASES: frozenset[str] = frozenset({IN_FLIGHT})

@@ -262,11 +262,6 @@ def host_work(run: RunTimes) -> Finding | None:
     )
 
 
-#: Name of the idle spans ``workbench profile`` records between calls when the rank's main thread
-#: was off the CPU (``workbench.autorecord.OFF_CPU``).
-OFF_CPU = "off_cpu"
-
-
 def idle(run: RunTimes) -> Finding | None:
     """Mean over ranks of idle seconds: off the CPU between recorded calls, or in no recorded span at all."""
     idle_s = run.phase(ev.IDLE)
@@ -274,7 +269,7 @@ def idle(run: RunTimes) -> Finding | None:
     if not run.matters(lost):
         return None
     events = run.events
-    off_cpu = events[(events["phase"] == ev.IDLE) & (events["name"] == OFF_CPU)] if len(events) else events
+    off_cpu = events[(events["phase"] == ev.IDLE) & (events["name"] == ev.OFF_CPU)] if len(events) else events
     off_cpu_s = float((off_cpu["end_ns"] - off_cpu["start_ns"]).sum()) / ev.NS_PER_S / run.n_ranks
     where = (
         f"waiting: {off_cpu_s / run.wall:.0%} off the CPU between recorded calls (sleeping, reading files, waiting"

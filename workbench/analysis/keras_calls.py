@@ -21,9 +21,8 @@ import pandas as pd
 
 from workbench import events as ev
 from workbench.analysis.memory import MIN_SAMPLES_FOR_VERDICT, memory_growth
+from workbench.events import KERAS_PREFIX
 
-#: Span names (and memory-sample labels) of Keras calls start with this (``workbench.autorecord``).
-KERAS_PREFIX = "keras."
 KERAS_CALL_COLUMNS: tuple[str, ...] = (
     "rank",
     "method",
@@ -88,14 +87,15 @@ def keras_call_table(events: pd.DataFrame) -> pd.DataFrame:
     if not outer_mask.any():
         return empty
     inner_mask = events["phase"].isin(_MODEL_PHASES).to_numpy() & ~outer_mask
+    starts, ends = events["start_ns"].to_numpy(), events["end_ns"].to_numpy()
+    methods = names.str.slice(len(KERAS_PREFIX)).to_numpy()
+    models = events["detail"].astype(str).to_numpy() if "detail" in events else np.full(len(events), "")
     rows = []
     for rank, rank_rows in events.groupby("rank", sort=True).indices.items():
         outer = rank_rows[outer_mask[rank_rows]]
         if len(outer) == 0:
             continue
         inner = rank_rows[inner_mask[rank_rows]]
-        starts = events["start_ns"].to_numpy()
-        ends = events["end_ns"].to_numpy()
         order = inner[np.argsort(starts[inner], kind="stable")]
         inner_start = starts[order]
         cumulative = np.concatenate([[0], np.cumsum(ends[order] - inner_start)]).astype(np.float64)
@@ -103,13 +103,12 @@ def keras_call_table(events: pd.DataFrame) -> pd.DataFrame:
         high = np.searchsorted(inner_start, ends[outer], side="left")
         table = pd.DataFrame(
             {
-                "method": names.to_numpy()[outer],
-                "model": events["detail"].astype(str).to_numpy()[outer] if "detail" in events else "",
+                "method": methods[outer],
+                "model": models[outer],
                 "seconds": (ends[outer] - starts[outer]) / ev.NS_PER_S,
                 "model_s": (cumulative[high] - cumulative[low]) / ev.NS_PER_S,
             }
         )
-        table["method"] = table["method"].str.slice(len(KERAS_PREFIX))
         eager = (table["method"] == "call").to_numpy()
         table.loc[eager, "model_s"] = table.loc[eager, "seconds"]
         summed = table.groupby(["method", "model"], sort=True).agg(
@@ -132,18 +131,20 @@ def keras_call_findings(
     wall_s: float | None,
     *,
     min_fraction: float = 0.02,
+    table: pd.DataFrame | None = None,
 ) -> list[dict]:
     """A ``keras_call`` finding per Keras method and model whose own work costs at least ``min_fraction`` of the wall.
 
     ``seconds_lost``: the mean over ranks of the method's own seconds (``keras_call_table``), less
     what the alternative (``KERAS_ALTERNATIVE``) costs of its own per call when the run measured
     it; else all of it (the alternative's own work per call is then not known: "up to").
+    ``table``: ``keras_call_table(events)`` when already computed.
     """
-    table = keras_call_table(events)
+    table = keras_call_table(events) if table is None else table
     if table.empty or not wall_s or wall_s <= 0:
         return []
     per_method = table.groupby(["method", "model"], sort=True).agg(
-        ranks=("rank", "nunique"),
+        ranks=("rank", lambda ranks: ev.rank_list(sorted(int(r) for r in ranks))),
         calls=("calls", "mean"),
         seconds=("seconds", "mean"),
         model_s=("model_s", "mean"),
@@ -173,7 +174,6 @@ def keras_call_findings(
         per_call = 1e3 * row["seconds"] / row["calls"]
         model_per_call = 1e3 * row["model_s"] / row["calls"]
         of_model = f" of {model}" if model else ""
-        ranks = sorted(int(r) for r in table.loc[(table["method"] == method) & (table["model"] == model), "rank"])
         text = (
             f"Keras {method}{of_model}: {row['calls']:.0f} calls take {row['seconds']:.3g} s per rank"
             f" ({row['seconds'] / wall_s:.0%} of wall), {per_call:.3g} ms per call, of which {model_per_call:.2g} ms"
@@ -191,7 +191,7 @@ def keras_call_findings(
                 "text": text,
                 "seconds_lost": float(lost),
                 "fraction_of_wall": float(lost) / wall_s,
-                "ranks": ev.rank_list(ranks),
+                "ranks": row["ranks"],
             }
         )
     return found

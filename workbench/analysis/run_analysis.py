@@ -232,8 +232,10 @@ def analyse_run(
         if isinstance(meta.get("links"), Mapping):
             extra.append(slow_link_finding(meta["links"], events, wall_s=wall_s))
 
+    keras_calls = keras_call_table(events)
     if wall_s:
-        extra.append(combine_findings(pd.DataFrame(keras_call_findings(events, wall_s, min_fraction=min_fraction))))
+        calls_found = keras_call_findings(events, wall_s, min_fraction=min_fraction, table=keras_calls)
+        extra.append(combine_findings(pd.DataFrame(calls_found)))
     extra.append(combine_findings(pd.DataFrame(call_memory_findings(memory, hosts))))
     steps = steps_per_rank(events, ranks=ranks)
     if len(events) and int(steps["steps"].sum()) == 0:
@@ -263,7 +265,7 @@ def analyse_run(
         waits=with_hosts(waits, hosts),
         lateness=with_hosts(lateness, hosts),
         in_flight=with_hosts(in_flight, hosts),
-        keras_calls=with_hosts(keras_call_table(events), hosts),
+        keras_calls=with_hosts(keras_calls, hosts),
     )
 
 
