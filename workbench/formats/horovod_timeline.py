@@ -525,37 +525,6 @@ def _parse_chunk(raw: tuple[bytearray, int, int], path: Path, engine: str) -> _C
     return _arrow_chunk(table)
 
 
-def _paired(path: str | Path, chunk_mb: float, engine: str) -> Iterator[_Pairing]:
-    """Parse the file chunk by chunk into one ``_Pairing``, yielded after each chunk it took in."""
-    if engine not in ("auto", "arrow"):
-        raise ValueError(f"engine {engine!r} is not known: pass 'auto' or 'arrow'")
-    path = Path(path)
-    if not path.is_file():
-        raise TimelineError(f"{path} does not exist: pass the path given to HOROVOD_TIMELINE or hvd.start_timeline()")
-    pairing = _Pairing()
-    # Two threads parse the next chunks (numpy and Arrow release the GIL) while this one pairs records
-    # in file order; at most _IN_FLIGHT chunks are held at once, whatever the file's size.
-    in_flight: deque[Future[_Chunk]] = deque()
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        for raw in _record_chunks(path, max(64, int(chunk_mb * (1 << 20)))):
-            in_flight.append(pool.submit(_parse_chunk, raw, path, engine))
-            del raw
-            if len(in_flight) >= _IN_FLIGHT:
-                pairing.add(in_flight.popleft().result())
-                if pairing.chunks % _TRIM_EVERY == 0:
-                    _release_free_memory()
-                yield pairing
-        while in_flight:
-            pairing.add(in_flight.popleft().result())
-            yield pairing
-    if pairing.origin_us is None:
-        raise TimelineError(
-            f"{path} has no start_time_since_epoch_in_micros record: it is not a Horovod "
-            "0.2x timeline (or its first line is damaged)"
-        )
-    yield pairing
-
-
 def read_horovod_timeline(
     path: str | Path,
     *,
@@ -570,11 +539,11 @@ def read_horovod_timeline(
     reader (``"auto"`` does so only for chunks not in the byte layout Horovod's writer produces).
     The whole file's events at once: ``iter_horovod_timeline`` gives them in batches, in bounded memory.
     """
-    last = deque(_paired(path, chunk_mb, engine), maxlen=1)  # the one pairing, once it took every chunk
-    pairing = last[0] if last else None
-    if pairing is None or pairing.records == 0:
-        return EVENT_SCHEMA.empty_table().to_pandas()
-    return pairing.frame(run_id, host)
+    one_batch = sys.maxsize  # the file's events are yielded once, at its end
+    whole = list(
+        iter_horovod_timeline(path, run_id=run_id, host=host, chunk_mb=chunk_mb, engine=engine, batch_events=one_batch)
+    )
+    return whole[0] if whole else EVENT_SCHEMA.empty_table().to_pandas()
 
 
 #: Events ``iter_horovod_timeline`` gathers before it yields them: about 0.14 GB of memory at the peak.
@@ -598,9 +567,37 @@ def iter_horovod_timeline(
     """
     if batch_events < 1:
         raise ValueError(f"batch_events={batch_events} must be >= 1")
-    pairing = None
-    for pairing in _paired(path, chunk_mb, engine):
-        if pairing.origin_us is not None and pairing.pending() >= batch_events:
-            yield pairing.frame(run_id, host)
-    if pairing is not None and pairing.pending():
+    if engine not in ("auto", "arrow"):
+        raise ValueError(f"engine {engine!r} is not known: pass 'auto' or 'arrow'")
+    path = Path(path)
+    if not path.is_file():
+        raise TimelineError(f"{path} does not exist: pass the path given to HOROVOD_TIMELINE or hvd.start_timeline()")
+    pairing = _Pairing()
+
+    def ready() -> bool:
+        return pairing.origin_us is not None and pairing.pending() >= batch_events
+
+    # Two threads parse the next chunks (numpy and Arrow release the GIL) while this one pairs records
+    # in file order; at most _IN_FLIGHT chunks are held at once, whatever the file's size.
+    in_flight: deque[Future[_Chunk]] = deque()
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for raw in _record_chunks(path, max(64, int(chunk_mb * (1 << 20)))):
+            in_flight.append(pool.submit(_parse_chunk, raw, path, engine))
+            del raw
+            if len(in_flight) >= _IN_FLIGHT:
+                pairing.add(in_flight.popleft().result())
+                if pairing.chunks % _TRIM_EVERY == 0:
+                    _release_free_memory()
+                if ready():
+                    yield pairing.frame(run_id, host)
+        while in_flight:
+            pairing.add(in_flight.popleft().result())
+            if ready():
+                yield pairing.frame(run_id, host)
+    if pairing.origin_us is None:
+        raise TimelineError(
+            f"{path} has no start_time_since_epoch_in_micros record: it is not a Horovod "
+            "0.2x timeline (or its first line is damaged)"
+        )
+    if pairing.pending():
         yield pairing.frame(run_id, host)
