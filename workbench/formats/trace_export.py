@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -125,8 +126,6 @@ class _Layout:
 
 def _natural(text: str) -> tuple:
     """``node2`` before ``node10``."""
-    import re
-
     return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))
 
 
@@ -231,22 +230,21 @@ def _first_time(files: dict[str, list[tuple[int, Path]]]) -> int:
             except (OSError, pa.ArrowInvalid):
                 continue
             index = metadata.schema.names.index(column)
-            for group in range(metadata.num_row_groups):
-                statistics = metadata.row_group(group).column(index).statistics
-                if statistics is None or not statistics.has_min_max:
-                    table = pq.read_table(entry, columns=[column])
-                    low = pc.min(table[column]).as_py()
-                else:
-                    low = statistics.min
+            groups = [metadata.row_group(group).column(index).statistics for group in range(metadata.num_row_groups)]
+            if all(statistics is not None and statistics.has_min_max for statistics in groups):
+                lows = [statistics.min for statistics in groups]
+            else:  # a file written without statistics: its column read once
+                lows = [pc.min(pq.read_table(entry, columns=[column])[column]).as_py()]
+            for low in lows:
                 if low is not None and (first is None or low < first):
                     first = int(low)
     return first or 0
 
 
-def _write(out: IO[bytes], lines: pa.Array) -> int:
+def _write(out: IO[bytes], lines: pa.Array) -> None:
     """The lines' bytes as they lie in Arrow's value buffer (no Python string per line)."""
     if len(lines) == 0:
-        return 0
+        return
     lines = lines.combine_chunks() if isinstance(lines, pa.ChunkedArray) else lines
     if lines.type == pa.string() and len(lines) > (1 << 20):
         lines = lines.cast(pa.large_string())  # 32-bit offsets end at 2 GiB per array
@@ -255,7 +253,6 @@ def _write(out: IO[bytes], lines: pa.Array) -> int:
     offsets = np.frombuffer(offsets_buffer, dtype=width)[lines.offset : lines.offset + len(lines) + 1]
     low, high = int(offsets[0]), int(offsets[-1])
     out.write(memoryview(data)[low:high])
-    return high - low
 
 
 def export_trace(run_path: str | Path, out_path: str | Path) -> TraceExport:
