@@ -82,7 +82,16 @@ def _cmd_bench_redraw(args: argparse.Namespace) -> int:
 def _cmd_bench_live(args: argparse.Namespace) -> int:
     from workbench.bench import live
 
-    result = live.run(ranks=args.ranks, seconds=args.seconds, step_s=args.step_s)
+    result = live.run(
+        ranks=args.ranks,
+        seconds=args.seconds,
+        step_s=args.step_s,
+        refresh_s=args.refresh_s,
+        flush_s=args.flush_s,
+        processes=args.feed_processes,
+        ranks_per_host=args.ranks_per_host,
+        slow_host=args.slow_host,
+    )
     _print_json(result) if args.json else print(live.format_result(result))
     return 0 if not result["dashboard_error"] else 1
 
@@ -353,10 +362,17 @@ def build_parser() -> argparse.ArgumentParser:
     redraw.add_argument("--spans-per-rank", type=int, default=10_000)
     redraw.add_argument("--json", action="store_true")
     redraw.set_defaults(handler=_cmd_bench_redraw)
-    live = bench_sub.add_parser("live", help="the live dashboard following a 64-rank synthetic job: refresh, latency")
+    live = bench_sub.add_parser(
+        "live", help="the live dashboard following a synthetic job (64 ranks; 1 024 with --ranks): refresh, latency"
+    )
     live.add_argument("--ranks", type=int, default=64)
     live.add_argument("--seconds", type=float, default=30.0, help="how long the dashboard follows the job")
     live.add_argument("--step-s", type=float, default=0.1, help="each rank's step length (3 spans per step)")
+    live.add_argument("--refresh-s", type=float, default=0.5, help="the dashboard's refresh period")
+    live.add_argument("--flush-s", type=float, default=0.5, help="each rank's flush period (one part file per flush)")
+    live.add_argument("--feed-processes", type=int, default=1, help="processes writing the ranks' files")
+    live.add_argument("--ranks-per-host", type=int, default=None, help="ranks on each host (default: one host)")
+    live.add_argument("--slow-host", type=int, default=None, help="this host's ranks compute 25 %% slower")
     live.add_argument("--json", action="store_true")
     live.set_defaults(handler=_cmd_bench_live)
     projection_bench = bench_sub.add_parser(

@@ -6,6 +6,7 @@ import asyncio
 import io
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -422,3 +423,56 @@ def test_default_refresh_is_slower_when_the_ranks_fill_this_machines_cores(tmp_p
     assert dash.refresh_s == expected
     assert (dash.refresh_reason is not None) == (expected == SHARED_CORES_REFRESH_S)
     assert Dashboard(RunTail(run_path), refresh_s=0.25).refresh_s == 0.25  # a caller's choice stands
+
+
+class Batches:
+    """A source that hands out prepared event batches, one per poll."""
+
+    def __init__(self, *batches: pd.DataFrame) -> None:
+        self.batches = list(batches)
+
+    def poll(self) -> tuple[pd.DataFrame | None, None]:
+        return (self.batches.pop(0) if self.batches else None), None
+
+
+def many_ranks(ranks: int, slow: tuple[int, ...], start_s: float = 0.0) -> pd.DataFrame:
+    """One 1 s step per rank: compute, then communication (waiting for the slow ranks) up to 1 s."""
+    from workbench.events import events_frame
+
+    compute_s = np.where(np.isin(np.arange(ranks), slow), 0.9, 0.5)
+    rows = []
+    for rank in range(ranks):
+        middle = T0 + int((start_s + compute_s[rank]) * S)
+        rows.append((rank, "compute", T0 + int(start_s * S), middle))
+        rows.append((rank, "communication", middle, T0 + int((start_s + 1.0) * S)))
+    frame = pd.DataFrame(rows, columns=["rank", "phase", "start_ns", "end_ns"])
+    frame["host"] = [f"node{r // 8}" for r in frame["rank"]]
+    return events_frame(frame)
+
+
+def test_past_the_timeline_limit_a_heatmap_shows_every_rank_and_the_timeline_the_slowest(clock):
+    source = Batches(many_ranks(80, slow=(5, 41, 77)), many_ranks(80, slow=(5, 41, 77), start_s=1.0))
+    dash = Dashboard(source, refresh_s=1.0, clock=clock, slowest_ranks=3)
+    dash.update()
+    assert dash.error == "" and dash.many_ranks
+    heat = dash.heatmap.data[0]
+    assert heat.z.shape[0] == 80 and dash.heatmap.layout.meta["rows"][:2] == [0, 1]
+    assert list(dash.rank_select.value) == [5, 41, 77] and dash._visible_ranks() == [5, 41, 77]
+    drawn = {int(r) for trace in dash.timeline.data if trace.y is not None for r in trace.y}
+    assert drawn == {5, 41, 77}  # the timeline holds the slowest ranks only
+    assert "slowest (waits least): rank 5 (node0) 90%" in dash.heatmap_note.value
+    assert list(dash.heatmap_value.options)[:2] == ["waiting", "compute"]
+
+    clicked = SimpleNamespace(point_inds=[[2, 0]])  # what plotly hands a click callback: (row, column) cells
+    dash._on_heatmap_click(heat, clicked, None)  # row 2 is rank 2: added, the slowest no longer followed
+    assert dash._visible_ranks() == [2, 5, 41, 77] and not dash._auto_ranks
+    dash.update()
+    assert dash._visible_ranks() == [2, 5, 41, 77]
+    dash.heatmap_value.value = "compute"
+    assert dash.heatmap.data[0].name == "compute"
+
+
+def test_up_to_the_timeline_limit_there_is_no_heatmap_and_every_rank_is_drawn(clock):
+    dash = Dashboard(Batches(many_ranks(16, slow=(3,))), refresh_s=1.0, clock=clock)
+    dash.update()
+    assert not dash.many_ranks and dash._heatmap is None and dash._visible_ranks() == list(range(16))

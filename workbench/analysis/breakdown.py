@@ -492,13 +492,30 @@ def _lane_exclusive(start: np.ndarray, end: np.ndarray) -> np.ndarray:
 def _nested_exclusive(start: np.ndarray, end: np.ndarray) -> np.ndarray | None:
     """Own time of every span of one lane if no two of its spans cross, else None.
 
+    A span's own time is its length minus its direct children's (``nesting_parents``); zero-length
+    spans own nothing.
+    """
+    parent = nesting_parents(start, end)
+    if parent is None:
+        return None
+    duration = np.where(end > start, end - start, 0).astype(np.float64)
+    inner = parent >= 0
+    if not inner.any():
+        return duration
+    return duration - np.bincount(parent[inner], weights=duration[inner], minlength=len(start))
+
+
+def nesting_parents(start: np.ndarray, end: np.ndarray) -> np.ndarray | None:
+    """Row of every span's innermost enclosing span (-1: none) if no two spans cross, else None.
+
     Spans sorted by (start, longer first, row) form a tree when no two cross; a span's depth is the
     spans before it minus those that ended by its start, its parent the nearest earlier span one
     level up. Every span is checked to lie inside that parent, which holds only if no two spans
-    cross (a crossing span would be open but not an ancestor). Zero-length spans own nothing.
+    cross (a crossing span would be open but not an ancestor). Zero-length spans enclose nothing
+    and have no parent.
     """
     n = len(start)
-    out = np.zeros(n, dtype=np.float64)
+    parent_of = np.full(n, -1, dtype=np.int64)
     positive = end > start
     rows: np.ndarray | None = None
     if positive.all():
@@ -506,7 +523,7 @@ def _nested_exclusive(start: np.ndarray, end: np.ndarray) -> np.ndarray | None:
     else:
         rows = np.flatnonzero(positive)
         if len(rows) == 0:
-            return out
+            return parent_of
         ks, ke = start[rows], end[rows]
     step = np.diff(ks)
     if not ((step >= 0).all() and ((step > 0) | (ke[1:] <= ke[:-1])).all()):
@@ -528,12 +545,11 @@ def _nested_exclusive(start: np.ndarray, end: np.ndarray) -> np.ndarray | None:
     parent = by_depth[found]
     if not ((level_key[found] // m == depth[child] - 1).all() and (ke[parent] >= ke[child]).all()):
         return None
-    duration = (ke - ks).astype(np.float64)
-    own = duration - np.bincount(parent, weights=duration[child], minlength=m)
     if rows is None:
-        return own
-    out[rows] = own
-    return out
+        parent_of[child] = parent
+    else:
+        parent_of[rows[child]] = rows[parent]
+    return parent_of
 
 
 def _swept_exclusive(key_start: np.ndarray, key_end: np.ndarray) -> np.ndarray:

@@ -1,14 +1,17 @@
-"""The live dashboard following a 64-rank job (``workbench bench live``): refresh time and event → widget.
+"""The live dashboard following a large synthetic job (``workbench bench live``): refresh time and event → widget.
 
-A synthetic job (``SyntheticJob``, run in a process of its own as real ranks are) writes to a run in
+A synthetic job (``SyntheticJob``, run in processes of their own as real ranks are) writes to a run in
 the store as a job's recorders do: every ``flush_s`` each rank appends, as one part file of its own,
-the spans of the steps it finished since its last flush (input, compute, allreduce per step; steps of
-``step_s``, the last rank 10 % slower). Every ``marker_every_s`` one rank, in turn, checkpoints for
-``marker_s``, 1 ms longer each time, so that the newest is its rank's longest span (which the
-decimation keeps as a bar of its own): a span whose end is known. The dashboard follows the run
-through ``RunTail`` exactly as in a notebook, refreshed every ``refresh_s``; each refresh's poll and
-redraw are timed, and a marker's latency is the time from its end until a refresh has drawn it.
-What the browser then takes to paint is measured by ``tests/browser`` (the same job and dashboard).
+the spans of the steps it finished since its last flush. Steps are synchronous, as in data-parallel
+training: every rank reads its batch and computes (``step_s`` give or take 10 %; the last rank 10 %
+slower, the ranks of ``slow_host`` ``slow_factor`` slower), then waits in the allreduce until the
+slowest rank is ready, and the transfer takes the step's last 15 %. Every ``marker_every_s`` one rank,
+in turn, checkpoints for ``marker_s``, 1 ms longer each time, so that the newest is its rank's longest
+span (which the decimation keeps as a bar of its own): a span whose end is known. The dashboard
+follows the run through ``RunTail`` exactly as in a notebook, refreshed every ``refresh_s``; each
+refresh's poll and redraw are timed, and a marker's latency is the time from its end until a refresh
+has drawn it. What the browser then takes to paint is measured by ``tests/browser`` (the same job and
+dashboard).
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ from workbench.store import MERGE_FANOUT, RunTail, StreamWriter, create_run
 
 #: Where the feed process is told to stop: a file it checks between flushes.
 STOP_FILE = "feed.stop"
-#: The spans of one step, in order: (phase, name, share of the step).
+#: The spans of one step, in order: (phase, name, share of the step). The communication span lasts from
+#: the rank's readiness to the step's end: its share is the transfer's when the rank is the slowest.
 STEP_SPANS: tuple[tuple[str, str, float], ...] = (
     (INPUT, "next_batch", 0.05),
     (COMPUTE, "train_step", 0.80),
@@ -38,7 +42,12 @@ STEP_SPANS: tuple[tuple[str, str, float], ...] = (
 
 
 class SyntheticJob:
-    """``ranks`` recorders' output at a real job's rate, written by one process into ``run_path``."""
+    """``ranks`` recorders' output at a real job's rate; this process writes ``writes`` of them (default all).
+
+    ``ranks_per_host``: ranks on host ``node<rank // ranks_per_host>`` (default all on ``node0``).
+    Every process of a job given the same ``seed`` simulates the same steps, so a job can be written by
+    several processes, each for its own ranks (``start_feed(..., processes=2)``).
+    """
 
     def __init__(
         self,
@@ -51,6 +60,11 @@ class SyntheticJob:
         flush_s: float = 0.5,
         seed: int = 0,
         merge_fanout: int = MERGE_FANOUT,
+        ranks_per_host: int | None = None,
+        slow_host: int | None = None,
+        slow_factor: float = 1.25,
+        writes: range | None = None,
+        started_ns: int | None = None,
     ) -> None:
         self.run_path = Path(run_path)
         self.ranks = ranks
@@ -58,56 +72,73 @@ class SyntheticJob:
         self.marker_every_ns = int(marker_every_s * NS_PER_S)
         self.marker_ns = int(marker_s * NS_PER_S)
         self.flush_ns = int(flush_s * NS_PER_S)
-        self.rng = np.random.default_rng(seed)
-        self.writers = [StreamWriter(self.run_path, "events", rank, merge_fanout=merge_fanout) for rank in range(ranks)]
-        started = time.time_ns()
-        self.clock = [started] * ranks  # where each rank's next step starts
-        self.step = [0] * ranks
+        # steps and markers draw from their own generators, and a step's draw is kept until it is written,
+        # so every process of a job simulates the same job whenever it flushes
+        self.step_rng = np.random.default_rng(seed)
+        self.marker_rng = np.random.default_rng(seed + 1)
+        self._work: np.ndarray | None = None
+        self.hosts = [f"node{rank // ranks_per_host}" if ranks_per_host else "node0" for rank in range(ranks)]
+        self.factor = np.ones(ranks)
+        self.factor[-1] = 1.1
+        if slow_host is not None and ranks_per_host:
+            self.factor[slow_host * ranks_per_host : (slow_host + 1) * ranks_per_host] = slow_factor
+        self.writes = writes if writes is not None else range(ranks)
+        self.writers = {
+            rank: StreamWriter(self.run_path, "events", rank, merge_fanout=merge_fanout) for rank in self.writes
+        }
+        started = time.time_ns() if started_ns is None else started_ns
+        self.clock = np.full(ranks, started, dtype=np.int64)  # when each rank is free for its next step
+        self.step = 0
         self.next_marker = started + self.marker_every_ns
         self.markers = 0
         self.spans = 0
 
-    def _step_length(self, rank: int) -> int:
-        slower = 1.1 if rank == self.ranks - 1 else 1.0
-        return int(self.step_ns * slower * self.rng.uniform(0.9, 1.1))
-
     def flush(self, now_ns: int | None = None) -> int:
-        """Every rank writes what it finished by ``now_ns`` as one part file; returns the spans written."""
+        """Every rank this process writes stores what it finished by ``now_ns`` as one part file; returns the spans."""
         now = time.time_ns() if now_ns is None else now_ns
-        marker_rank = -1
-        if now >= self.next_marker:
-            marker_rank = self.markers % self.ranks
+        rows: dict[int, dict[str, list[Any]]] = {
+            rank: {c: [] for c in ("phase", "name", "step", "start_ns", "end_ns")} for rank in self.writes
+        }
+        while now >= self.next_marker:  # a rank checkpointed (in the background), ending in the last flush_s
+            rank = self.markers % self.ranks
             self.markers += 1
+            end = self.next_marker - int(self.marker_rng.uniform(0.0, self.flush_ns))
             self.next_marker += self.marker_every_ns
+            # each marker 1 ms longer than the one before: its rank's longest span, which stays a bar
+            # of its own however dense the timeline (a 1 s span is narrower than a bucket after ~60 s)
+            length = self.marker_ns + self.markers * 1_000_000
+            if rank in rows:
+                self._add(rows[rank], CHECKPOINT, "save", -1, end - length, end)
+        (_, _, input_share), (_, _, compute_share), (_, _, transfer_share) = STEP_SPANS
+        while True:
+            if self._work is None:
+                self._work = (self.step_ns * self.factor * self.step_rng.uniform(0.9, 1.1, self.ranks)).astype(np.int64)
+            work = self._work
+            input_end = self.clock + (work * input_share).astype(np.int64)
+            ready = input_end + (work * compute_share).astype(np.int64)
+            step_end = int(ready.max()) + int(self.step_ns * transfer_share)
+            if step_end > now:
+                break
+            for rank, spans in rows.items():
+                self._add(spans, INPUT, STEP_SPANS[0][1], self.step, int(self.clock[rank]), int(input_end[rank]))
+                self._add(spans, COMPUTE, STEP_SPANS[1][1], self.step, int(input_end[rank]), int(ready[rank]))
+                self._add(spans, COMMUNICATION, STEP_SPANS[2][1], self.step, int(ready[rank]), step_end)
+            self.clock[:] = step_end
+            self.step += 1
+            self._work = None
         written = 0
-        for rank, writer in enumerate(self.writers):
-            rows: dict[str, list[Any]] = {c: [] for c in ("phase", "name", "step", "start_ns", "end_ns")}
-            if rank == marker_rank:  # it checkpointed, ending some time since its last flush: its steps wait
-                end = now - int(self.rng.uniform(0.0, self.flush_ns))
-                # each marker 1 ms longer than the one before: its rank's longest span, which stays a bar
-                # of its own however dense the timeline (a 1 s span is narrower than a bucket after ~60 s)
-                length = self.marker_ns + self.markers * 1_000_000
-                self._add(rows, CHECKPOINT, "save", -1, end - length, end)
-                self.clock[rank] = max(self.clock[rank], end)
-            while self.clock[rank] + (length := self._step_length(rank)) <= now:
-                begin = self.clock[rank]
-                for phase, name, share in STEP_SPANS:
-                    end = begin + int(length * share)
-                    self._add(rows, phase, name, self.step[rank], begin, end)
-                    begin = end
-                self.clock[rank] += length
-                self.step[rank] += 1
-            n = len(rows["phase"])
+        for rank, spans in rows.items():
+            n = len(spans["phase"])
             if n:
-                rows.update(
+                spans.update(
                     run_id=[self.run_path.name] * n,
                     rank=[rank] * n,
-                    host=["node0"] * n,
+                    host=[self.hosts[rank]] * n,
                     detail=[""] * n,
                     epoch=[0] * n,
                     bytes=[-1] * n,
                 )
-                writer.write(rows)
+                self.writers[rank].write(spans)
                 written += n
         self.spans += written
         return written
@@ -130,13 +161,44 @@ class SyntheticJob:
             self.flush()
 
 
-def start_feed(run_path: str | Path, *, ranks: int, seconds: float, step_s: float = 0.1) -> subprocess.Popen:
-    """The synthetic job in a process of its own, as ranks are (``stop_feed`` ends it early)."""
+def start_feed(
+    run_path: str | Path, *, ranks: int, seconds: float, step_s: float = 0.1, processes: int = 1, **job: Any
+) -> subprocess.Popen:
+    """The synthetic job in processes of its own, as ranks are (``stop_feed`` ends it early).
+
+    ``processes`` > 1 splits the ranks' writing between that many processes, which simulate the same
+    job (same seed and start); the one returned waits for the others. ``job``: more ``SyntheticJob``
+    settings (``ranks_per_host``, ``slow_host``, ``flush_s``, ...).
+    """
+    settings = {"ranks": ranks, "step_s": step_s, "started_ns": time.time_ns(), **job}
     code = (
-        "import sys; from workbench.bench.live import SyntheticJob;"
-        "SyntheticJob(sys.argv[1], ranks=int(sys.argv[2]), step_s=float(sys.argv[4])).run(float(sys.argv[3]))"
+        "import json, sys; from workbench.bench.live import feed_main;"
+        "feed_main(sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4]))"
     )
-    return subprocess.Popen([sys.executable, "-c", code, str(run_path), str(ranks), str(seconds), str(step_s)])
+    args = [sys.executable, "-c", code, str(run_path), str(seconds), str(max(1, processes)), json.dumps(settings)]
+    return subprocess.Popen(args)
+
+
+def feed_main(run_path: str, seconds: float, processes: int, settings: dict[str, Any]) -> None:
+    """A feed process: with ``processes`` > 1 it starts the others, each writing every ``processes``-th rank."""
+    ranks = int(settings["ranks"])
+    others = []
+    for index in range(1, processes):
+        code = (
+            "import json, sys; from workbench.bench.live import SyntheticJob;"
+            "s = json.loads(sys.argv[2]); s['writes'] = range(int(sys.argv[3]), s['ranks'], int(sys.argv[4]));"
+            "SyntheticJob(sys.argv[1], **s).run(float(sys.argv[5]))"
+        )
+        others.append(
+            subprocess.Popen(
+                [sys.executable, "-c", code, run_path, json.dumps(settings), str(index), str(processes), str(seconds)]
+            )
+        )
+    try:
+        SyntheticJob(run_path, **settings, writes=range(0, ranks, processes)).run(seconds)
+    finally:
+        for other in others:
+            other.wait()
 
 
 def stop_feed(run_path: str | Path, feed: subprocess.Popen, timeout_s: float = 10.0) -> None:
@@ -173,13 +235,36 @@ def marker_latencies(markers: list[tuple[int, int]], refreshes: list[tuple[int, 
     return latencies
 
 
-def run(ranks: int = 64, seconds: float = 30.0, *, step_s: float = 0.1, refresh_s: float = 0.5) -> dict[str, Any]:
-    """Follow a ``ranks``-rank synthetic job for ``seconds`` with the dashboard; its refresh times and latency."""
+def run(
+    ranks: int = 64,
+    seconds: float = 30.0,
+    *,
+    step_s: float = 0.1,
+    refresh_s: float = 0.5,
+    flush_s: float = 0.5,
+    processes: int = 1,
+    ranks_per_host: int | None = None,
+    slow_host: int | None = None,
+) -> dict[str, Any]:
+    """Follow a ``ranks``-rank synthetic job for ``seconds`` with the dashboard; its refresh times and latency.
+
+    Past ``TIMELINE_MAX_RANKS`` ranks the dashboard draws the rank × time heatmap of all ranks and the
+    timeline of the slowest: ``slowest_drawn`` says whether the slow host's ranks are the ones drawn.
+    """
     from workbench.widgets.dashboard import Dashboard
 
     with tempfile.TemporaryDirectory(prefix="workbench-live-") as scratch:
         run_path = create_run(scratch, "live", ranks=ranks)
-        feed = start_feed(run_path, ranks=ranks, seconds=seconds + 5, step_s=step_s)
+        feed = start_feed(
+            run_path,
+            ranks=ranks,
+            seconds=seconds + 5,
+            step_s=step_s,
+            processes=processes,
+            flush_s=flush_s,
+            ranks_per_host=ranks_per_host,
+            slow_host=slow_host,
+        )
         dashboard = Dashboard(RunTail(run_path), refresh_s=refresh_s)
         timings: list[dict[str, float]] = []
         drawn: list[tuple[int, int, list]] = []
@@ -201,10 +286,20 @@ def run(ranks: int = 64, seconds: float = 30.0, *, step_s: float = 0.1, refresh_
         latencies = marker_latencies(markers, drawn)
         busy = [t for t in timings if t["new_events"] > 0]
         total = [t["poll_s"] + t["redraw_s"] for t in busy]
+        slow = (
+            set(range(slow_host * ranks_per_host, (slow_host + 1) * ranks_per_host))
+            if slow_host and ranks_per_host
+            else set()
+        )
         return {
             "ranks": ranks,
             "seconds": seconds,
             "step_s": step_s,
+            "flush_s": flush_s,
+            "feed_processes": processes,
+            "heatmap": dashboard._heatmap is not None,
+            "timeline_ranks": dashboard._visible_ranks(),
+            "slow_host_ranks_on_timeline": len(slow & set(dashboard._visible_ranks())) if slow else None,
             "spans_at_end": len(events),
             "spans_per_s": round(len(events) / seconds, 1),
             "drawn_at_end": int(dashboard._drawn_spans),
@@ -225,7 +320,8 @@ def run(ranks: int = 64, seconds: float = 30.0, *, step_s: float = 0.1, refresh_
 
 
 def _longest_spans_drawn(dashboard: Any, events: Any) -> dict[str, Any]:
-    """Whether every rank's longest span (any of them, on a tie) is on the timeline as a bar of its own."""
+    """Whether every rank on the timeline has its longest span (any of them, on a tie) as a bar of its own."""
+    events = events[events["rank"].isin(dashboard._visible_ranks())]
     duration = events["end_ns"] - events["start_ns"]
     longest = events[duration == duration.groupby(events["rank"]).transform("max")]
     t0 = dashboard._t0_ns or 0
@@ -253,8 +349,18 @@ def format_result(result: dict[str, Any]) -> str:
         f" refresh (poll + redraw) median {result['refresh_median_s']} s, p95 {result['refresh_p95_s']} s,"
         f" max {result['refresh_max_s']} s; marker → drawn median {result['marker_latency_median_s']} s,"
         f" max {result['marker_latency_max_s']} s ({result['markers_drawn']} of {result['markers']} markers);"
-        " every rank's longest span drawn:"
+        " every timeline rank's longest span drawn:"
         f" {not result['ranks_missing_longest_span']}"
+        + (
+            f"; heatmap of all ranks, timeline of {len(result['timeline_ranks'])}"
+            + (
+                f" ({result['slow_host_ranks_on_timeline']} of them on the slow host)"
+                if result["slow_host_ranks_on_timeline"] is not None
+                else ""
+            )
+            if result["heatmap"]
+            else ""
+        )
     )
 
 

@@ -1,9 +1,16 @@
-"""Heatmap of a two-parameter sweep (e.g. OMP threads x ranks -> throughput), values in the cells."""
+"""Heatmaps: a two-parameter sweep (e.g. OMP threads x ranks -> throughput), values in the cells; and
+the rank × time grid of a large job (every rank's waiting share over time, slowest ranks marked)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+
+from workbench.events import host_count
+from workbench.figures.timeline import UNKNOWN_HOST_LABEL, host_sort_key
 
 
 def heatmap_figure(
@@ -73,3 +80,134 @@ def heatmap_figure(
         margin={"l": 70, "r": 20, "t": 60 if title else 30, "b": 50},
     )
     return fig
+
+
+#: Rows at most labelled one by one on the rank × time heatmap; above, one label per host (or every k-th rank).
+MAX_ROW_LABELS = 64
+#: What marks the slowest ranks and host.
+MARK_COLOUR = "#000000"
+
+
+def rank_time_figure(
+    share: pd.DataFrame,
+    *,
+    value: str = "waiting",
+    hosts: Mapping[int, str] | None = None,
+    marked: Sequence[int] = (),
+    marked_host: str | None = None,
+    work_share: Mapping[int, float] | None = None,
+    title: str | None = None,
+    height: int | None = None,
+) -> go.Figure:
+    """Rank × time heatmap of ``share`` (``RankTimeGrid.share``: index rank, columns bin starts in s, 0..1).
+
+    Rows are ranks grouped by host (natural order), with a line between hosts; ``marked`` ranks get a
+    black triangle at the right edge (hover: their ``work_share``) and ``marked_host``'s rows a frame.
+    Up to ``MAX_ROW_LABELS`` rows each rank is labelled; above, each host (or every k-th rank). Cells
+    a rank has not reached yet are blank (NaN). Rows are numbered top down and every array is numpy
+    (1 024 ranks × 240 bins go to the browser as binary buffers, not lists); ``layout.meta["rows"]``
+    lists the rows' ranks, and the hover names each cell's rank.
+    """
+    hosts = hosts or {}
+    ranks = [int(r) for r in share.index]
+    several = host_count({r: hosts.get(r, "") for r in ranks}) > 1
+    if several:
+        ranks = sorted(ranks, key=lambda rank: (*host_sort_key(hosts.get(rank, "")), rank))
+    row_hosts = [hosts.get(r, "") or UNKNOWN_HOST_LABEL for r in ranks]
+    labels = [f"{host} · {r}" if several else str(r) for r, host in zip(ranks, row_hosts, strict=True)]
+    starts = np.asarray(share.columns, dtype=float)
+    width = float(starts[1] - starts[0]) if len(starts) > 1 else 1.0
+    right = float(starts[-1] + width) if len(starts) else 1.0
+    z = np.round(share.loc[ranks].to_numpy(dtype=np.float32), 3) if ranks else np.zeros((0, 0), np.float32)
+    rows = np.arange(len(ranks))
+    fig = go.Figure(
+        go.Heatmap(
+            x=starts + width / 2,
+            y=rows,
+            z=z,
+            zmin=0.0,
+            zmax=1.0,
+            customdata=np.broadcast_to(np.asarray(ranks, dtype=np.int32)[:, None], z.shape).copy(),
+            colorscale="Reds" if value == "waiting" else "Blues",
+            colorbar={"title": {"text": f"{value} share"}, "tickformat": ".0%", "len": 0.8},
+            hovertemplate=f"rank %{{customdata}}<br>%{{x:.1f}} s<br>{value} %{{z:.0%}}<extra></extra>",
+            name=value,
+        )
+    )
+    row_of = {rank: index for index, rank in enumerate(ranks)}
+    shown = [r for r in marked if r in row_of]
+    fig.add_scatter(
+        x=np.full(len(shown), right),
+        y=np.asarray([row_of[r] for r in shown], dtype=float),
+        mode="markers",
+        marker={"symbol": "triangle-left", "size": 9, "color": MARK_COLOUR},
+        name="slowest ranks",
+        customdata=[[labels[row_of[r]], (work_share or {}).get(r, float("nan"))] for r in shown],
+        hovertemplate="%{customdata[0]}: %{customdata[1]:.0%} of its time in own work (waits least)<extra></extra>",
+        showlegend=bool(shown),
+    )
+    # one trace for all the lines between hosts: 128 hosts as shapes took plotly 0.3 s to validate
+    between = [index - 0.5 for index in range(1, len(ranks)) if row_hosts[index] != row_hosts[index - 1]]
+    fig.add_scatter(
+        x=np.tile([0.0, right, np.nan], len(between)) if between else np.zeros(0),
+        y=np.repeat(between, 3) if between else np.zeros(0),
+        mode="lines",
+        line={"width": 1, "color": "rgba(0, 0, 0, 0.35)"},
+        hoverinfo="skip",
+        showlegend=False,
+        name="hosts",
+    )
+    marked_rows = [row_of[r] for r in ranks if several and marked_host is not None and hosts.get(r, "") == marked_host]
+    if marked_rows:
+        fig.add_shape(
+            type="rect",
+            xref="paper",
+            x0=0,
+            x1=1,
+            y0=min(marked_rows) - 0.5,
+            y1=max(marked_rows) + 0.5,
+            line={"width": 2, "color": MARK_COLOUR},
+            fillcolor="rgba(0, 0, 0, 0)",
+        )
+        fig.add_annotation(
+            text=f"slowest host {marked_host}",
+            xref="paper",
+            x=0,
+            xanchor="left",
+            y=min(marked_rows) - 0.5,
+            yanchor="bottom",
+            showarrow=False,
+            font={"size": 11, "color": MARK_COLOUR},
+            bgcolor="rgba(255, 255, 255, 0.7)",
+        )
+    ticks = _row_ticks(row_hosts, several)
+    fig.update_yaxes(
+        title="host · rank" if several else "rank",
+        tickvals=ticks,
+        ticktext=[row_hosts[t] if several and len(ranks) > MAX_ROW_LABELS else labels[t] for t in ticks],
+        range=[len(ranks) - 0.5, -0.5],
+        zeroline=False,
+        showgrid=False,
+    )
+    fig.update_xaxes(title="seconds since run start", range=[float(starts[0]) if len(starts) else 0.0, right])
+    fig.update_layout(
+        title=title,
+        height=height or int(min(700, max(300, 14 * len(ranks) + 150))),
+        margin={"l": 110 if several else 60, "r": 20, "t": 60 if title else 30, "b": 50},
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
+        uirevision="ranks-time",
+        meta={"rows": ranks, "value": value, "bin_s": width},
+    )
+    return fig
+
+
+def _row_ticks(row_hosts: list[str], several: bool) -> list[int]:
+    """Rows to label: all up to ``MAX_ROW_LABELS``; else each host's first row, or every k-th row on one host."""
+    rows = list(range(len(row_hosts)))
+    if len(rows) <= MAX_ROW_LABELS:
+        return rows
+    if several:
+        rows = [i for i in rows if i == 0 or row_hosts[i] != row_hosts[i - 1]]
+        if len(rows) <= MAX_ROW_LABELS:
+            return rows
+    return rows[:: -(-len(rows) // MAX_ROW_LABELS)]

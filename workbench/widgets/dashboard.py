@@ -32,6 +32,7 @@ from workbench.figures import (
     counter_figure,
     memory_figure,
     phase_order,
+    rank_time_figure,
     timeline_figure,
 )
 from workbench.figures.timeline import DEFAULT_MAX_SPANS
@@ -63,6 +64,10 @@ WINDOWS: tuple[tuple[str, float], ...] = (
     ("full", 0.0),
 )
 TAB_TIMELINE, TAB_BREAKDOWN, TAB_MEMORY, TAB_COUNTERS = 0, 1, 2, 3
+#: Up to this many ranks the timeline shows every rank; above, a rank × time heatmap of all ranks
+#: sits above it and the timeline shows ``SLOWEST_RANKS`` ranks: the slowest, or those you select.
+TIMELINE_MAX_RANKS = 64
+SLOWEST_RANKS = 16
 #: What the memory tab says until the first sample arrives: an empty box reads as a broken tab.
 NO_MEMORY = (
     "no memory samples yet: the ranks record them with Recorder(memory_interval_s=...) or "
@@ -77,6 +82,27 @@ class Source(Protocol):
 
 
 Analyse = Callable[[pd.DataFrame], pd.DataFrame]
+
+
+class Grid(Protocol):
+    """A rank × time accumulator (``analysis.activity.RankTimeGrid``): fed every poll, read to draw."""
+
+    hosts: dict[int, str]
+
+    def add(self, events: pd.DataFrame | None) -> None: ...
+
+    def share(self, value: str = ...) -> pd.DataFrame: ...
+
+    def values(self) -> list[str]: ...
+
+
+def default_activity() -> tuple[Any, str]:
+    """``workbench.analysis.activity`` (the rank × time grid, the slowest ranks and hosts) if importable,
+    else (None, why not): without it the dashboard still draws the timeline of every rank."""
+    try:
+        return importlib.import_module("workbench.analysis.activity"), ""
+    except Exception as exc:
+        return None, f"{type(exc).__name__}: {exc}"
 
 
 def default_analyse() -> tuple[Analyse | None, str]:
@@ -155,6 +181,8 @@ class Dashboard:
         max_spans: int | None = LIVE_MAX_SPANS,
         run_id: str | None = None,
         clock: Callable[[], float] = time.monotonic,
+        timeline_max_ranks: int = TIMELINE_MAX_RANKS,
+        slowest_ranks: int = SLOWEST_RANKS,
     ) -> None:
         self.source = source
         self.analyse_memory = analyse_memory
@@ -173,6 +201,13 @@ class Dashboard:
             self.analyse, self._analyse_missing = default_analyse()
         else:
             self.analyse, self._analyse_missing = analyse, ""
+        self.timeline_max_ranks = timeline_max_ranks
+        self.slowest_ranks = slowest_ranks
+        self._activity, self._grid_missing = default_activity()
+        #: rank × time seconds per phase of every rank (None: analysis.activity unavailable)
+        self.grid: Grid | None = self._activity.RankTimeGrid() if self._activity is not None else None
+        #: the timeline's ranks follow the slowest until the user picks ranks
+        self._auto_ranks = True
         #: One dict per update: poll_s, redraw_s, new_events, drawn_spans.
         self.timings: deque[dict[str, float]] = deque(maxlen=10_000)
         self.error: str = ""
@@ -226,6 +261,11 @@ class Dashboard:
         )
         self.stacks_view = w.HTML()
         self.timeline = figure_widget()
+        self.heatmap_note = w.HTML()
+        self.heatmap_value = w.Dropdown(options=["waiting"], value="waiting", description="colour by")
+        # the rank × time heatmap: made when a run has more ranks than the timeline shows
+        self._heatmap: go.FigureWidget | None = None
+        self._heatmap_box = w.VBox([])
         self.breakdown_note = w.HTML()
         # plotly's widget bundle (~5 MB) goes to the browser once per kernel (figure_widget); the other
         # tabs' figures are still made when first shown, so a dashboard opens with one figure to draw.
@@ -235,7 +275,8 @@ class Dashboard:
         self._memory_box = w.VBox([w.HTML(html.escape(NO_MEMORY))])
         self._counters_figure: go.FigureWidget | None = None
         self._counters_box = w.VBox([w.HTML(html.escape("no counters recorded yet (Recorder.counter)"))])
-        self.tabs = w.Tab(children=[self.timeline, self._breakdown_box, self._memory_box, self._counters_box])
+        timeline_tab = w.VBox([self._heatmap_box, self.timeline])
+        self.tabs = w.Tab(children=[timeline_tab, self._breakdown_box, self._memory_box, self._counters_box])
         self.tabs.titles = ("timeline", "breakdown", "memory", "counters")
         buttons = w.VBox([self.stop_button, self.stacks_button])
         controls = w.HBox([self.rank_select, w.VBox([self.window_slider, self.phase_box]), buttons])
@@ -244,6 +285,7 @@ class Dashboard:
 
         self.rank_select.observe(self._guarded(self._on_ranks), names="value")
         self.window_slider.observe(self._guarded(self._on_window), names="value")
+        self.heatmap_value.observe(self._guarded(self._on_heatmap_value), names="value")
         self.tabs.observe(self._guarded(self._on_tab), names="selected_index")
         self.stop_button.on_click(lambda _button: self.stop())
         self.stacks_button.on_click(lambda _button: self.show_stacks())
@@ -256,6 +298,14 @@ class Dashboard:
             self._breakdown = figure_widget()
             self._breakdown_box.children = (self.breakdown_note, self._breakdown)
         return self._breakdown
+
+    @property
+    def heatmap(self) -> go.FigureWidget:
+        """The rank × time heatmap above the timeline, created when first needed; a click on a row adds its rank."""
+        if self._heatmap is None:
+            self._heatmap = figure_widget()
+            self._heatmap_box.children = (w.HBox([self.heatmap_value, self.heatmap_note]), self._heatmap)
+        return self._heatmap
 
     @property
     def memory(self) -> go.FigureWidget:
@@ -288,7 +338,30 @@ class Dashboard:
     def _on_ranks(self, change: dict) -> None:
         if self._drawing:
             return
+        self._auto_ranks = False
         self._hidden_ranks = set(self.rank_select.options) - set(change["new"])
+        self._redraw(force=True)
+
+    def _on_heatmap_value(self, _change: dict) -> None:
+        if not self._drawing:
+            self._stale_tabs.add(TAB_TIMELINE)
+            self._redraw()
+
+    def _on_heatmap_click(self, _trace: Any, points: Any, _state: Any) -> None:
+        """A click on a heatmap cell adds that row's rank to the timeline (and stops following the slowest)."""
+        rows = (self._heatmap.layout.meta or {}).get("rows", []) if self._heatmap is not None else []
+        picked = {int(rows[index[0] if isinstance(index, list | tuple) else index]) for index in points.point_inds}
+        picked = {rank for rank in picked if rank in self._last_seen}
+        if not picked:
+            return
+        shown = set(self._visible_ranks())
+        self._auto_ranks = False
+        self._hidden_ranks -= picked
+        self._drawing = True
+        try:
+            self.rank_select.value = sorted(shown | picked)
+        finally:
+            self._drawing = False
         self._redraw(force=True)
 
     def _on_window(self, _change: dict) -> None:
@@ -369,6 +442,8 @@ class Dashboard:
         now = self.clock()
         n_new = 0 if events is None else len(events)
         if n_new:
+            if self.grid is not None:
+                self.grid.add(events)
             self._event_chunks.append(events)
             self._events = None
             self._n_events += n_new
@@ -413,6 +488,7 @@ class Dashboard:
             if list(self.rank_select.options) != ranks:
                 self.rank_select.options = ranks
                 self.rank_select.value = [r for r in ranks if r not in self._hidden_ranks]
+                self.rank_select.rows = 4 if len(ranks) <= self.timeline_max_ranks else 8
             added = [p for p in new_phases if p not in self._phases]
             if added:
                 self._phases = phase_order([*self._phases, *added])
@@ -487,10 +563,71 @@ class Dashboard:
         if events is None:
             return None
         if self._hidden_ranks:
+            shown = self._visible_ranks()
+            if len(shown) < len(self._hidden_ranks):
+                return events[events["rank"].isin(shown)]
             events = events[~events["rank"].isin(self._hidden_ranks)]
         return events
 
+    @property
+    def many_ranks(self) -> bool:
+        """More ranks than the timeline shows: the heatmap shows them all, the timeline a selection."""
+        return len(self._last_seen) > self.timeline_max_ranks
+
+    def _follow_slowest(self, slowest: list[int]) -> None:
+        """Show the slowest ranks on the timeline until the user picks ranks themselves."""
+        if not self._auto_ranks or not slowest or slowest == self._visible_ranks():
+            return
+        self._hidden_ranks = set(self._last_seen) - set(slowest)
+        self._drawing = True
+        try:
+            self.rank_select.value = slowest
+        finally:
+            self._drawing = False
+
+    def _draw_heatmap(self) -> None:
+        """Every rank's share of each time bin (waiting by default), the slowest ranks and host marked."""
+        if self.grid is None or self._activity is None:
+            self.heatmap_note.value = html.escape(f"rank × time heatmap unavailable ({self._grid_missing})")
+            return
+        heatmap = self.heatmap
+        values = self.grid.values()
+        if list(self.heatmap_value.options) != values:
+            self._drawing = True
+            try:
+                current = self.heatmap_value.value
+                self.heatmap_value.options = values
+                self.heatmap_value.value = current if current in values else values[0]
+            finally:
+                self._drawing = False
+        activity = self._activity.rank_activity(self.grid, slowest=self.slowest_ranks, hosts=self._hosts)
+        marked = sorted(int(r) for r in activity.loc[activity["slowest"], "rank"])
+        self._follow_slowest(marked)
+        hosts = {**self.grid.hosts, **self._hosts}
+        by_host = self._activity.host_activity(activity)
+        marked_host = str(by_host["host"].iloc[0]) if len(by_host) else None
+        fig = rank_time_figure(
+            self.grid.share(self.heatmap_value.value),
+            value=self.heatmap_value.value,
+            hosts=hosts,
+            marked=marked,
+            marked_host=marked_host,
+            work_share=dict(zip(activity["rank"], activity["work_share"], strict=True)),
+        )
+        first = not heatmap.data
+        self._sync(heatmap, fig)
+        if first and heatmap.data:
+            heatmap.data[0].on_click(self._guarded(self._on_heatmap_click))
+        shown = self._visible_ranks()
+        chosen = "the slowest" if self._auto_ranks else "your selection:"
+        self.heatmap_note.value = html.escape(
+            f"{len(self._last_seen)} ranks · {self._activity.describe_slowest(activity)} · the timeline below"
+            f" shows {len(shown)}, {chosen} {rank_list(shown)} (pick in 'ranks' or click a row)"
+        )
+
     def _draw_timeline(self) -> None:
+        if self.many_ranks:
+            self._draw_heatmap()
         events = self._filtered_events()
         if events is None:
             return
