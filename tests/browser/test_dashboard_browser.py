@@ -25,6 +25,12 @@ It also measures, in that browser (written to ``artifacts/browser/measurements.j
 * **64 ranks live**: a third dashboard follows a synthetic 64-rank job (``workbench.bench.live``, 10 s
   at a real job's rate); every checkpoint marker must reach the screen, latency as above, and all 64
   rows are drawn (screenshot ``dashboard-64.png``).
+* **1 024 ranks live**: a fourth follows a synthetic 1 024-rank job on 128 hosts of 8 (20 s, 0.5 s
+  steps, each rank flushing every 2 s as recorders do at that size, node37's ranks 25 % slower). The
+  browser must show the rank × time heatmap with all 1 024 rows, node37 framed as the slowest host and
+  its 8 ranks among the 16 on the timeline (screenshot ``dashboard-1024.png``). Refresh → screen: from
+  the start of each refresh that brought events (kernel wall clock) to the heatmap's next
+  ``plotly_afterplot`` in the browser (same host, same clock): poll + redraw + message + paint.
 """
 
 from __future__ import annotations
@@ -66,7 +72,7 @@ FIRST_FIGURE_S = 3.0
 HERE = Path(__file__).resolve().parent
 NOTEBOOK = HERE / "dashboard_job.ipynb"
 #: Cells of dashboard_job.ipynb (0 is the markdown title).
-LIVE_CELL, WAIT_CELL, BIG_CELL, LIVE64_CELL, LIVE64_WAIT_CELL, LAST_CELL = 2, 3, 4, 5, 6, 7
+LIVE_CELL, WAIT_CELL, BIG_CELL, LIVE64_CELL, LIVE64_WAIT_CELL, LIVE1024_CELL, LAST_CELL = 2, 3, 4, 5, 6, 7, 9
 N_MARKERS = 8  # as in the notebook
 
 # Counts the live timeline's bars every 10 ms; remembers when the first bar appeared (firstBars) and
@@ -122,6 +128,36 @@ JS_HOOK_AFTERPLOT = """(cell) => {
   plot.on('plotly_afterplot', () => window.__afterplots.push(
     {t: Date.now(), bars: plot.querySelectorAll('g.trace.bars path').length}));
   return true;
+}"""
+
+# Hooks plotly_afterplot of every plot that appears in a cell (heatmap and timeline), with their times.
+JS_WATCH_PLOTS = r"""(cell) => {
+  const wb = window.__wb1024 = {plots: 0, afterplots: [], timer: 0};
+  wb.timer = setInterval(() => {
+    const c = document.querySelectorAll('.jp-Notebook .jp-Cell')[cell];
+    const plots = c ? [...c.querySelectorAll('.js-plotly-plot')] : [];
+    plots.forEach((plot, index) => {
+      if (plot.__wbHooked || !plot.on) return;
+      plot.__wbHooked = true;
+      wb.plots++;
+      plot.on('plotly_afterplot', () => wb.afterplots.push({t: Date.now(), index}));
+    });
+  }, 20);
+}"""
+
+# The 1 024-rank cell's plots: the heatmap's rows and trace types, the timeline's y tick labels.
+JS_HEATMAP_STATE = """(cell) => {
+  const c = document.querySelectorAll('.jp-Notebook .jp-Cell')[cell];
+  const plots = c ? [...c.querySelectorAll('.js-plotly-plot')] : [];
+  const heat = plots.find((p) => p.data && p.data.length && p.data[0].type === 'heatmap');
+  const timeline = plots.find((p) => p !== heat);
+  return {
+    plots: plots.length,
+    heatmap_rows: heat ? heat.data[0].z.length : 0,
+    heatmap_drawn: heat ? heat.querySelectorAll('.hm image, image').length : 0,
+    frame: heat ? [...heat.querySelectorAll('.annotation-text')].map((t) => t.textContent) : [],
+    timeline_ticks: timeline ? [...timeline.querySelectorAll('.ytick text')].map((t) => t.textContent) : [],
+  };
 }"""
 
 # The text of a cell's outputs (not its source).
@@ -283,6 +319,34 @@ def test_dashboard_in_jupyterlab(tmp_path: Path) -> None:
                 )
                 page.screenshot(path=str(ARTIFACTS / "dashboard-64.png"))
 
+                # 1 024 ranks on 128 hosts: the heatmap of all, the timeline of the slowest
+                page.evaluate(JS_WATCH_PLOTS, LIVE1024_CELL)
+                (root / "live1024.go").touch()
+                live1024_file = root / "live1024.json"
+                wait_for("the 1024-rank job to end (live1024.json)", live1024_file.exists, 180, 0.2)
+                watched1024 = page.evaluate("clearInterval(window.__wb1024.timer), window.__wb1024")
+                live1024 = json.loads(live1024_file.read_text())
+                assert live1024["error"] == "" and live1024["heatmap_rows"] == 1024, live1024
+                slow_host = set(range(37 * 8, 38 * 8))
+                assert slow_host <= set(live1024["timeline_ranks"]), live1024["timeline_ranks"]
+                assert live1024["marked_host"] == "slowest host node37", live1024["marked_host"]
+                state1024 = page.evaluate(JS_HEATMAP_STATE, LIVE1024_CELL)
+                assert state1024["heatmap_rows"] == 1024 and state1024["heatmap_drawn"] >= 1, state1024
+                assert "slowest host node37" in state1024["frame"], state1024
+                assert any("37" in tick for tick in state1024["timeline_ticks"]), state1024
+                heatmap_paints = [p["t"] for p in watched1024["afterplots"] if p["index"] == 0]
+                refresh_to_screen = [
+                    next(t for t in heatmap_paints if t >= r["started_ns"] / 1e6) - r["started_ns"] / 1e6
+                    for r in live1024["refreshes"]
+                    if any(t >= r["started_ns"] / 1e6 for t in heatmap_paints)
+                ]
+                assert refresh_to_screen and all(0 < v < LIVE_CEILING_MS for v in refresh_to_screen), refresh_to_screen
+                page.locator(".jp-Notebook .jp-Cell").nth(LIVE1024_CELL).locator(".jp-OutputArea").evaluate(
+                    "(area) => area.scrollIntoView({block: 'start'})"
+                )
+                page.screenshot(path=str(ARTIFACTS / "dashboard-1024.png"))
+                kernel1024 = [r["poll_s"] + r["redraw_s"] for r in live1024["refreshes"]]
+
                 wait_for(
                     "the last cell (cluster stopped)",
                     lambda: "the end: cluster stopped" in page.evaluate(JS_OUTPUT_TEXT, LAST_CELL),
@@ -351,6 +415,21 @@ def test_dashboard_in_jupyterlab(tmp_path: Path) -> None:
                 "event_to_screen_max_ms": round(max(latencies64), 1),
                 "kernel_refresh_median_s": round(live64["refresh_median_s"], 3),
                 "kernel_refresh_max_s": round(live64["refresh_max_s"], 3),
+            },
+            "live_1024_ranks": {
+                "definition": (
+                    "a synthetic 1024-rank job on 128 hosts (workbench.bench.live: 0.5 s steps, flush every 2 s,"
+                    " 2 writer processes, node37 25 % slower) for 20 s, a dashboard (refresh 1 s) drawing the rank x"
+                    " time heatmap and the 16 slowest ranks' timeline: refresh -> screen is from the start of a"
+                    " refresh that brought events to the heatmap's next plotly_afterplot in the browser"
+                ),
+                "events": live1024["events"],
+                "refreshes": len(live1024["refreshes"]),
+                "kernel_refresh_median_s": round(statistics.median(kernel1024), 3),
+                "kernel_refresh_max_s": round(max(kernel1024), 3),
+                "refresh_to_screen_median_ms": round(statistics.median(refresh_to_screen), 1),
+                "refresh_to_screen_max_ms": round(max(refresh_to_screen), 1),
+                "timeline_ranks": live1024["timeline_ranks"],
             },
             "first_event_to_first_bars_s": round((watched["firstBars"] - first_end_ms) / 1e3, 2),
             "run_all_to_first_bars_s": round(first_bars - run_all_at, 1),

@@ -139,6 +139,23 @@ def test_analyse_html_writes_the_report(tmp_path, capsys):
     assert "sharing evaluation over all ranks" in html
 
 
+def test_analyse_html_of_many_ranks_draws_the_heatmap_and_the_slowest_ranks_timeline(tmp_path, capsys):
+    """80 ranks, ranks 7 and 70 computing 0.9 of each 1 s step, the others 0.5 and then waiting."""
+    rows = []
+    for step in range(3):
+        for rank in range(80):
+            busy = 0.9 if rank in (7, 70) else 0.5
+            rows.append(span(rank, "compute", step, step + busy, "train_step"))
+            rows.append(span(rank, "communication", step + busy, step + 1.0, "allreduce"))
+    path = record(tmp_path, "big", rows, ranks=80)
+    report = tmp_path / "analysis.html"
+    assert main(["analyse", str(path), "--html", str(report)]) == 0
+    html = report.read_text()
+    assert "<h2>Waiting share per rank over time (80 ranks; the 16 slowest marked)</h2>" in html
+    assert "<h2>Timeline of the 16 slowest ranks (those that wait least)</h2>" in html
+    assert "<h2>Timeline</h2>" not in html
+
+
 def test_analyse_a_run_that_recorded_nothing(tmp_path, capsys):
     path = record(tmp_path, "empty", [], ranks=1)
     assert main(["analyse", str(path)]) == 0

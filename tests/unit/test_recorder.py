@@ -5,7 +5,7 @@ import time
 import pytest
 
 from workbench.events import UnknownPhaseError
-from workbench.recorder import Recorder, detect_rank
+from workbench.recorder import Recorder, default_flush_interval, detect_rank
 from workbench.store import Run, create_run
 
 
@@ -154,3 +154,12 @@ def test_profile_names_a_missing_script(tmp_path):
     with pytest.raises(ValueError, match="no command to profile"):
         profile_command([], ranks=2, out=tmp_path)
     assert not any(tmp_path.iterdir())  # nothing was created for a command that cannot run
+
+
+def test_a_large_jobs_ranks_flush_less_often_so_a_live_view_reads_512_files_a_second(tmp_path):
+    assert [default_flush_interval(n) for n in (1, 64, 256, 512, 1024)] == [0.5, 0.5, 0.5, 1.0, 2.0]
+    assert default_flush_interval(None) == 0.5 and default_flush_interval(True) == 0.5
+    with Recorder(create_run(tmp_path, "big", ranks=1024), rank=3, heartbeat_interval_s=None) as rec:
+        assert rec.flush_interval_s == 2.0
+    with Recorder(create_run(tmp_path, "mine", ranks=1024), rank=3, flush_interval_s=0.1) as rec:
+        assert rec.flush_interval_s == 0.1  # the user's own setting wins

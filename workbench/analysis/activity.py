@@ -35,6 +35,8 @@ WAITING = "waiting"
 #: The bins a grid starts with (seconds) and the most it keeps before doubling their width.
 DEFAULT_BIN_S = 0.1
 DEFAULT_MAX_BINS = 240
+#: How many of the slowest ranks are marked and given to the timeline.
+DEFAULT_SLOWEST = 16
 #: ``rank_activity``'s columns.
 ACTIVITY_COLUMNS: tuple[str, ...] = ("rank", "host", "known_s", "waiting_s", "work_s", "work_share", "slowest")
 
@@ -293,7 +295,11 @@ def _long(values: np.ndarray, ranks: list[int], starts: np.ndarray, phase: str) 
 
 
 def rank_activity(
-    grid: RankTimeGrid, *, slowest: int = 16, window_bins: int | None = None, hosts: Mapping[int, str] | None = None
+    grid: RankTimeGrid,
+    *,
+    slowest: int = DEFAULT_SLOWEST,
+    window_bins: int | None = None,
+    hosts: Mapping[int, str] | None = None,
 ) -> pd.DataFrame:
     """Per rank: known, waiting and working seconds, and whether it is among the ``slowest``.
 

@@ -288,7 +288,7 @@ def run(
         total = [t["poll_s"] + t["redraw_s"] for t in busy]
         slow = (
             set(range(slow_host * ranks_per_host, (slow_host + 1) * ranks_per_host))
-            if slow_host and ranks_per_host
+            if slow_host is not None and ranks_per_host
             else set()
         )
         return {

@@ -33,6 +33,9 @@ from workbench.figures.style import colours_for, phase_order
 
 #: Bars drawn at most per window before neighbouring same-phase spans are merged.
 DEFAULT_MAX_SPANS = 5_000
+#: Rows a timeline shows readably: past this many ranks the dashboard and the report draw the rank × time
+#: heatmap of every rank (``figures.rank_time_figure``) and the timeline of the slowest only.
+MAX_TIMELINE_RANKS = 64
 #: Horizontal resolution assumed for the merge: gaps narrower than window/width_px are not visible.
 DEFAULT_WIDTH_PX = 1_600
 

@@ -35,7 +35,7 @@ from workbench.figures import (
     rank_time_figure,
     timeline_figure,
 )
-from workbench.figures.timeline import DEFAULT_MAX_SPANS
+from workbench.figures.timeline import DEFAULT_MAX_SPANS, MAX_TIMELINE_RANKS
 from workbench.widgets.figure import figure_widget, preload
 
 log = logging.getLogger(__name__)
@@ -66,7 +66,7 @@ WINDOWS: tuple[tuple[str, float], ...] = (
 TAB_TIMELINE, TAB_BREAKDOWN, TAB_MEMORY, TAB_COUNTERS = 0, 1, 2, 3
 #: Up to this many ranks the timeline shows every rank; above, a rank × time heatmap of all ranks
 #: sits above it and the timeline shows ``SLOWEST_RANKS`` ranks: the slowest, or those you select.
-TIMELINE_MAX_RANKS = 64
+TIMELINE_MAX_RANKS = MAX_TIMELINE_RANKS
 SLOWEST_RANKS = 16
 #: What the memory tab says until the first sample arrives: an empty box reads as a broken tab.
 NO_MEMORY = (
@@ -208,7 +208,7 @@ class Dashboard:
         self.grid: Grid | None = self._activity.RankTimeGrid() if self._activity is not None else None
         #: the timeline's ranks follow the slowest until the user picks ranks
         self._auto_ranks = True
-        #: One dict per update: poll_s, redraw_s, new_events, drawn_spans.
+        #: One dict per update: started_ns (wall clock), poll_s, redraw_s, new_events, drawn_spans.
         self.timings: deque[dict[str, float]] = deque(maxlen=10_000)
         self.error: str = ""
         self.last_exception: BaseException | None = None
@@ -407,6 +407,7 @@ class Dashboard:
             return  # an update is already running (timer thread and a manual call)
         try:
             started = time.perf_counter()
+            started_ns = time.time_ns()
             new_events = 0
             try:
                 events, memory = self.source.poll()
@@ -428,6 +429,7 @@ class Dashboard:
                 self._fail("redraw", exc)
             self.timings.append(
                 {
+                    "started_ns": float(started_ns),
                     "poll_s": poll_s,
                     "redraw_s": time.perf_counter() - drawn,
                     "new_events": float(new_events),
