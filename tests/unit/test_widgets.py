@@ -456,15 +456,15 @@ def test_past_the_timeline_limit_a_heatmap_shows_every_rank_and_the_timeline_the
     dash.update()
     assert dash.error == "" and dash.many_ranks
     heat = dash.heatmap.data[0]
-    assert heat.z.shape[0] == 80 and dash.heatmap.layout.meta["rows"][:2] == [0, 1]
+    assert len(set(heat.y)) == 80 and dash.heatmap.layout.meta["rank_order"]
     assert list(dash.rank_select.value) == [5, 41, 77] and dash._visible_ranks() == [5, 41, 77]
     drawn = {int(r) for trace in dash.timeline.data if trace.y is not None for r in trace.y}
     assert drawn == {5, 41, 77}  # the timeline holds the slowest ranks only
     assert "slowest (waits least): rank 5 (node0) 90%" in dash.heatmap_note.value
     assert list(dash.heatmap_value.options)[:2] == ["waiting", "compute"]
 
-    clicked = SimpleNamespace(point_inds=[[2, 0]])  # what plotly hands a click callback: (row, column) cells
-    dash._on_heatmap_click(heat, clicked, None)  # row 2 is rank 2: added, the slowest no longer followed
+    clicked = SimpleNamespace(ys=[2.0], point_inds=[[2, 0]])  # what plotly hands a click callback
+    dash._on_heatmap_click(heat, clicked, None)  # rank 2: added, the slowest no longer followed
     assert dash._visible_ranks() == [2, 5, 41, 77] and not dash._auto_ranks
     dash.update()
     assert dash._visible_ranks() == [2, 5, 41, 77]

@@ -34,7 +34,7 @@ WAITING_PHASES: tuple[str, ...] = (ev.COMMUNICATION, ev.COMMUNICATION_WAIT, ev.I
 WAITING = "waiting"
 #: The bins a grid starts with (seconds) and the most it keeps before doubling their width.
 DEFAULT_BIN_S = 0.1
-DEFAULT_MAX_BINS = 240
+DEFAULT_MAX_BINS = 160
 #: How many of the slowest ranks are marked and given to the timeline.
 DEFAULT_SLOWEST = 16
 #: ``rank_activity``'s columns.

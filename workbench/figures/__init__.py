@@ -10,7 +10,7 @@ from __future__ import annotations
 from workbench.figures.breakdown import breakdown_figure
 from workbench.figures.compare import comparison_figure
 from workbench.figures.counters import counter_figure
-from workbench.figures.heatmap import heatmap_figure, rank_time_figure
+from workbench.figures.heatmap import heatmap_figure, rank_rows, rank_time_figure
 from workbench.figures.input import interval_figure
 from workbench.figures.memory import memory_figure
 from workbench.figures.pop_table import POP_COLOURS, pop_colour, pop_table_figure
@@ -39,6 +39,7 @@ __all__ = [
     "pop_table_figure",
     "projection_figure",
     "ps_load_figure",
+    "rank_rows",
     "rank_time_figure",
     "rate_vs_time_figure",
     "scaling_figure",

@@ -88,6 +88,15 @@ MAX_ROW_LABELS = 64
 MARK_COLOUR = "#000000"
 
 
+def rank_rows(ranks: Sequence[int], hosts: Mapping[int, str] | None = None) -> list[int]:
+    """The ranks in the heatmap's order, top down: grouped by host (natural order) on several hosts, else by number."""
+    hosts = hosts or {}
+    ranks = sorted(int(r) for r in ranks)
+    if host_count({r: hosts.get(r, "") for r in ranks}) > 1:
+        return sorted(ranks, key=lambda rank: (*host_sort_key(hosts.get(rank, "")), rank))
+    return ranks
+
+
 def rank_time_figure(
     share: pd.DataFrame,
     *,
@@ -101,71 +110,77 @@ def rank_time_figure(
 ) -> go.Figure:
     """Rank × time heatmap of ``share`` (``RankTimeGrid.share``: index rank, columns bin starts in s, 0..1).
 
-    Rows are ranks grouped by host (natural order), with a line between hosts; ``marked`` ranks get a
-    black triangle at the right edge (hover: their ``work_share``) and ``marked_host``'s rows a frame.
-    Up to ``MAX_ROW_LABELS`` rows each rank is labelled; above, each host (or every k-th rank). Cells
-    a rank has not reached yet are blank (NaN). Rows are numbered top down and every array is numpy
-    (1 024 ranks × 240 bins go to the browser as binary buffers, not lists); ``layout.meta["rows"]``
-    lists the rows' ranks, and the hover names each cell's rank.
+    Rows are ranks in ``rank_rows`` order (grouped by host), with a line between hosts; ``marked`` ranks get
+    a black triangle at the right edge (hover: their ``work_share``) and ``marked_host``'s rows a frame.
+    Up to ``MAX_ROW_LABELS`` rows each rank is labelled; above, each host (or every k-th rank). Cells a
+    rank has not reached yet are blank (NaN).
+
+    The cells go as three 1-D float32 columns (x, y, z), which plotly's widget sends as binary buffers:
+    a 2-D z goes as nested lists, 250 000 numbers that ipywidgets walked for 0.2 s of every refresh at
+    1 024 ranks. A row's y is its rank when the rows are in rank order (hover: "rank 17"), else its
+    position top down (``layout.meta["rank_order"]`` says which).
     """
     hosts = hosts or {}
-    ranks = [int(r) for r in share.index]
+    ranks = rank_rows(list(share.index), hosts)
     several = host_count({r: hosts.get(r, "") for r in ranks}) > 1
-    if several:
-        ranks = sorted(ranks, key=lambda rank: (*host_sort_key(hosts.get(rank, "")), rank))
     row_hosts = [hosts.get(r, "") or UNKNOWN_HOST_LABEL for r in ranks]
     labels = [f"{host} · {r}" if several else str(r) for r, host in zip(ranks, row_hosts, strict=True)]
+    in_rank_order = ranks == sorted(ranks)
+    position = {rank: (rank if in_rank_order else index) for index, rank in enumerate(ranks)}
     starts = np.asarray(share.columns, dtype=float)
     width = float(starts[1] - starts[0]) if len(starts) > 1 else 1.0
     right = float(starts[-1] + width) if len(starts) else 1.0
-    z = np.round(share.loc[ranks].to_numpy(dtype=np.float32), 3) if ranks else np.zeros((0, 0), np.float32)
-    rows = np.arange(len(ranks))
+    z = share.loc[ranks].to_numpy(dtype=np.float32) if ranks else np.zeros((0, 0), np.float32)
+    ys = np.asarray([position[r] for r in ranks], dtype=np.float32)
     fig = go.Figure(
         go.Heatmap(
-            x=starts + width / 2,
-            y=rows,
-            z=z,
+            x=np.tile((starts + width / 2).astype(np.float32), len(ranks)),
+            y=np.repeat(ys, len(starts)),
+            z=np.round(z, 3).ravel(),
             zmin=0.0,
             zmax=1.0,
-            customdata=np.broadcast_to(np.asarray(ranks, dtype=np.int32)[:, None], z.shape).copy(),
             colorscale="Reds" if value == "waiting" else "Blues",
             colorbar={"title": {"text": f"{value} share"}, "tickformat": ".0%", "len": 0.8},
-            hovertemplate=f"rank %{{customdata}}<br>%{{x:.1f}} s<br>{value} %{{z:.0%}}<extra></extra>",
+            hovertemplate=f"{'rank' if in_rank_order else 'row'} %{{y}}<br>%{{x:.1f}} s<br>{value} %{{z:.0%}}"
+            "<extra></extra>",
             name=value,
         )
     )
-    row_of = {rank: index for index, rank in enumerate(ranks)}
-    shown = [r for r in marked if r in row_of]
+    shown = [r for r in marked if r in position]
     fig.add_scatter(
-        x=np.full(len(shown), right),
-        y=np.asarray([row_of[r] for r in shown], dtype=float),
+        x=np.full(len(shown), right, dtype=np.float32),
+        y=np.asarray([position[r] for r in shown], dtype=np.float32),
         mode="markers",
         marker={"symbol": "triangle-left", "size": 9, "color": MARK_COLOUR},
         name="slowest ranks",
-        customdata=[[labels[row_of[r]], (work_share or {}).get(r, float("nan"))] for r in shown],
+        customdata=[[labels[ranks.index(r)], (work_share or {}).get(r, float("nan"))] for r in shown],
         hovertemplate="%{customdata[0]}: %{customdata[1]:.0%} of its time in own work (waits least)<extra></extra>",
         showlegend=bool(shown),
     )
     # one trace for all the lines between hosts: 128 hosts as shapes took plotly 0.3 s to validate
-    between = [index - 0.5 for index in range(1, len(ranks)) if row_hosts[index] != row_hosts[index - 1]]
+    between = [
+        (position[ranks[index - 1]] + position[ranks[index]]) / 2
+        for index in range(1, len(ranks))
+        if row_hosts[index] != row_hosts[index - 1]
+    ]
     fig.add_scatter(
-        x=np.tile([0.0, right, np.nan], len(between)) if between else np.zeros(0),
-        y=np.repeat(between, 3) if between else np.zeros(0),
+        x=np.tile(np.asarray([0.0, right, np.nan], dtype=np.float32), len(between)),
+        y=np.repeat(np.asarray(between, dtype=np.float32), 3),
         mode="lines",
         line={"width": 1, "color": "rgba(0, 0, 0, 0.35)"},
         hoverinfo="skip",
         showlegend=False,
         name="hosts",
     )
-    marked_rows = [row_of[r] for r in ranks if several and marked_host is not None and hosts.get(r, "") == marked_host]
-    if marked_rows:
+    framed = [position[r] for r in ranks if several and marked_host is not None and hosts.get(r, "") == marked_host]
+    if framed:
         fig.add_shape(
             type="rect",
             xref="paper",
             x0=0,
             x1=1,
-            y0=min(marked_rows) - 0.5,
-            y1=max(marked_rows) + 0.5,
+            y0=min(framed) - 0.5,
+            y1=max(framed) + 0.5,
             line={"width": 2, "color": MARK_COLOUR},
             fillcolor="rgba(0, 0, 0, 0)",
         )
@@ -174,18 +189,19 @@ def rank_time_figure(
             xref="paper",
             x=0,
             xanchor="left",
-            y=min(marked_rows) - 0.5,
+            y=min(framed) - 0.5,
             yanchor="bottom",
             showarrow=False,
             font={"size": 11, "color": MARK_COLOUR},
             bgcolor="rgba(255, 255, 255, 0.7)",
         )
     ticks = _row_ticks(row_hosts, several)
+    top, bottom = (min(ys) - 0.5, max(ys) + 0.5) if len(ys) else (-0.5, 0.5)
     fig.update_yaxes(
         title="host · rank" if several else "rank",
-        tickvals=ticks,
+        tickvals=[float(ys[t]) for t in ticks],
         ticktext=[row_hosts[t] if several and len(ranks) > MAX_ROW_LABELS else labels[t] for t in ticks],
-        range=[len(ranks) - 0.5, -0.5],
+        range=[float(bottom), float(top)],
         zeroline=False,
         showgrid=False,
     )
@@ -196,7 +212,7 @@ def rank_time_figure(
         margin={"l": 110 if several else 60, "r": 20, "t": 60 if title else 30, "b": 50},
         legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
         uirevision="ranks-time",
-        meta={"rows": ranks, "value": value, "bin_s": width},
+        meta={"value": value, "bin_s": width, "rank_order": in_rank_order},
     )
     return fig
 

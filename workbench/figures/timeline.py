@@ -19,6 +19,7 @@ gaps; WebGL, for very many spans, hover only at the segment ends).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 from collections.abc import Mapping
@@ -405,6 +406,7 @@ HOST_SEPARATOR_COLOUR = "rgba(0, 0, 0, 0.25)"
 UNKNOWN_HOST_LABEL = "?"
 
 
+@functools.lru_cache(maxsize=4096)
 def host_sort_key(host: str) -> tuple[int, tuple]:
     """Hosts in natural order (node2 before node10), unknown ones ("") last."""
     if not host:

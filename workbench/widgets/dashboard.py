@@ -32,6 +32,7 @@ from workbench.figures import (
     counter_figure,
     memory_figure,
     phase_order,
+    rank_rows,
     rank_time_figure,
     timeline_figure,
 )
@@ -64,6 +65,8 @@ WINDOWS: tuple[tuple[str, float], ...] = (
     ("full", 0.0),
 )
 TAB_TIMELINE, TAB_BREAKDOWN, TAB_MEMORY, TAB_COUNTERS = 0, 1, 2, 3
+#: Silent ranks named one by one in the status line; more are summed up in one message.
+MAX_STALE_NAMED = 3
 #: Up to this many ranks the timeline shows every rank; above, a rank × time heatmap of all ranks
 #: sits above it and the timeline shows ``SLOWEST_RANKS`` ranks: the slowest, or those you select.
 TIMELINE_MAX_RANKS = MAX_TIMELINE_RANKS
@@ -265,6 +268,8 @@ class Dashboard:
         self.heatmap_value = w.Dropdown(options=["waiting"], value="waiting", description="colour by")
         # the rank × time heatmap: made when a run has more ranks than the timeline shows
         self._heatmap: go.FigureWidget | None = None
+        #: the heatmap's ranks top down (``figures.rank_rows``): a click's row is one of them
+        self._heatmap_rows: list[int] = []
         self._heatmap_box = w.VBox([])
         self.breakdown_note = w.HTML()
         # plotly's widget bundle (~5 MB) goes to the browser once per kernel (figure_widget); the other
@@ -349,8 +354,13 @@ class Dashboard:
 
     def _on_heatmap_click(self, _trace: Any, points: Any, _state: Any) -> None:
         """A click on a heatmap cell adds that row's rank to the timeline (and stops following the slowest)."""
-        rows = (self._heatmap.layout.meta or {}).get("rows", []) if self._heatmap is not None else []
-        picked = {int(rows[index[0] if isinstance(index, list | tuple) else index]) for index in points.point_inds}
+        meta = (self._heatmap.layout.meta or {}) if self._heatmap is not None else {}
+        rows = self._heatmap_rows
+        picked = {
+            int(y) if meta.get("rank_order") else rows[int(y)]
+            for y in points.ys
+            if y is not None and (meta.get("rank_order") or 0 <= int(y) < len(rows))
+        }
         picked = {rank for rank in picked if rank in self._last_seen}
         if not picked:
             return
@@ -608,8 +618,10 @@ class Dashboard:
         hosts = {**self.grid.hosts, **self._hosts}
         by_host = self._activity.host_activity(activity)
         marked_host = str(by_host["host"].iloc[0]) if len(by_host) else None
+        share = self.grid.share(self.heatmap_value.value)
+        self._heatmap_rows = rank_rows(list(share.index), hosts)
         fig = rank_time_figure(
-            self.grid.share(self.heatmap_value.value),
+            share,
             value=self.heatmap_value.value,
             hosts=hosts,
             marked=marked,
@@ -727,15 +739,26 @@ class Dashboard:
         return " · ".join(parts)
 
     def stale_messages(self, now: float | None = None) -> list[str]:
-        """One message per rank silent for more than ``stale_s`` while another rank is not."""
+        """Ranks silent for more than ``stale_s`` while another rank is not: one message per rank, up to
+        ``MAX_STALE_NAMED``; more are one message (a large job's silent node is one line, not hundreds)."""
         now = self.clock() if now is None else now
         ages = {rank: now - seen for rank, seen in self._last_seen.items()}
         if not any(age <= self.stale_s for age in ages.values()):
             return []
+        stale = {rank: age for rank, age in sorted(ages.items()) if age > self.stale_s}
+        if len(stale) <= MAX_STALE_NAMED:
+            return [
+                f"{ranks_with_hosts([rank], self._hosts)} has sent nothing for {age:.0f} s"
+                for rank, age in stale.items()
+            ]
+        named = ranks_with_hosts(stale, self._hosts)
+        if len(named) > 120:
+            named = f"{len(stale)} ranks"
+        low, high = min(stale.values()), max(stale.values())
         return [
-            f"{ranks_with_hosts([rank], self._hosts)} has sent nothing for {age:.0f} s"
-            for rank, age in sorted(ages.items())
-            if age > self.stale_s
+            f"{named} have sent nothing for {low:.0f}–{high:.0f} s"
+            if high - low >= 1
+            else f"{named} have sent nothing for {low:.0f} s"
         ]
 
     def show_stacks(self) -> dict[int, str]:
@@ -761,7 +784,7 @@ class Dashboard:
 
     def _show_status(self) -> None:
         text = self.status_text()
-        stalled = "has sent nothing" in text or text.startswith("STALL")
+        stalled = "sent nothing for" in text or text.startswith("STALL")
         if self.on_stacks is not None:
             self.stacks_button.button_style = "warning" if stalled else ""
         colour = "#b00020" if self.error or text.startswith("FAILED") else ("#a05a00" if stalled else "inherit")
