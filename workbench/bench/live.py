@@ -297,6 +297,8 @@ def run(
             "step_s": step_s,
             "flush_s": flush_s,
             "feed_processes": processes,
+            "ranks_per_host": ranks_per_host,
+            "slow_host": slow_host,
             "heatmap": dashboard._heatmap is not None,
             "timeline_ranks": dashboard._visible_ranks(),
             "slow_host_ranks_on_timeline": len(slow & set(dashboard._visible_ranks())) if slow else None,
