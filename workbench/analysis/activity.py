@@ -32,8 +32,10 @@ from workbench.events import NS_PER_S, phase_order
 WAITING_PHASES: tuple[str, ...] = (ev.COMMUNICATION, ev.COMMUNICATION_WAIT, ev.IDLE)
 #: The value that colours the grid by waiting time rather than by one phase.
 WAITING = "waiting"
-#: The bins a grid starts with (seconds) and the most it keeps before doubling their width.
-DEFAULT_BIN_S = 0.1
+#: The bins a grid starts with (seconds) and the most it keeps before doubling their width. Half a second
+#: holds a step or a few: narrower, every bin of a synchronous job is all waiting or all work, and the
+#: stripes hide which ranks wait least.
+DEFAULT_BIN_S = 0.5
 DEFAULT_MAX_BINS = 160
 #: How many of the slowest ranks are marked and given to the timeline.
 DEFAULT_SLOWEST = 16
