@@ -9,8 +9,9 @@ def test_the_same_step_takes_the_same_time_on_1_2_and_4_nodes(restored):
     """Rounds of 1, 2 and 4 busy nodes, interleaved so the machine's own drift falls on every count alike.
 
     Each node gets 0.25 of a core, so the 4 nodes hold one of the 2 cores and a busy neighbour
-    process does not take their time. Bound: 15 %. Measured: 1.4 % quiet, 10.5 % with one core kept
-    busy by another process (an idle vCPU wakes slowly; the login node's work lands on either core).
+    process does not take their time. Bound: 15 % between the fastest rounds of each count (nodes that
+    shared a core would be 2-4x apart). Measured: 1.4 % quiet, 10.5 % with one core kept busy by another
+    process (an idle vCPU wakes slowly; the login node's work lands on either core).
     """
     mini = restored
     for node in mini.node_names:  # 4 x 0.25 = one of the 2 cores: room left for the login node and a busy neighbour
@@ -23,8 +24,10 @@ def test_the_same_step_takes_the_same_time_on_1_2_and_4_nodes(restored):
             for busy in (1, 2, 4):
                 per_rank = client[list(range(busy))].apply_sync(mean_step_s, 2.0)
                 rounds[busy].append(sum(per_rank) / len(per_rank))
-    means = {busy: sorted(values)[len(values) // 2] for busy, values in rounds.items()}
+    # the fastest round of each count, as timings are compared: noise only ever adds (one round of
+    # 49 ms among 42-46 ms ones made the slower of two rounds 15.8 % apart, the faster 4.9 %)
+    means = {busy: min(values) for busy, values in rounds.items()}
     spread = max(means.values()) / min(means.values()) - 1
     shown = {busy: [round(value * 1e3, 2) for value in values] for busy, values in rounds.items()}
-    print(f"\nmean step (ms) per round, by busy nodes: {shown}; spread of the medians {spread:.1%}")
+    print(f"\nmean step (ms) per round, by busy nodes: {shown}; spread of the fastest rounds {spread:.1%}")
     assert spread < 0.15

