@@ -19,6 +19,7 @@ double in width (pairs summed), so the grid stays the same size.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -64,7 +65,6 @@ class RankTimeGrid:
         self._first = np.zeros(0, dtype=np.int64)
         self._last = np.zeros(0, dtype=np.int64)
         self.hosts: dict[int, str] = {}
-        self.events = 0
 
     # ------------------------------------------------------------------ shape
     @property
@@ -136,7 +136,6 @@ class RankTimeGrid:
         spans = spans[(spans["end_ns"] > spans["start_ns"]).to_numpy()]
         if len(spans) == 0:
             return
-        self.events += len(spans)
         rank = spans["rank"].to_numpy().astype(np.int64)
         start = spans["start_ns"].to_numpy().astype(np.int64)
         end = spans["end_ns"].to_numpy().astype(np.int64)
@@ -330,9 +329,19 @@ def rank_activity(
             "work_share": share,
         }
     )
-    order = table.sort_values(["work_share", "rank"], ascending=[False, True], na_position="last")
-    table["slowest"] = table["rank"].isin(order["rank"].head(max(0, slowest)))
+    table["slowest"] = table["rank"].isin(slowest_ranks(table, slowest))
     return table
+
+
+def heatmap_marks(activity: pd.DataFrame) -> dict[str, Any]:
+    """What ``figures.rank_time_figure`` marks, from ``rank_activity``: the slowest ranks (in rank order),
+    the slowest host (None on one host) and every rank's work share."""
+    by_host = host_activity(activity)
+    return {
+        "marked": sorted(int(r) for r in activity.loc[activity["slowest"], "rank"]),
+        "marked_host": str(by_host["host"].iloc[0]) if len(by_host) else None,
+        "work_share": dict(zip(activity["rank"], activity["work_share"], strict=True)),
+    }
 
 
 def slowest_ranks(activity: pd.DataFrame, count: int) -> list[int]:

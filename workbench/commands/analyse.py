@@ -72,22 +72,16 @@ def write_analysis_report(path: str | Path, result: RunAnalysis, run: Run) -> Pa
 def _timeline_sections(run: Run, hosts: dict[int, str]) -> list[tuple[str, Any]]:
     """The timeline of every rank; past ``MAX_TIMELINE_RANKS``, the rank × time heatmap and the slowest's timeline."""
     from workbench import figures
-    from workbench.analysis.activity import DEFAULT_SLOWEST, host_activity, rank_activity, rank_time_grid
+    from workbench.analysis.activity import DEFAULT_SLOWEST, heatmap_marks, rank_activity, rank_time_grid
     from workbench.figures.timeline import MAX_TIMELINE_RANKS
 
     if len(run.ranks) <= MAX_TIMELINE_RANKS:
         return [("Timeline", figures.timeline_figure(run.events, ranks=run.ranks))]
     grid = rank_time_grid(run.events)
     activity = rank_activity(grid, slowest=DEFAULT_SLOWEST, hosts=hosts)
-    slowest = sorted(int(r) for r in activity.loc[activity["slowest"], "rank"])
-    by_host = host_activity(activity)
-    heatmap = figures.rank_time_figure(
-        grid.share(),
-        hosts={**grid.hosts, **hosts},
-        marked=slowest,
-        marked_host=str(by_host["host"].iloc[0]) if len(by_host) else None,
-        work_share=dict(zip(activity["rank"], activity["work_share"], strict=True)),
-    )
+    marks = heatmap_marks(activity)
+    slowest = marks["marked"]
+    heatmap = figures.rank_time_figure(grid.share(), hosts={**grid.hosts, **hosts}, **marks)
     events = run.events[run.events["rank"].isin(slowest)]
     return [
         (f"Waiting share per rank over time ({len(run.ranks)} ranks; the {len(slowest)} slowest marked)", heatmap),

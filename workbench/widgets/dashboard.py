@@ -613,21 +613,12 @@ class Dashboard:
             finally:
                 self._drawing = False
         activity = self._activity.rank_activity(self.grid, slowest=self.slowest_ranks, hosts=self._hosts)
-        marked = sorted(int(r) for r in activity.loc[activity["slowest"], "rank"])
-        self._follow_slowest(marked)
+        marks = self._activity.heatmap_marks(activity)
+        self._follow_slowest(marks["marked"])
         hosts = {**self.grid.hosts, **self._hosts}
-        by_host = self._activity.host_activity(activity)
-        marked_host = str(by_host["host"].iloc[0]) if len(by_host) else None
         share = self.grid.share(self.heatmap_value.value)
         self._heatmap_rows = rank_rows(list(share.index), hosts)
-        fig = rank_time_figure(
-            share,
-            value=self.heatmap_value.value,
-            hosts=hosts,
-            marked=marked,
-            marked_host=marked_host,
-            work_share=dict(zip(activity["rank"], activity["work_share"], strict=True)),
-        )
+        fig = rank_time_figure(share, value=self.heatmap_value.value, hosts=hosts, **marks)
         first = not heatmap.data
         self._sync(heatmap, fig)
         if first and heatmap.data:
