@@ -77,6 +77,7 @@ for repetition in "" -r2 -r3; do
     done
 done
 measure projection workbench bench projection --allreduce benchmarks/results/allreduce.json --json
+measure projection-seeds workbench bench projection --seeds --json
 # the reports the reduced sweeps above wrote, opened in headless Chromium
 measure report-open python benchmarks/report_open.py
 # the browser test writes its measurements (event -> screen, first figure, redraw in the browser)

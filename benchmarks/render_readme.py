@@ -853,27 +853,6 @@ def render_projection(saved: Mapping[str, Any]) -> str:
         + f". Network: {result['network']}."
     )
     summary = "\n\n".join(lines)
-    seed_004 = [
-        [
-            r["system"],
-            str(r["gpus"]),
-            share(r["seed_efficiency"]),
-            share(r["projected_ps_per_node"]),
-            ""
-            if r["fitted_servers"] is None or r["projected_fitted_ps"] != r["projected_fitted_ps"]
-            else f"{share(r['projected_fitted_ps'])} ({int(r['fitted_servers'])} PS)",
-        ]
-        for r in result["seed_004"]
-    ]  # fmt: skip
-    seed_001 = [
-        [
-            str(r["gpus"]),
-            f"{fixed(r['seed_pe'], 2)} / {fixed(r['projected_pe'], 2)}",
-            f"{fixed(r['seed_lb'], 2)} / {fixed(r['projected_lb'], 2)}",
-            f"{fixed(r['seed_comme'], 2)} / {fixed(r['projected_comme'], 2)}",
-        ]
-        for r in result["seed_001"]
-    ]
     seed_000 = [
         [
             r["backend"],
@@ -905,19 +884,6 @@ def render_projection(saved: Mapping[str, Any]) -> str:
                 "",
                 summary,
                 "",
-                "The ps-vs-allreduce seed (004), InceptionV3 with parameter servers (scaling efficiency):",
-                "",
-                table(
-                    ["system", "GPUs", "seed", "model, 1 PS per node", "model, fitted PS"],
-                    ["l", "r", "r", "r", "r"],
-                    seed_004,
-                ),
-                "",
-                "The pop-scaling seed (001), ResNet-50 on BigEarthNet (seed / model; the serial test phase fitted at "
-                "64 GPUs):",
-                "",
-                table(["GPUs", "PE", "LB", "CommE"], ["r", "r", "r", "r"], seed_001),
-                "",
                 "The eval-frequency seed (000), evaluating every 30 epochs instead of every epoch (from this "
                 "machine's 1-rank run):",
                 "",
@@ -930,6 +896,85 @@ def render_projection(saved: Mapping[str, Any]) -> str:
         )
         + "\n\n"
         + source_line(saved)
+    )
+
+
+def render_projection_seeds(saved: Mapping[str, Any]) -> str:
+    """Seeds 004 and 001 beside the projection from a system description: every row, its error, the misses' reasons."""
+    result = saved["result"]
+
+    def signed(value: float) -> str:
+        return "0" if value == 0 else ("+" if value > 0 else "") + share(value).replace("-", "−")
+
+    def band(low: float, high: float) -> str:
+        return share(low) if round(low, 2) == round(high, 2) else f"{share(low)}–{share(high)}"
+
+    seed_004 = [
+        [
+            r["system"],
+            str(r["gpus"]),
+            str(r["nodes"]),
+            share(r["published"]),
+            band(r["model_no_overlap"], r["model_full_overlap"]),
+            str(r["servers"]),
+            signed(r["error"]),
+            "yes" if r["explained"] else "**no**",
+        ]
+        for r in result["seed_004"]
+    ]
+    seed_001 = [
+        [
+            str(r["gpus"]),
+            r["metric"],
+            fixed(r["published"], 2),
+            fixed(r["model"], 2),
+            signed(r["error"]),
+            "yes" if r["explained"] else "**no**",
+        ]
+        for r in result["seed_001"]
+    ]
+    groups: dict[tuple[str, str, int, str], list[str]] = {}
+    for r in [*result["seed_004"], *result["seed_001"]]:
+        if not r["explained"]:
+            groups.setdefault((r["seed"], r["system"], int(r["gpus"]), r["reason"]), []).append(r["metric"])
+    misses = [
+        f"- *Seed {seed}, {system}, {gpus} GPUs ({', '.join(metrics)}):* {reason}."
+        for (seed, system, gpus, reason), metrics in groups.items()
+    ]
+    inputs = [f"- *{system}:* " + "; ".join(lines) + "." for system, lines in result["inputs"].items()]
+    within = share(result["explained_within"])
+    return "\n".join(
+        [
+            "The ps-vs-allreduce seed (004), InceptionV3 with parameter servers, scaling efficiency (model: no"
+            " overlap – full overlap; PS: the count the model found best):",
+            "",
+            table(
+                ["system", "GPUs", "nodes", "seed", "model", "PS", "error", f"within {within}"],
+                ["l", "r", "r", "r", "r", "r", "r", "l"],
+                seed_004,
+            ),
+            "",
+            "The pop-scaling seed (001), ResNet-50 on BigEarthNet, POP metrics:",
+            "",
+            table(
+                ["GPUs", "metric", "seed", "model", "error", f"within {within}"],
+                ["r", "l", "r", "r", "r", "l"],
+                seed_001,
+            ),
+            "",
+            f"{result['explained']} of {result['rows']} rows within {within}; median |error|"
+            f" {share(result['median_error'])}, max {share(result['max_error'])}.",
+            "",
+            "The rows the model does not explain, and why:",
+            "",
+            *misses,
+            "",
+            "The inputs, each with its source:",
+            "",
+            *inputs,
+            "",
+            source_line(saved),
+        ]
     )
 
 
@@ -1098,6 +1143,7 @@ RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "input-pipeline-reduced": render_input_pipeline,
     "pop-scaling-reduced": render_pop_scaling,
     "projection": render_projection,
+    "projection-seeds": render_projection_seeds,
     "horovod-step": render_horovod_step,
     "ps-vs-allreduce-reduced": render_ps_vs_allreduce,
     "cpu-tuning-reduced": render_cpu_tuning,

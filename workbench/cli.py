@@ -274,8 +274,16 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_project(args: argparse.Namespace) -> int:
-    from workbench.commands.project import project_command
+    from workbench.commands.project import project_command, system_from_arguments
 
+    system = system_from_arguments(args)
+    if system is None and not args.run_dirs:
+        raise ValueError(
+            "workbench project needs run directories, or a system to describe: --system FILE, or --parameters"
+            " (or --gradient-mb), --step-time (or --throughput) and --batch"
+        )
+    if system is not None and args.run_dirs:
+        raise ValueError("give run directories or a described system (--system, --parameters, ...), not both")
     return project_command(
         args.run_dirs,
         ranks=args.ranks,
@@ -288,6 +296,10 @@ def _cmd_project(args: argparse.Namespace) -> int:
         shard_evaluation=args.shard_evaluation,
         batch_scale=args.batch_scale,
         fusion_threshold_mb=args.fusion_threshold_mb,
+        servers=args.servers,
+        overlap=args.overlap,
+        system=system,
+        nodes=args.nodes,
         as_json=args.json,
         html=args.html,
     )
@@ -296,7 +308,7 @@ def _cmd_project(args: argparse.Namespace) -> int:
 def _cmd_bench_projection(args: argparse.Namespace) -> int:
     from workbench.bench import projection
 
-    return projection.main(as_json=args.json, allreduce_json=args.allreduce)
+    return projection.main(as_json=args.json, allreduce_json=args.allreduce, seeds=args.seeds)
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
@@ -380,6 +392,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     projection_bench.add_argument("--allreduce", default=None, metavar="FILE", help="bench allreduce --json to fit")
     projection_bench.add_argument("--json", action="store_true")
+    projection_bench.add_argument(
+        "--seeds",
+        action="store_true",
+        help="only the seeds' clusters (004, 001) described without a run, beside their published tables",
+    )
     projection_bench.set_defaults(handler=_cmd_bench_projection)
 
     run = sub.add_parser(
@@ -434,7 +451,9 @@ def build_parser() -> argparse.ArgumentParser:
     export.set_defaults(handler=_cmd_export)
 
     project = sub.add_parser("project", help="project recorded runs to more ranks: step time, efficiency, limits")
-    project.add_argument("run_dirs", nargs="+", help="run directories; the fewest ranks builds the model")
+    project.add_argument(
+        "run_dirs", nargs="*", help="run directories; the fewest ranks builds the model (or describe a system below)"
+    )
     project.add_argument("--ranks", default="8,16,32,64", help="rank counts to project, e.g. 8,16,32,64")
     project.add_argument(
         "--network",
@@ -454,6 +473,32 @@ def build_parser() -> argparse.ArgumentParser:
     project.add_argument("--fusion-threshold-mb", type=float, default=None, help="what-if: HOROVOD_FUSION_THRESHOLD")
     project.add_argument("--json", action="store_true", help="print one JSON object")
     project.add_argument("--html", default=None, metavar="FILE", help="also write the HTML report to FILE")
+    project.add_argument(
+        "--servers", type=int, default=None, help="--scheme ps: parameter servers (default 1 per node)"
+    )
+    project.add_argument(
+        "--overlap", type=float, default=0.0, help="share of a step's compute the collective hides behind (0-1)"
+    )
+    described = project.add_argument_group(
+        "a system instead of runs", "project a cluster before it exists: the model, one device's speed, the nodes"
+    )
+    described.add_argument("--system", default=None, metavar="FILE", help="a JSON or YAML file with the fields below")
+    described.add_argument("--parameters", default=None, help="the model's parameters, e.g. 23.8M (fp32 gradients)")
+    described.add_argument("--gradient-mb", type=float, default=None, help="or the gradient megabytes per step")
+    described.add_argument("--step-time", type=float, default=None, help="one device's seconds per training step")
+    described.add_argument("--throughput", type=float, default=None, help="or one device's samples per second")
+    described.add_argument("--batch", type=int, default=None, help="samples per device per step")
+    described.add_argument("--devices-per-node", type=int, default=None, help="devices (ranks) per node (default 1)")
+    described.add_argument("--nodes", default=None, help="node counts to project, e.g. 1,2,4,8 (default 1,2,4,...,64)")
+    described.add_argument("--input-period", type=float, default=None, help="input pipeline seconds per step")
+    described.add_argument("--step-spread", type=float, default=None, help="steps vary by +- this share (stragglers)")
+    described.add_argument("--samples-per-epoch", type=float, default=None, help="training samples per epoch")
+    described.add_argument("--epochs", type=int, default=None)
+    described.add_argument("--eval-seconds", type=float, default=None, help="serial evaluation seconds per epoch")
+    described.add_argument(
+        "--bandwidth-gbs", type=float, default=None, help="between nodes, GB/s (overrides --network)"
+    )
+    described.add_argument("--latency-us", type=float, default=None, help="between nodes, µs (overrides --network)")
     project.set_defaults(handler=_cmd_project)
 
     from workbench.commands import minicluster

@@ -10,9 +10,9 @@ Two checks, both reported in the README ("Scaling projection"):
    nodes assumes, each rank keeping its hardware; the goal is judged on these), and with the
    machine's cores shared out (1 rank on 2 cores, then 1 core each), which adds a prediction of how
    a rank's compute slows with fewer cores.
-2. **On paper.** The seeds' published numbers (004's InceptionV3 efficiencies, 001's POP table,
-   000's 2.18x) beside what the model projects from per-step times and networks, with the inputs
-   that are not in the seeds named as assumptions.
+2. **On paper.** Seed 000's 2.18x beside the model built from this machine's 1-rank eval-frequency run.
+   Seeds 004 (InceptionV3 efficiencies) and 001 (POP table) are checked by ``--seeds``
+   (``bench.seed_systems``): their clusters described, not run, with every input sourced and nothing fitted.
 """
 
 from __future__ import annotations
@@ -301,153 +301,8 @@ def validation_summary(table: pd.DataFrame, column: str = "error") -> dict[str, 
 # 2. The seeds, on paper
 # --------------------------------------------------------------------------------------------
 
-#: InceptionV3 (seed 004): 23.8 M trainable parameters -> 95 MB of fp32 gradients per step.
-INCEPTION_V3_GRADIENT_BYTES = 23_800_000 * 4
-#: Per-GPU step times, not in the seed: TensorFlow's 2017 benchmark page (synthetic data), InceptionV3
-#: at 142 images/s on a P100 (batch 64) and 30.5 images/s on a K80 (batch 32).
-P100_STEP_S, K80_STEP_S = 64 / 142.0, 32 / 30.5
-#: Seed 004's efficiencies (synthetic data): system -> {GPUs: efficiency}.
-SEED_004 = {
-    "DGX-1 (NVLink, 8 GPUs/node)": {8: 0.9956},
-    "Piz Daint (Aries, 1 GPU/node)": {8: 0.9207, 64: 0.8046, 128: 0.5211},
-    "p2.xlarge (1 K80/node)": {8: 0.9345, 64: 0.5096, 128: 0.2756},
-    "p2.8xlarge (8 K80/node, 10 Gb/s)": {8: 0.9458, 64: 0.8855, 128: 0.8524},
-}
-#: ResNet-50 on BigEarthNet (seed 001): 23,915,115 parameters; POP metrics by GPU count.
-RESNET50_GRADIENT_BYTES = 23_915_115 * 4
-SEED_001_POP = {64: {"PE": 0.34, "LB": 0.99, "CommE": 0.33}, 48: {"PE": 0.27, "LB": 0.99, "CommE": 0.26}}
+#: Seed 000's speedup from evaluating every 30 epochs instead of every epoch.
 SEED_000_SPEEDUP = 2.18
-
-
-def synthetic_profile(
-    step_s: float,
-    *,
-    gradient_bytes: float,
-    batch: int,
-    steps_per_epoch: float = 1000.0,
-    evaluation_s: float = 0.0,
-    spread: float = 0.0,
-) -> pj.StepCosts:
-    """A one-rank profile from published numbers: a step time (± ``spread`` uniform), gradient bytes."""
-    compute = np.linspace(step_s * (1 - spread), step_s * (1 + spread), 101)
-    return pj.StepCosts(
-        ranks=1,
-        compute_s=compute,
-        input_s=np.zeros_like(compute),
-        communication_s=0.0,
-        steps=int(steps_per_epoch),
-        steps_per_epoch=steps_per_epoch,
-        epochs=1,
-        evaluation_s=np.array([evaluation_s]) if evaluation_s else np.zeros(0),
-        evaluating_ranks=(0,) if evaluation_s else (),
-        evaluations_per_epoch=1.0 if evaluation_s else 0.0,
-        checkpoint_per_epoch_s=0.0,
-        gradient_bytes=gradient_bytes,
-        tensor_bytes=(),
-        threads_per_rank=None,
-        cores_used=None,
-        batch_per_rank=batch,
-        wall_s=0.0,
-        other_s=0.0,
-        load_balance=1.0,
-        notes=("from published per-step numbers, not a recorded run",),
-    )
-
-
-def seed_004_table() -> pd.DataFrame:
-    """Seed 004's InceptionV3 scaling efficiency beside the model (parameter servers, no overlap).
-
-    Two model columns: one parameter server per node (the traffic then never concentrates), and
-    the number of servers fitted to the seed's 64-GPU point (the seed ran several and kept the best,
-    without saying how many), which then predicts the other GPU counts.
-    """
-    systems = {
-        "DGX-1 (NVLink, 8 GPUs/node)": (P100_STEP_S, pj.network("nvlink")),
-        "Piz Daint (Aries, 1 GPU/node)": (P100_STEP_S, pj.network("aries")),
-        "p2.xlarge (1 K80/node)": (K80_STEP_S, pj.network("aws-high")),
-        "p2.8xlarge (8 K80/node, 10 Gb/s)": (K80_STEP_S, pj.network("aws-10g-8gpu")),
-    }
-    rows = []
-    for system, published in SEED_004.items():
-        step, net = systems[system]
-        profile = synthetic_profile(step, gradient_bytes=INCEPTION_V3_GRADIENT_BYTES, batch=64)
-        counts = [1, *published]
-
-        def efficiency(
-            servers: int | None, profile: pj.StepCosts = profile, net: pj.Network = net, counts: list[int] = counts
-        ) -> pd.Series:
-            changes = pj.Changes(scheme="ps", servers=servers)
-            table = pj.project(profile, counts, net, changes=changes, bootstrap=0).table
-            return table.set_index("ranks")["efficiency"]
-
-        per_node = efficiency(None)
-        fitted_servers, fitted = None, None
-        if 64 in published:
-            fitted_servers = min(SERVER_CHOICES, key=lambda k: abs(efficiency(k)[64] - published[64]))
-            fitted = efficiency(fitted_servers)
-        for gpus, seed in published.items():
-            rows.append(
-                {
-                    "system": system,
-                    "gpus": gpus,
-                    "seed_efficiency": seed,
-                    "projected_ps_per_node": float(per_node[gpus]),
-                    "projected_fitted_ps": float(fitted[gpus]) if fitted is not None else math.nan,
-                    "fitted_servers": fitted_servers,
-                    "difference": float((fitted if fitted is not None else per_node)[gpus]) - seed,
-                }
-            )
-    return pd.DataFrame(rows)
-
-
-#: Parameter-server counts tried when fitting seed 004's 64-GPU point.
-SERVER_CHOICES = (1, 2, 4, 8, 16, 32, 64)
-
-
-def seed_001_table() -> pd.DataFrame:
-    """Seed 001's POP metrics at 64 and 48 GPUs beside the model with a serial test phase.
-
-    The seed gives the 4-GPU profile (12 steps of batch 256 in a 9 s epoch, GPUs idle half the
-    time: ~0.375 s of compute per step), the data split (60 % of 590,326 patches for training), and
-    PE at 64 GPUs. The serial test time per epoch is not published: it is fitted to PE = 0.34 at 64
-    GPUs, and the same model then projects 48 GPUs.
-    """
-    step, batch, train = 0.375, 256, 0.6 * 590_326
-    net = pj.network("nvlink", ranks_per_node=2)
-
-    def pe(gpus: int, test_s: float) -> tuple[float, float, float]:
-        profile = synthetic_profile(
-            step,
-            gradient_bytes=RESNET50_GRADIENT_BYTES,
-            batch=batch,
-            steps_per_epoch=train / batch,
-            evaluation_s=test_s,
-        )
-        at = pj.project(profile, [gpus], net, bootstrap=0).table.iloc[0]
-        return float(at["parallel_efficiency"]), float(at["load_balance"]), float(at["communication_efficiency"])
-
-    low, high = 0.0, 10_000.0
-    for _ in range(60):  # bisection: PE falls as the serial test time grows
-        middle = (low + high) / 2
-        low, high = (middle, high) if pe(64, middle)[0] > SEED_001_POP[64]["PE"] else (low, middle)
-    test_s = (low + high) / 2
-    rows = []
-    for gpus, published in SEED_001_POP.items():
-        efficiency, balance, communication = pe(gpus, test_s)
-        rows.append(
-            {
-                "gpus": gpus,
-                "seed_pe": published["PE"],
-                "projected_pe": efficiency,
-                "seed_lb": published["LB"],
-                "projected_lb": balance,
-                "seed_comme": published["CommE"],
-                "projected_comme": communication,
-                "serial_test_s_per_epoch": test_s,
-                "fitted_at": 64,
-            }
-        )
-    return pd.DataFrame(rows)
 
 
 def seed_000_table(ranks: int = 32) -> pd.DataFrame:
@@ -526,8 +381,6 @@ def run(*, allreduce_rows: Sequence[Mapping[str, Any]] | None = None, thread_sca
         },
         "by_case": by_case,
         "validation_seconds": validation_s,
-        "seed_004": seed_004_table().to_dict("records"),
-        "seed_001": seed_001_table().to_dict("records"),
         "seed_000": seed_000_table().to_dict("records"),
         "missing_sweeps": [str(p) for c, p in SWEEPS if not any(f[1] == str(p) for f in _sweep_directories([(c, p)]))],
     }
@@ -578,8 +431,6 @@ def format_result(result: Mapping[str, Any]) -> str:
             " --threads-per-rank 1 --out artifacts/input-pipeline-reduced-1thread` first"
         )
     for name, title in (
-        ("seed_004", "seed 004, InceptionV3 efficiency"),
-        ("seed_001", "seed 001, POP at 64/48 GPUs"),
         ("seed_000", "seed 000, evaluation every 30 epochs at 32 nodes"),
     ):
         frame = pd.DataFrame(result[name])
@@ -588,10 +439,24 @@ def format_result(result: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(as_json: bool = False, allreduce_json: str | None = None) -> int:
-    """``workbench bench projection [--json] [--allreduce FILE]``."""
+def main(as_json: bool = False, allreduce_json: str | None = None, seeds: bool = False) -> int:
+    """``workbench bench projection [--json] [--allreduce FILE] [--seeds]``.
+
+    ``--seeds``: the projection from a system description beside seeds 004 and 001 (``bench.seed_systems``).
+    """
     from workbench.bench.allreduce import read_rows
 
+    if seeds:
+        from workbench.bench import seed_systems
+
+        checked = seed_systems.run()
+        if as_json:
+            from workbench.analysis import json_ready
+
+            print(json.dumps(json_ready(checked), indent=2, default=str))
+        else:
+            print(seed_systems.format_result(checked))
+        return 0
     rows = read_rows(allreduce_json) if allreduce_json else None
     result = run(allreduce_rows=rows)
     if as_json:

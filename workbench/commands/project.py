@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,92 @@ from workbench.text import format_rate, format_ratio, format_seconds, format_sha
 DEFAULT_NETWORK = "10gbe"
 #: ``--network here``: the α–β fitted to this project's machine (README, allreduce bench).
 HERE = "here"
+
+
+#: Node counts ``workbench project`` projects a described system to when ``--nodes`` is not given.
+DEFAULT_NODES = "1,2,4,8,16,32,64"
+_SUFFIXES = {"k": 1e3, "m": 1e6, "g": 1e9, "b": 1e9}
+
+
+def parse_count(text: str | float, what: str = "--parameters") -> float:
+    """``23.8M`` / ``25e6`` / ``1.2G`` -> a number; one clear error otherwise."""
+    if isinstance(text, (int, float)):
+        return float(text)
+    value = str(text).strip().replace(",", "").replace("_", "")
+    scale = _SUFFIXES.get(value[-1:].lower(), 1.0)
+    if scale != 1.0:
+        value = value[:-1]
+    try:
+        number = float(value) * scale
+    except ValueError:
+        raise ValueError(f"{what} {text!r}: give a number, e.g. 23.8M or 25e6") from None
+    if not number > 0:
+        raise ValueError(f"{what} {text!r}: must be > 0")
+    return number
+
+
+def system_from_arguments(args: Any) -> pj.SystemSpec | None:
+    """A described system from ``workbench project``'s flags and/or ``--system FILE`` (flags win); None if none."""
+    flags = {
+        "parameters": args.parameters,
+        "gradient_bytes": args.gradient_mb * BYTES_PER_MB if args.gradient_mb else None,
+        "step_s": args.step_time,
+        "samples_per_s": args.throughput,
+        "batch": args.batch,
+        "devices_per_node": args.devices_per_node,
+        "input_period_s": args.input_period,
+        "step_spread": args.step_spread,
+        "samples_per_epoch": args.samples_per_epoch,
+        "epochs": args.epochs,
+        "evaluation_s": args.eval_seconds,
+    }
+    given = {k: v for k, v in flags.items() if v is not None}
+    if args.system is None and not given:
+        return None
+    values: dict[str, Any] = read_system_file(args.system) if args.system else {}
+    if given.keys() & {"parameters", "gradient_bytes"}:
+        values.pop("parameters", None), values.pop("gradient_bytes", None)
+    if given.keys() & {"step_s", "samples_per_s"}:
+        values.pop("step_s", None), values.pop("samples_per_s", None)
+    values.update(given)
+    if "parameters" in values:
+        values["parameters"] = parse_count(values["parameters"])
+    if args.network or "network" not in values:
+        values["network"] = resolve_network(args.network)
+    if "batch" not in values:
+        raise ValueError("a described system needs --batch: the samples each device takes per step")
+    spec = pj.system_from_mapping(values)
+    changes: dict[str, Any] = {}
+    if args.bandwidth_gbs:
+        changes["bandwidth_bytes_per_s"] = args.bandwidth_gbs * pj.BYTES_PER_GB
+    if args.latency_us is not None:
+        changes["latency_s"] = args.latency_us * 1e-6
+    if changes:
+        base = spec.resolved_network()
+        spec = replace(spec, network=pj.network(base, name=f"{base.name}, changed on the command line", **changes))
+    return spec
+
+
+def read_system_file(path: str | Path) -> dict[str, Any]:
+    """A system description from a JSON or YAML file (a mapping of ``SystemSpec`` fields)."""
+    file = Path(path)
+    if not file.is_file():
+        raise ValueError(
+            f"--system {path}: no such file; write a JSON or YAML mapping (parameters, step_s, batch, ...)"
+        )
+    text = file.read_text()
+    try:
+        if file.suffix.lower() in (".yaml", ".yml"):
+            import yaml
+
+            loaded = yaml.safe_load(text)
+        else:
+            loaded = json.loads(text)
+    except Exception as error:
+        raise ValueError(f"--system {path}: not valid {file.suffix.lstrip('.') or 'JSON'} ({error})") from None
+    if not isinstance(loaded, dict):
+        raise ValueError(f"--system {path}: expected a mapping of fields (parameters, step_s, batch, ...)")
+    return loaded
 
 
 def parse_ranks(text: str) -> list[int]:
@@ -155,11 +242,18 @@ def project_command(
     shard_evaluation: bool = False,
     batch_scale: float = 1.0,
     fusion_threshold_mb: float | None = None,
+    servers: int | None = None,
+    overlap: float = 0.0,
+    system: pj.SystemSpec | None = None,
+    nodes: str | None = None,
     as_json: bool = False,
     html: str | None = None,
 ) -> int:
-    """``workbench project``: print the projection (text or JSON); optionally write an HTML report."""
-    net = resolve_network(network_name, ranks_per_node=ranks_per_node, allreduce_json=allreduce_json)
+    """``workbench project``: print the projection (text or JSON); optionally write an HTML report.
+
+    With ``system`` (a described cluster) instead of run directories, the projection is built from the
+    description at ``nodes`` node counts (``DEFAULT_NODES``).
+    """
     changes = pj.Changes(
         eval_interval=eval_interval,
         shard_evaluation=shard_evaluation,
@@ -168,8 +262,15 @@ def project_command(
             int(fusion_threshold_mb * BYTES_PER_MB) if fusion_threshold_mb else pj.HOROVOD_FUSION_THRESHOLD_BYTES
         ),
         scheme=scheme,
+        servers=servers,
+        overlap=overlap,
     )
-    result, points = project_runs(run_dirs, parse_ranks(ranks), net=net, kind=kind, changes=changes)
+    if system is not None:
+        result = pj.project_system(system, parse_ranks(nodes or DEFAULT_NODES), kind=kind, changes=changes)
+        points = None
+    else:
+        net = resolve_network(network_name, ranks_per_node=ranks_per_node, allreduce_json=allreduce_json)
+        result, points = project_runs(run_dirs, parse_ranks(ranks), net=net, kind=kind, changes=changes)
     if html:
         from workbench.figures.projection import limits_figure, projection_figure
         from workbench.report import write_report
@@ -185,7 +286,10 @@ def project_command(
             ],
         )
     if as_json:
-        payload: dict[str, Any] = {**result.to_dict(), "measured": points.to_dict("records")}
+        payload: dict[str, Any] = {
+            **result.to_dict(),
+            "measured": points.to_dict("records") if points is not None else [],
+        }
         print(json.dumps(json_ready(payload), indent=2, allow_nan=False, default=str))
     else:
         print(format_projection(result, points))

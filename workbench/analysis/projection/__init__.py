@@ -42,8 +42,13 @@ Error bars: the projection is repeated on bootstrap resamples of the measured st
 evaluations; ``*_low`` / ``*_high`` are the 2.5 and 97.5 percentiles. They cover the measured
 variance, not the model's own error (``workbench bench projection`` measures that).
 
+Without a run, ``system`` builds the same one-device costs from a description (``SystemSpec``: parameters,
+a device's step time or throughput, devices per node, the network) and ``project_system`` projects them to
+a number of nodes: a cluster planned before it exists.
+
 Modules: ``networks`` (the network catalogue, its fit and collective costs), ``costs`` (a run's per-step
-costs, ``step_costs``) and ``model`` (``project``, its what-ifs ``Changes`` and the ``Projection`` it returns).
+costs, ``step_costs``), ``model`` (``project``, its what-ifs ``Changes`` and the ``Projection`` it returns)
+and ``system`` (a described system instead of a run).
 This package re-exports their public names, so ``projection.project(...)`` reads as before.
 """
 
@@ -77,6 +82,12 @@ from workbench.analysis.projection.networks import (
     ring_allreduce_seconds,
     tree_allreduce_seconds,
 )
+from workbench.analysis.projection.system import (
+    SystemSpec,
+    project_system,
+    system_from_mapping,
+    system_spec,
+)
 
 __all__ = [
     "ALGORITHMS",
@@ -95,6 +106,7 @@ __all__ = [
     "Projection",
     "SharedStorage",
     "StepCosts",
+    "SystemSpec",
     "allreduce_seconds",
     "expected_max",
     "fit_network",
@@ -103,7 +115,10 @@ __all__ = [
     "network",
     "parameter_server_seconds",
     "project",
+    "project_system",
     "ring_allreduce_seconds",
     "step_costs",
+    "system_from_mapping",
+    "system_spec",
     "tree_allreduce_seconds",
 ]
