@@ -6,6 +6,7 @@
 #   benchmarks/measure_readme.sh            # all of them, about 40 minutes on 2 cores
 #   benchmarks/measure_readme.sh overhead   # only the named ones
 #   benchmarks/measure_readme.sh projection-sweeps projection   # the projection's validation, ~15 minutes
+#   benchmarks/measure_readme.sh projection-nodes-sweeps projection-nodes   # ... across nodes, ~30 minutes, root
 #
 # Run it on a quiet machine and nothing else beside it: these are timings.
 set -uo pipefail
@@ -78,6 +79,16 @@ for repetition in "" -r2 -r3; do
 done
 measure projection workbench bench projection --allreduce benchmarks/results/allreduce.json --json
 measure projection-seeds workbench bench projection --seeds --json
+# the projection across nodes (root): eval-frequency on a miniature cluster of 1, 2, 4 and 8 nodes with 0.2 of a
+# core each at every count, on a link where computation dominates (1 Gbit/s) and one where the link does
+# (50 Mbit/s), three repetitions interleaved; each larger count predicted from its sweep's 1-node run (~30 minutes)
+for repetition in 1 2 3; do
+    for link in 1gbit 50mbit; do
+        sweep projection-nodes-sweeps workbench run eval-frequency --preset ci --backend mpi4py --nodes 1,2,4,8 \
+            --cpus-per-node 0.2 --link $link --out artifacts/nodes-eval-frequency-$link-r$repetition --json
+    done
+done
+measure projection-nodes workbench bench projection --nodes --json
 # the reports the reduced sweeps above wrote, opened in headless Chromium
 measure report-open python benchmarks/report_open.py
 # the browser test writes its measurements (event -> screen, first figure, redraw in the browser)

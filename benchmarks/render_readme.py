@@ -899,6 +899,54 @@ def render_projection(saved: Mapping[str, Any]) -> str:
     )
 
 
+def render_projection_nodes(saved: Mapping[str, Any]) -> str:
+    """Sweeps on a miniature cluster's nodes: each count's medians beside the prediction from its 1-node run."""
+    result = saved["result"]
+
+    def signed(value: float) -> str:
+        return ("+" if value > 0 else "") + share(value).replace("-", "−")
+
+    def seconds(value: float) -> str:
+        return f"{number(value * 1e3)} ms" if value < 1 else f"{number(value)} s"
+
+    rows = [
+        [
+            r["cluster"].split(": ", 1)[-1],
+            r["point"],
+            str(r["ranks"]),
+            str(r["repetitions"]),
+            seconds(r["measured_s"]),
+            share(r["measured_spread"]) if r["repetitions"] > 1 else "–",
+            seconds(r["predicted_s"]),
+            signed(r["error"]),
+            r["limiter"],
+        ]
+        for r in sorted(result["validation"], key=lambda r: (r["cluster"], r["point"].split("/", 1)[1], r["ranks"]))
+    ]
+    single = result["single_repetitions"]
+    lines = [
+        table(
+            ["nodes' share and link", "point", "nodes", "runs", "measured", "spread", "predicted", "error", "limit"],
+            ["l", "l", "r", "r", "r", "r", "r", "r", "l"],
+            rows,
+        ),
+        "",
+        f"Across nodes, medians of the repetitions: median |error| **{share(result['median_error'])}**, max"
+        f" **{share(result['max_error'])}** over {result['runs']} points ({result['within_5_percent']} within 5 %,"
+        f" {result['within_10_percent']} within 10 %); each repetition predicted alone: median"
+        f" {share(single['median_error'])}, max {share(single['max_error'])} over {single['runs']} runs. By link: "
+        + "; ".join(
+            f"{name.split(': ', 1)[-1]} median {share(part['strict']['median_error'])}, max"
+            f" {share(part['strict']['max_error'])}"
+            for name, part in result["by_cluster"].items()
+        )
+        + ".",
+        "",
+        source_line(saved),
+    ]
+    return "\n".join(lines)
+
+
 def render_projection_seeds(saved: Mapping[str, Any]) -> str:
     """Seeds 004 and 001 beside the projection from a system description: every row, its error, the misses' reasons."""
     result = saved["result"]
@@ -1144,6 +1192,7 @@ RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "pop-scaling-reduced": render_pop_scaling,
     "projection": render_projection,
     "projection-seeds": render_projection_seeds,
+    "projection-nodes": render_projection_nodes,
     "horovod-step": render_horovod_step,
     "ps-vs-allreduce-reduced": render_ps_vs_allreduce,
     "cpu-tuning-reduced": render_cpu_tuning,

@@ -125,6 +125,18 @@ def case_parser(case: Any) -> argparse.ArgumentParser:
         "slot, under its Slurm) instead of on this machine",
     )
     parser.add_argument(
+        "--nodes",
+        default=None,
+        metavar="COUNTS",
+        help="node counts of a miniature cluster, e.g. 1,2,4,8: brings one up with the largest count (one rank per "
+        "node; the same --cpus-per-node and --link at every count), runs the sweep at these counts only, measures "
+        "the link (network.json beside the sweep) and takes the cluster down unless it was already up",
+    )
+    parser.add_argument(
+        "--cpus-per-node", type=float, default=None, metavar="Q", help="with --nodes: each node's share of a core"
+    )
+    parser.add_argument("--link", default=None, help="with --nodes: each node's link rate, e.g. 1gbit or 10mbit")
+    parser.add_argument(
         "--preset",
         choices=tuple(case.presets),
         default=case.default_preset,
@@ -189,6 +201,21 @@ def _run_placement(options: argparse.Namespace) -> tuple[int | None, Any]:
     return ranks, mini.cluster_config(ranks, **settings)
 
 
+def _node_counts(options: argparse.Namespace) -> tuple[int, ...] | None:
+    """``--nodes 1,2,4,8`` checked against the options it excludes; None without it."""
+    from workbench.experiment import parse_counts
+
+    if options.nodes is None:
+        if options.cpus_per_node is not None or options.link is not None:
+            raise ValueError(
+                "--cpus-per-node and --link shape a miniature cluster: give --nodes too, e.g. --nodes 1,2,4"
+            )
+        return None
+    if options.minicluster or options.ranks is not None:
+        raise ValueError("--nodes brings its own miniature cluster (one rank per node): drop --minicluster and --ranks")
+    return tuple(sorted(set(parse_counts(options.nodes, at_least=1, example="1,2,4,8"))))
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from workbench.experiment import Experiment, case_names, get_case
 
@@ -208,22 +235,40 @@ def _cmd_run(args: argparse.Namespace) -> int:
     }
     if options.threads_per_rank is not None and options.threads_per_rank < 1:
         raise ValueError(f"--threads-per-rank {options.threads_per_rank}: use a whole number >= 1")
-    ranks, cluster_config = _run_placement(options)
-    experiment = Experiment(
-        case, preset=options.preset, ranks=ranks, out=options.out, cluster_config=cluster_config, **overrides
-    )
 
     def tell(point: Any, status: str) -> None:
         words = {"reused": "reusing", "start": "running", "failed": "failed (kept as a result)"}
         if status in words:
             print(f"  {words[status]}: {point.key}", file=sys.stderr)
 
-    result = experiment.run(
-        resume=options.resume,
-        progress=not options.json,
-        on_point=None if options.json else tell,
-        timeout_s=options.timeout,
-    )
+    counts = _node_counts(options)
+    if counts is not None:
+        from workbench.nodes import node_sweep
+
+        result = node_sweep(
+            case,
+            counts,
+            cpus_per_node=options.cpus_per_node,
+            link=options.link,
+            preset=options.preset,
+            out=options.out,
+            resume=options.resume,
+            timeout_s=options.timeout,
+            progress=not options.json,
+            on_point=None if options.json else tell,
+            overrides=overrides,
+        )
+    else:
+        ranks, cluster_config = _run_placement(options)
+        experiment = Experiment(
+            case, preset=options.preset, ranks=ranks, out=options.out, cluster_config=cluster_config, **overrides
+        )
+        result = experiment.run(
+            resume=options.resume,
+            progress=not options.json,
+            on_point=None if options.json else tell,
+            timeout_s=options.timeout,
+        )
     if options.json:
         from workbench.analysis import json_records
 
@@ -308,7 +353,7 @@ def _cmd_project(args: argparse.Namespace) -> int:
 def _cmd_bench_projection(args: argparse.Namespace) -> int:
     from workbench.bench import projection
 
-    return projection.main(as_json=args.json, allreduce_json=args.allreduce, seeds=args.seeds)
+    return projection.main(as_json=args.json, allreduce_json=args.allreduce, seeds=args.seeds, nodes=args.nodes)
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
@@ -396,6 +441,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--seeds",
         action="store_true",
         help="only the seeds' clusters (004, 001) described without a run, beside their published tables",
+    )
+    projection_bench.add_argument(
+        "--nodes",
+        action="store_true",
+        help="only the sweeps on a miniature cluster's nodes (artifacts/nodes-*), each count from its 1-node run",
     )
     projection_bench.set_defaults(handler=_cmd_bench_projection)
 

@@ -26,7 +26,7 @@ import dataclasses
 import importlib
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -337,6 +337,7 @@ class Experiment:
         ranks: int | None = None,
         out: str | Path | None = None,
         cluster_config: ClusterConfig | None = None,
+        rank_counts: Sequence[int] | None = None,
         **overrides: Any,
     ) -> None:
         self.case = get_case(case)
@@ -344,7 +345,13 @@ class Experiment:
         self.settings = self.case.settings(self.preset, overrides)
         if ranks is not None and (not isinstance(ranks, int) or ranks < 1):
             raise ValueError(f"ranks={ranks!r}: use a whole number >= 1 (the most ranks a point of the sweep uses)")
-        self.max_ranks = ranks or physical_cores()
+        #: Only these rank counts of the sweep run (None: every count up to the most): 1,2,4,8 nodes, say.
+        self.rank_counts = tuple(sorted({int(n) for n in rank_counts})) if rank_counts else None
+        if self.rank_counts and self.rank_counts[0] < 1:
+            raise ValueError(f"rank_counts={rank_counts!r}: every count must be >= 1")
+        if self.rank_counts and ranks is not None and self.rank_counts[-1] > ranks:
+            raise ValueError(f"rank_counts={rank_counts!r} go past ranks={ranks}: drop one or raise ranks")
+        self.max_ranks = ranks or (self.rank_counts[-1] if self.rank_counts else physical_cores())
         self.out = Path(out) if out is not None else Path("artifacts") / self.case.name
         self.cluster_config = cluster_config or ClusterConfig()
         self.ran = 0
@@ -354,6 +361,8 @@ class Experiment:
     def plan(self) -> list[Point]:
         """Every point of the sweep, in the order it runs (grouped by rank count)."""
         points = self.case.points(self.settings, self.max_ranks)
+        if self.rank_counts:
+            points = [p for p in points if p.ranks in self.rank_counts]
         keys = [p.key for p in points]
         if len(set(keys)) != len(keys):
             raise ExperimentError(f"case {self.case.name} planned the same point twice: {keys}")

@@ -68,19 +68,30 @@ def test_hosts_are_recorded_and_a_skewed_nodes_clock_is_aligned(mini, tmp_path):
     assert gap_ms < 5, gap_ms
 
 
-def test_experiment_sweep_on_the_miniature_cluster_one_point_per_node_count(mini, tmp_path):
-    from workbench.experiment import Experiment
+def test_a_sweep_over_node_counts_records_its_nodes_and_link_and_is_projected_from_one_node(mini, tmp_path):
+    """``workbench run CASE --nodes 1,2``'s path: a ci point per node count, the link measured, the projection."""
+    from workbench.bench.projection import run_nodes
+    from workbench.nodes import node_sweep, read_nodes_file
 
-    experiment = Experiment(
-        "eval-frequency", preset="ci", ranks=2, out=tmp_path / "ef", backends=("mpi4py",),
-        cluster_config=mini.cluster_config(2),
-    )  # fmt: skip
-    result = experiment.run()
+    out = tmp_path / "nodes-ef"
+    result = node_sweep("eval-frequency", (1, 2), preset="ci", out=out, mini=mini, overrides={"backends": ("mpi4py",)})
     runs = result.tables["runs"]
     assert len(runs) == 4 and set(runs["ranks"]) == {1, 2}  # 1 and 2 nodes x intervals {1, 20}
     assert result.summary["speedup_eval_fix"] > 1.0
-    for path in tmp_path.rglob("run.json"):
+    for path in out.rglob("run.json"):
         meta = json.loads(path.read_text())
         ranks = meta["config"]["cluster"]["ranks"]
         hosts = set(Run.load(path.parent).rank_meta["host"])
         assert hosts == {f"node{k}" for k in range(1, ranks + 1)}, (ranks, hosts)
+    nodes = read_nodes_file(out)
+    assert [node["name"] for node in nodes["nodes"]] == ["node1", "node2"] and nodes["counts"] == [1, 2]
+    sizes = [row["bytes"] for row in nodes["allreduce"]]
+    assert sum(size >= 1 << 20 for size in sizes) >= 2 and all(row["mpi_seconds"] > 0 for row in nodes["allreduce"])
+    checked = run_nodes([("eval-frequency", str(out))])
+    rows = checked["validation"]
+    assert [row["from_ranks"] for row in rows] == [1, 1] and {row["ranks"] for row in rows} == {2}
+    assert all(row["cluster"] == "2 nodes: 0.4 core, 1gbit per node" for row in rows), rows[0]["cluster"]
+    errors = [row["error"] for row in rows]
+    print(f"\n2 nodes predicted from 1 (one ci run each): errors {', '.join(f'{e:+.1%}' for e in errors)}")
+    # one short run per point on a shared machine: a gross miss (a wrong network, a missing term) is what fails
+    assert all(abs(error) < 0.5 for error in errors), errors

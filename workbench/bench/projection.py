@@ -30,6 +30,10 @@ import pandas as pd
 from workbench.analysis import projection as pj
 from workbench.events import BYTES_PER_MB
 
+#: Sweeps on a miniature cluster's nodes (``workbench run CASE --nodes 1,2,4,8 --link RATE --out DIR``, three
+#: times per link): each run with 2 or more nodes predicted from the 1-node run, the network fitted to the
+#: link measured on the same cluster (``nodes.json``).
+NODE_SWEEPS: tuple[tuple[str, str], ...] = (("eval-frequency", "artifacts/nodes-eval-frequency-*"),)
 #: Sweeps the bench validates against when they are on disk (artifacts/ is not in git), as globs: each
 #: directory a glob matches is one repetition. The first two with one core per rank at every rank count
 #: (`workbench run CASE --preset reduced --threads-per-rank 1 --out DIR`, three times: -1thread, -1thread-r2,
@@ -42,6 +46,8 @@ SWEEPS: tuple[tuple[str, str], ...] = (
 )
 #: The ``cores`` value of a row whose ranks had the cores of the run it is predicted from.
 SAME_CORES = "same"
+#: The ``cluster`` value of a row whose ranks all ran on this host (not on a miniature cluster's nodes).
+HOST_CLUSTER = "this host"
 #: LeNet-5 (seed 003) parameters: conv 5x5x1x6 + 6, conv 5x5x6x16 + 16, dense 400x120 + 120, 120x84 + 84, 84x10 + 10.
 LENET5_PARAMETERS = 156 + 2416 + 48120 + 10164 + 850
 #: One MNIST IDX record: 784 pixel bytes + 1 label byte.
@@ -115,7 +121,7 @@ def validation_table(
     groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for entry in _validation_entries(sweeps, net):
         entry["by_scaling"] = {g: _predict(entry, g)[0] for g in THREAD_SCALING_GRID}
-        groups.setdefault((entry["case"], entry["sweep"], entry["point"]), []).append(entry)
+        groups.setdefault((entry["case"], entry["sweep"], entry["cluster"], entry["point"]), []).append(entry)
 
     def median_prediction(members: list[dict[str, Any]], g: float) -> float:
         return float(np.median([m["by_scaling"][g] for m in members]))
@@ -126,7 +132,7 @@ def validation_table(
         predictions = [_predict(m, thread_scaling) for m in members]
         predicted = float(np.median([p for p, _ in predictions]))
         limiter = min(predictions, key=lambda p: abs(p[0] - predicted))[1]
-        others = [(group, other) for other, group in groups.items() if other[:2] == key[:2] and other != key]
+        others = [(group, other) for other, group in groups.items() if other[:3] == key[:3] and other != key]
         fitted, calibrated = math.nan, math.nan
         if others:
 
@@ -151,6 +157,7 @@ def validation_table(
                 "ranks": first["ranks"],
                 "from_ranks": first["from_ranks"],
                 "cores": first["cores"],
+                "cluster": first["cluster"],
                 "repetitions": len(members),
                 "quantity": first["quantity"],
                 "measured_s": measured,
@@ -174,6 +181,7 @@ VALIDATION_COLUMNS = (
     "ranks",
     "from_ranks",
     "cores",
+    "cluster",
     "repetitions",
     "quantity",
     "measured_s",
@@ -189,21 +197,33 @@ VALIDATION_COLUMNS = (
 
 
 def _validation_entries(sweeps: Sequence[tuple[str, str | Path]], net: pj.Network | None) -> list[dict[str, Any]]:
-    """Each ≥ 2-rank run with the profile of its same-parameter run on fewer ranks, loaded once."""
+    """Each ≥ 2-rank run with the profile of its same-parameter run on the fewest ranks, loaded once.
+
+    A sweep run on a miniature cluster's nodes (``nodes.json`` beside it, ``workbench run CASE --nodes``)
+    is predicted with the network fitted to the link measured on that cluster, one rank per node.
+    """
+    from workbench.nodes import describe_nodes, read_nodes_file
     from workbench.store import Run
 
     entries = []
     for case, pattern, out in _sweep_directories(sweeps):
         runs = pd.read_parquet(out / "runs.parquet")
         runs["params"] = [point.split("/", 1)[1] if "/" in point else "" for point in runs["point"]]
+        nodes = read_nodes_file(out)
+        cluster = f"{len(nodes['nodes'])} nodes: {describe_nodes(nodes['nodes'])}" if nodes else HOST_CLUSTER
         for row in runs[runs["ranks"] >= 2].itertuples():
             smaller = runs[(runs["params"] == row.params) & (runs["ranks"] < row.ranks)]
             if smaller.empty:
                 continue
-            base = smaller.loc[smaller["ranks"].idxmax()]
+            base = smaller.loc[smaller["ranks"].idxmin()]
             run = Run.load(base["path"])
-            cores = run.meta.get("cores") or 2
-            network = net or pj.fit_network(measured_rows(), cores_per_node=int(cores))
+            if nodes:
+                network = pj.fit_network(
+                    nodes["allreduce"], name=f"measured on the miniature cluster ({cluster})", ranks_per_node=1
+                )
+            else:
+                cores = run.meta.get("cores") or 2
+                network = net or pj.fit_network(measured_rows(), cores_per_node=int(cores))
             kwargs, measured, quantity = _case_inputs(case, run, row)
             if kwargs.pop("no_horovod", False):
                 network = replace(network, per_call_s=0.0, horovod_thread_cores=0.0)
@@ -212,6 +232,7 @@ def _validation_entries(sweeps: Sequence[tuple[str, str | Path]], net: pj.Networ
                 {
                     "case": case,
                     "sweep": pattern,
+                    "cluster": cluster,
                     "point": row.point,
                     "ranks": int(row.ranks),
                     "from_ranks": int(base["ranks"]),
@@ -350,6 +371,30 @@ def seed_000_table(ranks: int = 32) -> pd.DataFrame:
 # --------------------------------------------------------------------------------------------
 
 
+def run_nodes(sweeps: Sequence[tuple[str, str | Path]] = NODE_SWEEPS) -> dict[str, Any]:
+    """The node rows alone: each sweep on a miniature cluster's nodes, its larger counts from its 1-node run.
+
+    Summaries per cluster (nodes, share of a core, link) and over all of them; the goal, as on this host:
+    median |error| <= 5 %, max <= 10 % on the medians of the repetitions, single runs beside them.
+    """
+    table = validation_table(sweeps)
+    table = table[table["cluster"] != HOST_CLUSTER]
+    by_cluster = {
+        f"{case}, {cluster}": {
+            "strict": validation_summary(group),
+            "single_repetitions": validation_summary(group.explode("errors_each"), "errors_each"),
+        }
+        for (case, cluster), group in table.groupby(["case", "cluster"], sort=False)
+    }
+    return {
+        "validation": table.to_dict("records"),
+        **validation_summary(table),
+        "single_repetitions": validation_summary(table.explode("errors_each"), "errors_each"),
+        "by_cluster": by_cluster,
+        "missing_sweeps": [str(p) for c, p in sweeps if not _sweep_directories([(c, p)])],
+    }
+
+
 def run(*, allreduce_rows: Sequence[Mapping[str, Any]] | None = None, thread_scaling: float = 1.0) -> dict[str, Any]:
     """The validation table (measured sweeps), its errors, and the seed comparisons."""
     import time
@@ -358,6 +403,7 @@ def run(*, allreduce_rows: Sequence[Mapping[str, Any]] | None = None, thread_sca
     net = pj.fit_network(allreduce_rows or measured_rows(), cores_per_node=2)
     table = validation_table(net=net, thread_scaling=thread_scaling)
     validation_s = time.perf_counter() - started
+    table = table[table["cluster"] == HOST_CLUSTER]  # the nodes' rows: run_nodes (bench projection --nodes)
     same = table[table["cores"] == SAME_CORES]
     shared = table[table["cores"] != SAME_CORES]
     by_case = {
@@ -430,21 +476,60 @@ def format_result(result: Mapping[str, Any]) -> str:
             "no saved sweep found: run `workbench run input-pipeline --preset reduced --ranks 2"
             " --threads-per-rank 1 --out artifacts/input-pipeline-reduced-1thread` first"
         )
-    for name, title in (
-        ("seed_000", "seed 000, evaluation every 30 epochs at 32 nodes"),
-    ):
+    for name, title in (("seed_000", "seed 000, evaluation every 30 epochs at 32 nodes"),):
         frame = pd.DataFrame(result[name])
         if len(frame):
             lines += ["", title, frame.round(3).to_string(index=False)]
     return "\n".join(lines)
 
 
-def main(as_json: bool = False, allreduce_json: str | None = None, seeds: bool = False) -> int:
-    """``workbench bench projection [--json] [--allreduce FILE] [--seeds]``.
+def format_nodes(result: Mapping[str, Any]) -> str:
+    """The node rows as text: each point's measured and predicted medians, then the summaries per cluster."""
+    table = pd.DataFrame(result["validation"])
+    if table.empty:
+        missing = ", ".join(result.get("missing_sweeps") or []) or "artifacts/nodes-*"
+        return (
+            f"no sweep on a miniature cluster's nodes found ({missing}): run `workbench run eval-frequency --nodes"
+            " 1,2,4,8 --link 10mbit --out artifacts/nodes-eval-frequency-10mbit-r1` first (as root)"
+        )
+    lines = [
+        f"{'cluster':<36} {'point':<28} {'reps':>4} {'measured s':>10} {'spread':>6} {'predicted s':>11} {'error':>7}"
+    ]
+    for row in table.itertuples():
+        lines.append(
+            f"{row.cluster:<36} {row.point:<28} {row.repetitions:>4} {row.measured_s:>10.3g}"
+            f" {row.measured_spread:>6.0%} {row.predicted_s:>11.3g} {row.error:>+7.1%}"
+        )
+    lines.append(
+        f"across nodes: median |error| {result['median_error']:.1%}, max {result['max_error']:.1%} over"
+        f" {result['runs']} points (goal: median <= 5 %, max <= 10 %)"
+    )
+    single = result["single_repetitions"]
+    if single.get("median_error") is not None:
+        lines.append(f"each repetition alone: median {single['median_error']:.1%}, max {single['max_error']:.1%}")
+    for name, summary in result["by_cluster"].items():
+        strict = summary["strict"]
+        lines.append(f"  {name}: median {strict['median_error']:.1%} / max {strict['max_error']:.1%}")
+    return "\n".join(lines)
 
-    ``--seeds``: the projection from a system description beside seeds 004 and 001 (``bench.seed_systems``).
+
+def main(as_json: bool = False, allreduce_json: str | None = None, seeds: bool = False, nodes: bool = False) -> int:
+    """``workbench bench projection [--json] [--allreduce FILE] [--seeds | --nodes]``.
+
+    ``--seeds``: the projection from a system description beside seeds 004 and 001 (``bench.seed_systems``);
+    ``--nodes``: the sweeps on a miniature cluster's nodes, each count predicted from 1 node (``run_nodes``).
     """
     from workbench.bench.allreduce import read_rows
+
+    if nodes:
+        checked = run_nodes()
+        if as_json:
+            from workbench.analysis import json_ready
+
+            print(json.dumps(json_ready(checked), indent=2, default=str))
+        else:
+            print(format_nodes(checked))
+        return 0 if checked["runs"] else 1
 
     if seeds:
         from workbench.bench import seed_systems

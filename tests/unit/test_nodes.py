@@ -1,0 +1,69 @@
+"""Sweeps over node counts (``workbench run CASE --nodes``): the plan, the options, the link's sizes, the file."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from workbench.experiment import Experiment
+from workbench.nodes import describe_nodes, link_sizes, read_nodes_file
+
+
+def test_rank_counts_keep_only_those_counts_of_the_sweep():
+    experiment = Experiment("eval-frequency", preset="ci", rank_counts=(8, 1, 2, 4), backends=("mpi4py",))
+    assert experiment.max_ranks == 8
+    assert sorted({p.ranks for p in experiment.plan()}) == [1, 2, 4, 8]
+    assert len(experiment.plan()) == 4 * 2  # two evaluation intervals per count
+    with pytest.raises(ValueError, match="go past ranks=4"):
+        Experiment("eval-frequency", preset="ci", ranks=4, rank_counts=(1, 8))
+    with pytest.raises(ValueError, match=">= 1"):
+        Experiment("eval-frequency", preset="ci", rank_counts=(0, 2))
+
+
+def test_the_link_is_measured_with_sizes_it_carries_in_a_couple_of_seconds():
+    slow = link_sizes(10_000_000)  # 10 Mbit/s: 2 MiB take 1.7 s, 4 MiB would take 3.4 s
+    assert max(slow) == 2 << 20 and sum(size >= 1 << 20 for size in slow) == 2
+    fast = link_sizes(1_000_000_000)
+    assert max(fast) == 16 << 20 and min(fast) == 1024
+    assert link_sizes(None) == fast  # an unshaped link: every size
+
+
+def test_nodes_are_described_once_when_alike_and_one_by_one_when_not():
+    alike = [{"name": f"node{k}", "cpus": 0.2, "link_bits_per_s": 10**9} for k in (1, 2)]
+    assert describe_nodes(alike) == "0.2 core, 1gbit per node"
+    mixed = [alike[0], {"name": "node2", "cpus": 0.4, "link_bits_per_s": 10**7}]
+    assert describe_nodes(mixed) == "node1 0.2 core, 1gbit; node2 0.4 core, 10mbit"
+
+
+def test_a_sweep_without_nodes_file_is_not_a_node_sweep_and_a_broken_one_says_so(tmp_path):
+    assert read_nodes_file(tmp_path) is None
+    (tmp_path / "nodes.json").write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        read_nodes_file(tmp_path)
+    (tmp_path / "nodes.json").write_text(json.dumps({"nodes": [], "counts": [1, 2], "allreduce": []}))
+    assert read_nodes_file(tmp_path)["counts"] == [1, 2]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--link", "10mbit"], "give --nodes too"),
+        (["--nodes", "1,2", "--minicluster"], "drop --minicluster and --ranks"),
+        (["--nodes", "1,2", "--ranks", "2"], "drop --minicluster and --ranks"),
+        (["--nodes", "0,2"], "whole number"),
+    ],
+)
+def test_node_options_that_do_not_fit_get_one_line(argv, message, capsys):
+    from workbench.cli import main
+
+    assert main(["run", "eval-frequency", "--preset", "ci", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_the_bench_says_what_to_run_when_no_node_sweep_is_saved(tmp_path):
+    from workbench.bench.projection import format_nodes, run_nodes
+
+    result = run_nodes([("eval-frequency", str(tmp_path / "nodes-*"))])
+    assert result["runs"] == 0 and result["missing_sweeps"] == [str(tmp_path / "nodes-*")]
+    assert "workbench run eval-frequency --nodes" in format_nodes(result)

@@ -1,0 +1,146 @@
+"""A case's sweep over node counts on a miniature cluster: ``workbench run CASE --nodes 1,2,4,8 --link 10mbit``.
+
+Scaling is measured the way the projection assumes and the seeds measured it only when each node keeps its
+hardware as nodes are added: the same share of a core and the same link at every count. This brings up one
+miniature cluster with the largest count (or uses the one that is up, if it is the same), runs the case's
+sweep at the given counts only (one rank per node), then measures the link on two of its nodes
+(``workbench.bench.allreduce.measure``: MPI and Horovod allreduce by size, Horovod's background thread) and
+writes ``nodes.json`` beside the sweep: the nodes' shares and links and that measurement, what
+``workbench bench projection`` fits the network to when it predicts the larger counts from the 1-node run.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+#: Each node's share of a core and link when ``--nodes`` is given without them: 8 nodes fit beside the
+#: login node's share on 2 cores.
+DEFAULT_CPUS_PER_NODE = 0.2
+DEFAULT_LINK = "1gbit"
+#: The file written beside the sweep's runs.
+NODES_FILE = "nodes.json"
+#: Message sizes measured on the cluster's link: small ones for latency, >= 1 MiB ones for bandwidth
+#: (``fit_network`` needs two); sizes that would take longer than ``LONGEST_CALL_S`` on the link are left out.
+SMALL_SIZES = (1024, 4096, 16384, 65536)
+LARGE_SIZES = (1 << 20, 2 << 20, 4 << 20, 16 << 20)
+LONGEST_CALL_S = 2.0
+MIN_SECONDS = 0.05
+
+
+def link_sizes(bits_per_s: int | None) -> tuple[int, ...]:
+    """The message sizes to measure on a link of this rate (the two smallest large ones always)."""
+    large = [
+        size
+        for index, size in enumerate(LARGE_SIZES)
+        if index < 2 or bits_per_s is None or size * 8 / bits_per_s <= LONGEST_CALL_S
+    ]
+    return (*SMALL_SIZES, *large)
+
+
+def node_sweep(
+    case: Any,
+    counts: Sequence[int],
+    *,
+    cpus_per_node: float | None = None,
+    link: str | None = None,
+    preset: str | None = None,
+    out: str | Path | None = None,
+    resume: bool = False,
+    timeout_s: float | None = None,
+    progress: bool = True,
+    on_point: Any = None,
+    overrides: Mapping[str, Any] | None = None,
+    mini: Any = None,
+) -> Any:
+    """Run ``case`` at ``counts`` nodes of one miniature cluster; returns the ``ExperimentResult``.
+
+    ``mini``: a running ``MiniCluster`` to use as it is (at least ``max(counts)`` nodes; ``cpus_per_node``
+    and ``link`` must then be None). Without it one is brought up, and taken down at the end.
+    """
+    from workbench import minicluster
+    from workbench.experiment import Experiment
+
+    counts = tuple(sorted({int(n) for n in counts}))
+    if mini is None:
+        spec = minicluster.MiniClusterSpec.make(
+            counts[-1],
+            cpus_per_node=DEFAULT_CPUS_PER_NODE if cpus_per_node is None else cpus_per_node,
+            link=link or DEFAULT_LINK,
+        )
+        mini = minicluster.MiniCluster.up(spec, reuse=True)
+    elif cpus_per_node is not None or link is not None or len(mini.node_names) < counts[-1]:
+        raise ValueError(
+            f"a running miniature cluster ({len(mini.node_names)} nodes) is used as it is: give no cpus_per_node or"
+            f" link, and at most {len(mini.node_names)} nodes"
+        )
+    try:
+        experiment = Experiment(
+            case,
+            preset=preset,
+            ranks=counts[-1],
+            out=out,
+            cluster_config=mini.cluster_config(counts[-1]),
+            rank_counts=counts,
+            **dict(overrides or {}),
+        )
+        result = experiment.run(resume=resume, progress=progress, on_point=on_point, timeout_s=timeout_s)
+        if counts[-1] >= 2:
+            write_nodes_file(experiment.out, mini, counts)
+        return result
+    finally:
+        if mini.owned:
+            mini.down()
+
+
+def measure_link(mini: Any, nodes: int = 2) -> list[dict[str, Any]]:
+    """``bench allreduce`` rows measured on ``nodes`` nodes of the cluster (its shares and links as they are)."""
+    from workbench.bench.allreduce import measure
+
+    rate = mini.spec.nodes[0].link_bits_per_s
+    with mini.cluster(nodes) as cluster:
+        results = cluster.view.apply_sync(measure, link_sizes(rate), MIN_SECONDS, True)
+    rows = [row for rank_rows in results for row in rank_rows]
+    if not rows:
+        raise RuntimeError("the allreduce measurement on the miniature cluster returned no rows")
+    return rows
+
+
+def write_nodes_file(directory: str | Path, mini: Any, counts: Sequence[int]) -> Path:
+    """``nodes.json`` beside a sweep: the nodes it used (share, link), the counts run, and the link measured."""
+    path = Path(directory) / NODES_FILE
+    payload = {
+        "nodes": mini.spec.to_json()[: max(counts)],
+        "counts": list(counts),
+        "allreduce": measure_link(mini),
+        "measured": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    partial = path.with_suffix(".json.partial")
+    partial.write_text(json.dumps(payload, indent=1, default=str) + "\n")
+    partial.replace(path)
+    return path
+
+
+def read_nodes_file(directory: str | Path) -> dict[str, Any] | None:
+    """A sweep's ``nodes.json`` (None when the sweep did not run on a miniature cluster's nodes)."""
+    path = Path(directory) / NODES_FILE
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path} is not valid JSON ({error.msg}): run the sweep again to measure its link") from None
+
+
+def describe_nodes(nodes: Sequence[Mapping[str, Any]]) -> str:
+    """``0.2 core, 1 Gbit/s per node`` (or each node's, when they differ)."""
+    from workbench.minicluster import format_rate
+
+    shapes = {(node["cpus"], node.get("link_bits_per_s")) for node in nodes}
+    if len(shapes) == 1:
+        cpus, rate = shapes.pop()
+        return f"{cpus:g} core, {format_rate(rate)} per node"
+    return "; ".join(f"{n['name']} {n['cpus']:g} core, {format_rate(n.get('link_bits_per_s'))}" for n in nodes)
