@@ -72,6 +72,11 @@ BUSY_SHARE = 0.5
 #: Folder of the TF profiler traces inside a run, and the file with each rank's start clock.
 TF_PROFILE_DIR = "tf_profile"
 TF_PROFILE_CLOCK_FILE = "clock.json"
+#: Name of the clock marks written into each TF profiler trace (``formats.tf_profile`` reads them), and
+#: how many: each is a trace event that TF timestamps on its own clock, with our clock read just
+#: before and just after; the tightest pair places the trace on the run's clock.
+TF_PROFILE_CLOCK_MARK = "workbench_clock_mark"
+TF_PROFILE_CLOCK_MARKS = 8
 
 #: The recorder and step tracker of the profiling in progress on this rank (None: not profiling).
 _recorder: Recorder | None = None
@@ -241,15 +246,29 @@ def tf_profile_dir(run_path: str | Path, rank: int) -> Path:
 
 
 def start_tf_profiler(recorder: Recorder) -> None:
-    """Start TF's profiler into this rank's folder and note the clock at start (trace times are relative)."""
+    """Start TF's profiler into this rank's folder and note its clock (trace times are relative).
+
+    TF's trace counts from an instant somewhere inside ``start``, which on a busy machine can last
+    milliseconds (longer than a small step): ``start_ns`` (before the call) is only a bound. So
+    right after it a few clock marks go into the trace, each between two reads of our clock
+    (``marks``: ``[before, after]`` on the run's clock); ``formats.tf_profile`` places the trace with
+    the tightest one.
+    """
     import tensorflow as tf
 
     folder = tf_profile_dir(recorder.run_path, recorder.rank)
     folder.mkdir(parents=True, exist_ok=True)
+    offset = recorder.clock_offset_ns
     before = time.time_ns()
     tf.profiler.experimental.start(str(folder))
     after = time.time_ns()
-    clock = {"rank": recorder.rank, "start_ns": before - recorder.clock_offset_ns, "start_call_ns": after - before}
+    marks = []
+    for _ in range(TF_PROFILE_CLOCK_MARKS):
+        low = time.time_ns()
+        with tf.profiler.experimental.Trace(TF_PROFILE_CLOCK_MARK):  # TF takes its timestamp on creation
+            high = time.time_ns()
+        marks.append([low - offset, high - offset])
+    clock = {"rank": recorder.rank, "start_ns": before - offset, "start_call_ns": after - before, "marks": marks}
     (folder / TF_PROFILE_CLOCK_FILE).write_text(json.dumps(clock))
 
 

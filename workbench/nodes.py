@@ -29,6 +29,8 @@ SMALL_SIZES = (1024, 4096, 16384, 65536)
 LARGE_SIZES = (1 << 20, 2 << 20, 4 << 20, 16 << 20)
 LONGEST_CALL_S = 2.0
 MIN_SECONDS = 0.05
+#: Steps per round when measuring what collectives take from the compute beside them.
+STEPS_BESIDE = 40
 
 
 def link_sizes(bits_per_s: int | None) -> tuple[int, ...]:
@@ -89,7 +91,7 @@ def node_sweep(
         )
         result = experiment.run(resume=resume, progress=progress, on_point=on_point, timeout_s=timeout_s)
         if counts[-1] >= 2:
-            write_nodes_file(experiment.out, mini, counts)
+            write_nodes_file(experiment.out, mini, counts, step=one_node_step(result.tables["runs"]))
         return result
     finally:
         if mini.owned:
@@ -97,7 +99,13 @@ def node_sweep(
 
 
 def measure_link(mini: Any, nodes: int = 2) -> list[dict[str, Any]]:
-    """``bench allreduce`` rows measured on ``nodes`` nodes of the cluster (its shares and links as they are)."""
+    """``bench allreduce`` rows measured on ``nodes`` nodes of the cluster (its shares and links as they are).
+
+    A sweep measures on two nodes: each node's link, what the projection assumes every node keeps. On this
+    machine the nodes share one kernel's network path, so a ring's bandwidth per link falls as nodes join
+    (50 Mbit/s links at 0.2 core: 5.8 MB/s on 2 nodes, 4.1 on 4, 3.8 on 8): the larger counts then run
+    slower than the two-node link says, which the node rows of ``bench projection --nodes`` show.
+    """
     from workbench.bench.allreduce import measure
 
     rate = mini.spec.nodes[0].link_bits_per_s
@@ -109,13 +117,88 @@ def measure_link(mini: Any, nodes: int = 2) -> list[dict[str, Any]]:
     return rows
 
 
-def write_nodes_file(directory: str | Path, mini: Any, counts: Sequence[int]) -> Path:
-    """``nodes.json`` beside a sweep: the nodes it used (share, link), the counts run, and the link measured."""
+def one_node_step(runs: Any) -> tuple[float, float] | None:
+    """(compute seconds per step, gradient bytes) of the sweep's 1-node run with the most steps (None: none)."""
+    from workbench.analysis import projection as pj
+    from workbench.store import Run
+
+    single = runs[runs["ranks"] == 1] if len(runs) else runs
+    best: tuple[int, float, float] | None = None
+    for path in single.get("path", []):
+        run = Run.load(path)
+        costs = pj.step_costs(run.events, run.meta)
+        if len(costs.compute_s) and costs.gradient_bytes > 0 and (best is None or len(costs.compute_s) > best[0]):
+            best = (len(costs.compute_s), float(costs.compute_s.mean()), float(costs.gradient_bytes))
+    return None if best is None else best[1:]
+
+
+def compute_beside_collective(cpu_s: float, nbytes: int, steps: int = STEPS_BESIDE, rounds: int = 3) -> dict[str, Any]:
+    """On every rank: wall seconds of ``cpu_s`` of CPU work per step alone, and split around an allreduce.
+
+    The step the projection models: compute, the gradients' allreduce, compute again. Rounds of each kind
+    alternate, so a drift falls on both; medians of the compute's wall time per step.
+    """
+    import statistics
+    import time
+
+    import numpy as np
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    send = np.ones(max(1, int(nbytes) // 4), dtype=np.float32)
+    receive = np.empty_like(send)
+
+    def spin(seconds: float) -> float:
+        started, until = time.perf_counter(), time.thread_time() + seconds
+        while time.thread_time() < until:
+            pass
+        return time.perf_counter() - started
+
+    alone: list[float] = []
+    beside: list[float] = []
+    for _ in range(rounds):
+        comm.Barrier()
+        alone += [spin(cpu_s / 2) + spin(cpu_s / 2) for _ in range(steps)]
+        comm.Barrier()
+        for _ in range(steps):
+            first = spin(cpu_s / 2)
+            comm.Allreduce(send, receive, op=MPI.SUM)
+            beside.append(first + spin(cpu_s / 2))
+    return {"alone_s": statistics.median(alone), "beside_s": statistics.median(beside)}
+
+
+def measure_compute_beside(mini: Any, compute_s: float, nbytes: float, nodes: int = 2) -> dict[str, Any]:
+    """The factor by which a rank's compute slows with the step's allreduce between it, on ``nodes`` nodes.
+
+    The compute is the 1-node run's per step, as CPU time at the node's share (``compute_s`` × share).
+    """
+    share = min(mini.spec.nodes[0].cpus, 1.0)
+    cpu_s = compute_s * share
+    with mini.cluster(nodes) as cluster:
+        results = cluster.view.apply_sync(compute_beside_collective, cpu_s, int(nbytes))
+    alone = max(r["alone_s"] for r in results)
+    beside = max(r["beside_s"] for r in results)
+    return {
+        "compute_s": compute_s,
+        "cpu_s": cpu_s,
+        "bytes": int(nbytes),
+        "alone_s": alone,
+        "beside_s": beside,
+        "factor": beside / alone if alone > 0 else 1.0,
+    }
+
+
+def write_nodes_file(
+    directory: str | Path, mini: Any, counts: Sequence[int], *, step: tuple[float, float] | None = None
+) -> Path:
+    """``nodes.json`` beside a sweep: the nodes it used (share, link), the counts run, the link measured, and
+    (given the 1-node run's ``step``: compute seconds, gradient bytes) what collectives take from the compute."""
     path = Path(directory) / NODES_FILE
     payload = {
         "nodes": mini.spec.to_json()[: max(counts)],
         "counts": list(counts),
         "allreduce": measure_link(mini),
+        "compute_beside_collectives": measure_compute_beside(mini, *step) if step else None,
         "measured": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     partial = path.with_suffix(".json.partial")

@@ -163,6 +163,14 @@ def test_trace_steps_import_each_ranks_allreduce_waits_from_tf_profiler(tmp_path
     # the profiled spans lie in the traced steps (TF's timestamps are relative to the session start)
     assert traced["start_ns"].min() >= window["start_ns"].min() - 5_000_000
     assert traced["end_ns"].max() <= window["end_ns"].max() + 5_000_000
+    # placed by the clock marks (to microseconds), every kernel starts inside a traced step of its own
+    # rank: a trace placed by the clock read before the profiler's start put a rank's kernels steps early
+    # on a busy machine (that call can be preempted for longer than these 1-2 ms steps)
+    for rank, spans in traced.groupby("rank"):
+        own = run.events[(run.events["name"] == "train_step") & (run.events["rank"] == rank)]
+        own = own[own["step"].between(3, 5)]
+        inside = [((own["start_ns"] - 200_000 <= t) & (t <= own["end_ns"])).any() for t in spans["start_ns"]]
+        assert all(inside), (rank, spans[["start_ns", "end_ns"]], own[["step", "start_ns", "end_ns"]])
     waits = analyse_run(run.events, run.memory, run.meta).waits
     traced_waits = waits[waits["step"].between(3, 5)]
     # the profiled steps take their waits from TF's profiler (a step at the window's edge may fall back to lateness)

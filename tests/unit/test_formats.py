@@ -213,6 +213,24 @@ def test_tf_profiler_kernels_pair_start_and_done_per_tensor_and_step():
     assert "grad_a" in span["detail"]
 
 
+def test_tf_profiler_trace_is_placed_by_its_tightest_clock_mark():
+    from workbench.formats.tf_profile import CLOCK_MARK, trace_origin_ns
+
+    def mark(ts: float) -> dict:
+        return {"name": CLOCK_MARK, "ts": ts, "dur": 1.0, "ph": "X", "args": {}}
+
+    # the profiler's clock started 3 ms after the read before its start call (a preempted call); the
+    # second mark, 2 µs wide, began at 10 µs on the trace's clock
+    start_ns, origin = 1_000_000_000, 1_003_000_000
+    marks = [[origin + 5_000, origin + 25_000], [origin + 9_000, origin + 11_000], [origin + 20_000, origin + 40_000]]
+    trace = {"traceEvents": [mark(30.0), mark(10.0), mark(6.0), {"name": "MatMul", "ts": 1.0, "dur": 5.0}]}
+    clock = {"rank": 0, "start_ns": start_ns, "marks": marks}
+    assert trace_origin_ns(trace, clock) == origin
+    # no marks, or not as many in the trace as written: the read before the start
+    assert trace_origin_ns(trace, {"rank": 0, "start_ns": start_ns}) == start_ns
+    assert trace_origin_ns({"traceEvents": [mark(10.0)]}, clock) == start_ns
+
+
 def test_tensorflows_own_converter_turns_an_xplane_into_trace_events(tmp_path):
     tf = pytest.importorskip("tensorflow")
     weights = tf.Variable(tf.ones((8, 8)))

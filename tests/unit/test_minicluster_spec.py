@@ -193,6 +193,16 @@ def test_cluster_config_puts_one_rank_per_node_under_slurm(tmp_path, eight_cores
     assert mini.cluster_config(1, time_limit="5").time_limit == "5"
 
 
+def test_ranks_on_the_miniature_cluster_yield_while_they_wait_unless_told_otherwise(tmp_path, eight_cores, monkeypatch):
+    monkeypatch.delenv("OMPI_MCA_mpi_yield_when_idle", raising=False)
+    mini = _mini(tmp_path, MiniClusterSpec.make(2))
+    assert mini.cluster_config().env["OMPI_MCA_mpi_yield_when_idle"] == "1"
+    mine = mini.cluster_config(env={"OMPI_MCA_mpi_yield_when_idle": "0", "X": "1"}).env
+    assert mine == {"OMPI_MCA_mpi_yield_when_idle": "0", "X": "1"}
+    monkeypatch.setenv("OMPI_MCA_mpi_yield_when_idle", "0")  # the user's shell wins too
+    assert "OMPI_MCA_mpi_yield_when_idle" not in mini.cluster_config().env
+
+
 def test_cluster_config_places_more_ranks_than_nodes_where_nodes_have_slots(tmp_path, eight_cores):
     mini = _mini(tmp_path, MiniClusterSpec.make(2, cpus_per_node=2.0))
     config = mini.cluster_config(4)

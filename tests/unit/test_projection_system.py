@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -38,6 +39,18 @@ def test_devices_per_node_make_the_allreduce_hierarchical():
     row = pj.project_system(spec, [2]).table.iloc[0]
     assert (row["ranks"], row["nodes"]) == (8, 2)
     assert row["step_s"] == pytest.approx(1.0 + 0.015 + 0.1)
+
+
+def test_what_collectives_take_from_compute_applies_from_two_ranks_on():
+    # compute x1.5 beside collectives: 1 s -> 1.5 s on 2 nodes, plus the ring's 2 * 1/2 * 0.1 s; 1 node untouched
+    beside = replace(PLAIN, compute_factor_beside_collectives=1.5)
+    spec = pj.system_spec(gradient_bytes=100e6, step_s=1.0, batch=32, network=beside)
+    table = pj.project_system(spec, [1, 2]).table.set_index("ranks")
+    assert table.loc[1, "step_s"] == pytest.approx(1.0)
+    assert table.loc[2, "step_s"] == pytest.approx(1.5 + 0.1)
+    assert any("x1.5 as long" in line for line in pj.project_system(spec, [2]).assumptions)
+    with pytest.raises(ValueError, match="compute_factor_beside_collectives"):
+        replace(PLAIN, compute_factor_beside_collectives=0.0)
 
 
 def test_parameter_servers_with_and_without_overlap():

@@ -221,6 +221,9 @@ def _validation_entries(sweeps: Sequence[tuple[str, str | Path]], net: pj.Networ
                 network = pj.fit_network(
                     nodes["allreduce"], name=f"measured on the miniature cluster ({cluster})", ranks_per_node=1
                 )
+                beside = nodes.get("compute_beside_collectives") or {}
+                if beside.get("factor"):
+                    network = replace(network, compute_factor_beside_collectives=float(beside["factor"]))
             else:
                 cores = run.meta.get("cores") or 2
                 network = net or pj.fit_network(measured_rows(), cores_per_node=int(cores))

@@ -124,7 +124,7 @@ class CpuTuning(Case):
         "ci": CpuTuningSettings(
             batch=32,
             width=32,
-            iterations=30,
+            iterations=20,
             warmup_iterations=3,
             intra=(1, 4),
             inter=(1,),

@@ -104,8 +104,9 @@ class PsVsAllreduce(Case):
     )
     presets: Mapping[str, PsVsAllreduceSettings] = {
         "ci": PsVsAllreduceSettings(
+            batch=4,
             warmup_steps=1,
-            measured_steps=3,
+            measured_steps=2,
             repetitions=2,
             ps_counts=(1,),
             real_at_largest_only=True,

@@ -10,7 +10,12 @@ In that trace each Horovod collective is an asynchronous kernel: ``ExecutorState
 events with ``args.kernel_type`` ``HorovodAllreduce`` (or another ``Horovod*`` kernel), a start
 and a done. Between them the rank's executor waits for Horovod: that gap is this rank's wait for
 the collective, measured on the rank itself. Timestamps are µs after the profiler session's
-start, whose clock the recorder wrote beside the trace (``clock.json``).
+start, an instant inside ``tf.profiler.experimental.start`` that no one sees: on a busy machine that
+call lasts milliseconds, longer than a small step, so the clock read before it (``start_ns`` in
+``clock.json``) can put every kernel a step early. The recorder therefore writes clock marks into
+the trace right after the start (``workbench_clock_mark`` events, each between two reads of the
+run's clock, ``marks`` in ``clock.json``); ``trace_origin_ns`` places the trace with the tightest
+one, to within half its width (microseconds), and falls back to ``start_ns`` without marks.
 """
 
 from __future__ import annotations
@@ -23,12 +28,15 @@ import numpy as np
 import pandas as pd
 
 from workbench.analysis.straggler import TF_PROFILER_SPAN
+from workbench.autorecord import TF_PROFILE_CLOCK_MARK
 from workbench.events import IN_FLIGHT, events_frame
 
 TF_PROFILE_DIR = "tf_profile"
 CLOCK_FILE = "clock.json"
 #: Name of the imported spans (``analysis.straggler`` reads them); ``detail``: the kernel and the tensor.
 SPAN_NAME = TF_PROFILER_SPAN
+#: The clock marks the recorder writes into the trace.
+CLOCK_MARK = TF_PROFILE_CLOCK_MARK
 
 
 class TfProfileError(ValueError):
@@ -45,6 +53,21 @@ def xplane_to_trace(path: str | Path) -> dict[str, Any]:
     if not ok:
         raise TfProfileError(f"TensorFlow could not convert {path}: re-run the profile")
     return json.loads(data)
+
+
+def trace_origin_ns(trace: dict[str, Any], clock: dict[str, Any]) -> int:
+    """The instant the trace's timestamps count from, on the run's clock.
+
+    The ``k``-th clock mark of the trace began between ``clock["marks"][k]`` (two reads of the run's
+    clock); the narrowest pair gives ``its middle - its timestamp``. Without marks (or not as many in
+    the trace as in ``clock.json``): ``clock["start_ns"]``, read just before the profiler started.
+    """
+    marks = clock.get("marks") or []
+    stamps = sorted(float(e["ts"]) for e in trace.get("traceEvents", []) if e.get("name") == CLOCK_MARK and "ts" in e)
+    if not marks or len(stamps) != len(marks):
+        return int(clock["start_ns"])
+    low, high, stamp = min(((int(a), int(b), ts) for (a, b), ts in zip(marks, stamps)), key=lambda m: m[1] - m[0])
+    return (low + high) // 2 - round(stamp * 1000)
 
 
 def horovod_waits(trace: dict[str, Any], *, start_ns: int, rank: int, run_id: str = "") -> pd.DataFrame:
@@ -103,7 +126,7 @@ def read_tf_profiles(run_path: str | Path) -> pd.DataFrame:
             continue
         clock = json.loads(clock_file.read_text())
         trace = xplane_to_trace(files[-1])
-        frames.append(horovod_waits(trace, start_ns=int(clock["start_ns"]), rank=int(clock["rank"])))
+        frames.append(horovod_waits(trace, start_ns=trace_origin_ns(trace, clock), rank=int(clock["rank"])))
     frames = [f for f in frames if len(f)]
     if not frames:
         raise TfProfileError("the traces hold no Horovod kernel: the traced steps ran no Horovod collective")

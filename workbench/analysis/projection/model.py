@@ -383,8 +383,10 @@ class _Model:
         return per_node / storage.node_reads_per_s(per_node * readers) / storage.steps_per_read
 
     def thread_factor(self, n: int) -> float:
-        """Compute slowdown at ``n`` ranks from the CPU a rank has: cores shared on a node, Horovod's thread."""
-        return self._sharing_factor(n) * self.horovod_factor(n)
+        """Compute slowdown at ``n`` ranks from the CPU a rank has: cores shared on a node, Horovod's thread,
+        and what collectives between the compute take from it (``Network.compute_factor_beside_collectives``)."""
+        beside = self.net.compute_factor_beside_collectives if n >= 2 else 1.0
+        return self._sharing_factor(n) * self.horovod_factor(n) * beside
 
     def _sharing_factor(self, n: int) -> float:
         """Compute slowdown when ranks on one node share its cores."""
@@ -532,6 +534,11 @@ def _assumptions(
             f"from 2 ranks on, Horovod's background thread takes {net.horovod_thread_cores:.2g} of a core from"
             " each rank's training compute where it keeps every core busy"
             + ("" if profile.threads_per_rank is not None else " (not applied: the run recorded no thread count)")
+        )
+    if net.compute_factor_beside_collectives != 1.0:
+        items.append(
+            f"from 2 ranks on, compute takes x{net.compute_factor_beside_collectives:.3g} as long with collectives"
+            " between it (measured on these nodes: waiting in MPI polls, and the node's CPU is capped)"
         )
     if len(profile.evaluation_s) and (len(profile.evaluating_ranks) < profile.ranks or profile.ranks == 1):
         items.append("evaluation by one rank while the others wait (serial), unless sharded")

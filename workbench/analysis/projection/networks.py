@@ -38,6 +38,10 @@ class Network:
     thread once there are 2 ranks or more (it negotiates every cycle, busy or not); measured by
     ``workbench bench allreduce``, 0 for the named networks (their ranks compute on GPUs, and the
     thread takes CPU the GPU does not need).
+    ``compute_factor_beside_collectives``: how much longer a rank's compute takes, from 2 ranks on, when
+    collectives run between its compute (1: not at all). Waiting in MPI polls, and where a node's CPU is
+    capped (a CPU quota, every core busy training) that polling takes CPU the compute then lacks; measured
+    on a miniature cluster's nodes (``workbench.nodes``), 1 elsewhere.
     """
 
     name: str
@@ -52,6 +56,7 @@ class Network:
     hierarchical: bool = True
     assumptions: str = ""
     horovod_thread_cores: float = 0.0
+    compute_factor_beside_collectives: float = 1.0
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
@@ -62,6 +67,8 @@ class Network:
             raise ValueError(f"network {self.name!r}: latencies and per-call cost must be >= 0 s")
         if not self.horovod_thread_cores >= 0:
             raise ValueError(f"network {self.name!r}: horovod_thread_cores must be >= 0 cores")
+        if not self.compute_factor_beside_collectives > 0:
+            raise ValueError(f"network {self.name!r}: compute_factor_beside_collectives must be > 0")
         if self.ranks_per_node < 1:
             raise ValueError(f"network {self.name!r}: ranks_per_node must be >= 1")
 
@@ -75,6 +82,11 @@ class Network:
             + (
                 f" and {self.horovod_thread_cores:.2g} of a core per rank for its background thread"
                 if self.horovod_thread_cores
+                else ""
+            )
+            + (
+                f"; compute x{self.compute_factor_beside_collectives:.3g} beside collectives"
+                if self.compute_factor_beside_collectives != 1.0
                 else ""
             )
             + f"; {self.algorithm} allreduce"
