@@ -68,70 +68,73 @@ class SeedSystem:
     published_source: str
 
 
+#: Seed 004's systems: key -> (description, GPU, devices per node, network, the network's source).
+SEED_004_MACHINES: dict[str, tuple[str, str, int, str, str]] = {
+    "DGX-1": (
+        "DGX-1 (8 P100 per node, NVLink)",
+        "P100",
+        8,
+        "nvlink",
+        "NVLink 2.0 as in the catalogue (DGX-1 product sheet)",
+    ),
+    "Piz Daint": (
+        "Piz Daint (1 P100 per node, Aries)",
+        "P100",
+        1,
+        "aries",
+        "Cray XC Aries: ~10 GB/s injection per node (Cray)",
+    ),
+    "p2.xlarge": (
+        "EC2 p2.xlarge (1 K80 per node)",
+        "K80",
+        1,
+        "aws-high",
+        "AWS lists 'High' network performance for p2.xlarge, no figure: ~1.2 Gb/s, an estimate",
+    ),
+    "p2.8xlarge": (
+        "EC2 p2.8xlarge (8 K80 per node, 10 Gb/s)",
+        "K80",
+        8,
+        "aws-10g-8gpu",
+        "AWS lists 10 Gigabit for p2.8xlarge; PCIe inside the node",
+    ),
+}
+#: One GPU's InceptionV3 speed and its source: GPU -> (images/s, batch, source).
+GPU_SPEEDS: dict[str, tuple[float, int, str]] = {
+    "P100": (
+        P100_IMAGES_PER_S,
+        P100_BATCH,
+        "TensorFlow's 2017 benchmark page: 142 images/s on one P100, batch 64 (the seed's batch too)",
+    ),
+    "K80": (
+        K80_IMAGES_PER_S,
+        K80_BATCH,
+        "TensorFlow's 2017 benchmark page: 30.8 images/s on one K80 of a p2.8xlarge, batch 32",
+    ),
+}
+
+
 def seed_004_systems() -> dict[str, SeedSystem]:
     """Seed 004's four systems as ``SystemSpec``s, every input with its source."""
-    parameters = {"gradient_bytes": "InceptionV3, 23.85 M parameters (Keras Applications), fp32"}
-    p100 = {"step_s": "TensorFlow's 2017 benchmark page: 142 images/s on one P100, batch 64 (the seed's batch too)"}
-    k80 = {"step_s": "TensorFlow's 2017 benchmark page: 30.8 images/s on one K80 of a p2.8xlarge, batch 32"}
-    source = "seed 004, synthetic data"
-    return {
-        "DGX-1": SeedSystem(
-            system_spec(
-                name="DGX-1 (8 P100 per node, NVLink)",
-                parameters=INCEPTION_V3_PARAMETERS,
-                samples_per_s=P100_IMAGES_PER_S,
-                batch=P100_BATCH,
-                devices_per_node=8,
-                network="nvlink",
-                sources={**parameters, **p100, "network": "NVLink 2.0 as in the catalogue (DGX-1 product sheet)"},
-            ),
-            SEED_004_EFFICIENCY["DGX-1"],
-            "seed 004, quoting Google's DGX-1 benchmark",
-        ),
-        "Piz Daint": SeedSystem(
-            system_spec(
-                name="Piz Daint (1 P100 per node, Aries)",
-                parameters=INCEPTION_V3_PARAMETERS,
-                samples_per_s=P100_IMAGES_PER_S,
-                batch=P100_BATCH,
-                devices_per_node=1,
-                network="aries",
-                sources={**parameters, **p100, "network": "Cray XC Aries: ~10 GB/s injection per node (Cray)"},
-            ),
-            SEED_004_EFFICIENCY["Piz Daint"],
-            source,
-        ),
-        "p2.xlarge": SeedSystem(
-            system_spec(
-                name="EC2 p2.xlarge (1 K80 per node)",
-                parameters=INCEPTION_V3_PARAMETERS,
-                samples_per_s=K80_IMAGES_PER_S,
-                batch=K80_BATCH,
-                devices_per_node=1,
-                network="aws-high",
-                sources={
-                    **parameters,
-                    **k80,
-                    "network": "AWS lists 'High' network performance for p2.xlarge, no figure: ~1.2 Gb/s, an estimate",
-                },
-            ),
-            SEED_004_EFFICIENCY["p2.xlarge"],
-            source,
-        ),
-        "p2.8xlarge": SeedSystem(
-            system_spec(
-                name="EC2 p2.8xlarge (8 K80 per node, 10 Gb/s)",
-                parameters=INCEPTION_V3_PARAMETERS,
-                samples_per_s=K80_IMAGES_PER_S,
-                batch=K80_BATCH,
-                devices_per_node=8,
-                network="aws-10g-8gpu",
-                sources={**parameters, **k80, "network": "AWS lists 10 Gigabit for p2.8xlarge; PCIe inside the node"},
-            ),
-            SEED_004_EFFICIENCY["p2.8xlarge"],
-            source,
-        ),
-    }
+    systems = {}
+    for key, (name, gpu, devices, net, net_source) in SEED_004_MACHINES.items():
+        images_per_s, batch, speed_source = GPU_SPEEDS[gpu]
+        spec = system_spec(
+            name=name,
+            parameters=INCEPTION_V3_PARAMETERS,
+            samples_per_s=images_per_s,
+            batch=batch,
+            devices_per_node=devices,
+            network=net,
+            sources={
+                "gradient_bytes": "InceptionV3, 23.85 M parameters (Keras Applications), fp32",
+                "step_s": speed_source,
+                "network": net_source,
+            },
+        )
+        source = "seed 004, quoting Google's DGX-1 benchmark" if key == "DGX-1" else "seed 004, synthetic data"
+        systems[key] = SeedSystem(spec, SEED_004_EFFICIENCY[key], source)
+    return systems
 
 
 def _ps_efficiency(spec: SystemSpec, gpus: int, overlap: float) -> tuple[float, int]:
