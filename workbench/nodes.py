@@ -67,6 +67,7 @@ def node_sweep(
     from workbench.experiment import Experiment
 
     counts = tuple(sorted({int(n) for n in counts}))
+    given = mini is not None
     if mini is None:
         spec = minicluster.MiniClusterSpec.make(
             counts[-1],
@@ -94,7 +95,7 @@ def node_sweep(
             write_nodes_file(experiment.out, mini, counts, step=one_node_step(result.tables["runs"]))
         return result
     finally:
-        if mini.owned:
+        if mini.owned and not given:  # only the cluster this call brought up; a caller's stays up
             mini.down()
 
 

@@ -75,6 +75,7 @@ def test_a_sweep_over_node_counts_records_its_nodes_and_link_and_is_projected_fr
 
     out = tmp_path / "nodes-ef"
     result = node_sweep("eval-frequency", (1, 2), preset="ci", out=out, mini=mini, overrides={"backends": ("mpi4py",)})
+    assert mini.healthy(), "node_sweep took down the cluster it was given"  # the next tests run on it
     runs = result.tables["runs"]
     assert len(runs) == 4 and set(runs["ranks"]) == {1, 2}  # 1 and 2 nodes x intervals {1, 20}
     assert result.summary["speedup_eval_fix"] > 1.0
