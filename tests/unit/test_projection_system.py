@@ -209,3 +209,23 @@ def test_the_seeds_check_reports_every_row_and_gives_a_reason_for_each_miss():
     text = seed_systems.format_result(result)
     assert "not explained:" in text and "inputs:" in text
     json.dumps(result)  # JSON-ready as saved by measure_readme.sh
+
+
+def test_the_link_can_be_fitted_at_the_message_size_a_step_sends():
+    # 2 ranks, no latency: the large messages move at 1 GB/s, but 256 KiB took 0.131 ms (inside a shaper's
+    # burst, say): 2 GB/s at that size
+    rows = [
+        {"bytes": 65536, "ranks": 2, "mpi_seconds": 65536 / 1e9},
+        {"bytes": 262144, "ranks": 2, "mpi_seconds": 262144 / 2e9},
+        {"bytes": 1 << 20, "ranks": 2, "mpi_seconds": (1 << 20) / 1e9},
+        {"bytes": 4 << 20, "ranks": 2, "mpi_seconds": (4 << 20) / 1e9},
+    ]
+    line = pj.fit_network(rows)
+    assert line.bandwidth_bytes_per_s == pytest.approx(1e9, rel=1e-6)
+    at = pj.fit_network(rows, at_bytes=262144)
+    assert at.bandwidth_bytes_per_s == pytest.approx(2e9, rel=1e-6)
+    # between two measured sizes the time is interpolated on log-log axes: 512 KiB lies halfway (in log) between
+    # 256 KiB at 0.131 ms and 1 MiB at 1.05 ms, so it takes sqrt(0.131 * 1.05) ms
+    half = pj.fit_network(rows, at_bytes=512 * 1024)
+    seconds = (262144 / 2e9 * (1 << 20) / 1e9) ** 0.5
+    assert half.bandwidth_bytes_per_s == pytest.approx(512 * 1024 / seconds, rel=1e-6)

@@ -217,9 +217,15 @@ def _validation_entries(sweeps: Sequence[tuple[str, str | Path]], net: pj.Networ
                 continue
             base = smaller.loc[smaller["ranks"].idxmin()]
             run = Run.load(base["path"])
+            kwargs, measured, quantity = _case_inputs(case, run, row)
+            profile = pj.step_costs(run.events, run.meta, run.memory, **kwargs.pop("profile", {}))
             if nodes:
+                # the link as the step uses it: β at the gradient bytes the 1-node run sends per step
                 network = pj.fit_network(
-                    nodes["allreduce"], name=f"measured on the miniature cluster ({cluster})", ranks_per_node=1
+                    nodes["allreduce"],
+                    name=f"measured on the miniature cluster ({cluster})",
+                    ranks_per_node=1,
+                    at_bytes=profile.gradient_bytes or None,
                 )
                 beside = nodes.get("compute_beside_collectives") or {}
                 if beside.get("factor"):
@@ -227,7 +233,6 @@ def _validation_entries(sweeps: Sequence[tuple[str, str | Path]], net: pj.Networ
             else:
                 cores = run.meta.get("cores") or 2
                 network = net or pj.fit_network(measured_rows(), cores_per_node=int(cores))
-            kwargs, measured, quantity = _case_inputs(case, run, row)
             if kwargs.pop("no_horovod", False):
                 network = replace(network, per_call_s=0.0, horovod_thread_cores=0.0)
             threads = (_run_threads(run.meta), _run_threads(Run.load(row.path).meta))
@@ -242,7 +247,7 @@ def _validation_entries(sweeps: Sequence[tuple[str, str | Path]], net: pj.Networ
                     "cores": SAME_CORES if threads[0] == threads[1] else f"{threads[0]} -> {threads[1]}",
                     "quantity": quantity,
                     "measured_s": measured,
-                    "profile": pj.step_costs(run.events, run.meta, run.memory, **kwargs.pop("profile", {})),
+                    "profile": profile,
                     "network": network,
                     "kwargs": kwargs,
                 }

@@ -170,8 +170,14 @@ def fit_network(
     name: str = "measured here",
     ranks_per_node: int | None = None,
     cores_per_node: int | None = None,
+    at_bytes: float | None = None,
 ) -> Network:
     """α–β (and Horovod's per-call cost) fitted to ``workbench bench allreduce --json`` rows.
+
+    ``at_bytes``: take β at this message size instead (the gradient bytes a step sends): the measured time
+    interpolated between the sizes around it (log-log), less its latency part. On a shaped or CPU-capped
+    link mid-size messages stray from the line through the large ones, by tens of per cent either way
+    (faster inside a shaper's burst, slower where per-message work meets a CPU quota).
 
     Ring model at the bench's ``n`` ranks: ``t = 2(n-1)α + 2(n-1)/n · bytes/β``, fitted where each
     term dominates: β from the least-squares slope of raw MPI's times over messages >= 1 MiB, α from
@@ -201,6 +207,13 @@ def fit_network(
     latency = 0.0
     if len(small):
         latency = max(float((small["mpi_seconds"] - share * small["bytes"] / bandwidth).median()) / steps, 0.0)
+    if at_bytes and at_bytes > 0:
+        ordered = frame.sort_values("bytes")
+        sizes, times = ordered["bytes"].to_numpy(dtype=float), ordered["mpi_seconds"].to_numpy(dtype=float)
+        seconds = float(np.exp(np.interp(np.log(at_bytes), np.log(sizes), np.log(times))))
+        transfer = seconds - steps * latency
+        if transfer > 0:
+            bandwidth = share * at_bytes / transfer
     per_call = 0.0
     if "horovod_seconds" in frame:
         both = frame[(frame["bytes"] <= 1024 * 1024) & frame["horovod_seconds"].notna()]
