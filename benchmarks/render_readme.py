@@ -677,6 +677,16 @@ def share(value: float | None) -> str:
     return f"{percent:.0f} %" if abs(percent) >= 10 else f"{percent:.2g} %"
 
 
+def signed_share(value: float | None) -> str:
+    """A relative error as a signed percentage: ``+7.1 %``, ``−2.3 %``; None or NaN -> ``–``."""
+    return "–" if value is None or value != value else ("+" if value > 0 else "") + share(value).replace("-", "−")
+
+
+def duration(value: float) -> str:
+    """Seconds with 3 significant figures, in ms below 1 s: ``214 ms``, ``3.39 s``."""
+    return f"{number(value * 1e3)} ms" if value < 1 else f"{number(value)} s"
+
+
 def render_eval_frequency(saved: Mapping[str, Any]) -> str:
     """Every point of the sweep, then the headline: the fix's speedup and the what-if estimate."""
     result = saved["result"]
@@ -799,12 +809,6 @@ def render_projection(saved: Mapping[str, Any]) -> str:
     """The projection checked against the saved sweeps, then the seeds' published figures beside the model."""
     result = saved["result"]
 
-    def signed(value: float | None) -> str:
-        return "–" if value is None or value != value else ("+" if value > 0 else "") + share(value).replace("-", "−")
-
-    def seconds(value: float) -> str:
-        return f"{number(value * 1e3)} ms" if value < 1 else f"{number(value)} s"
-
     def cores(value: str | None) -> str:
         return "same" if value in (None, "same") else value.replace("->", "→") + " threads"
 
@@ -814,10 +818,10 @@ def render_projection(saved: Mapping[str, Any]) -> str:
             r["point"],
             cores(r.get("cores")),
             str(r.get("repetitions", 1)),
-            seconds(r["measured_s"]),
+            duration(r["measured_s"]),
             share(r["measured_spread"]) if r.get("repetitions", 1) > 1 else "–",
-            seconds(r["predicted_s"]),
-            signed(r["error"]),
+            duration(r["predicted_s"]),
+            signed_share(r["error"]),
         ]
         for r in result["validation"]
     ]  # fmt: skip
@@ -902,23 +906,16 @@ def render_projection(saved: Mapping[str, Any]) -> str:
 def render_projection_nodes(saved: Mapping[str, Any]) -> str:
     """Sweeps on a miniature cluster's nodes: each count's medians beside the prediction from its 1-node run."""
     result = saved["result"]
-
-    def signed(value: float) -> str:
-        return ("+" if value > 0 else "") + share(value).replace("-", "−")
-
-    def seconds(value: float) -> str:
-        return f"{number(value * 1e3)} ms" if value < 1 else f"{number(value)} s"
-
     rows = [
         [
             r["cluster"].split(": ", 1)[-1],
             r["point"],
             str(r["ranks"]),
             str(r["repetitions"]),
-            seconds(r["measured_s"]),
+            duration(r["measured_s"]),
             share(r["measured_spread"]) if r["repetitions"] > 1 else "–",
-            seconds(r["predicted_s"]),
-            signed(r["error"]),
+            duration(r["predicted_s"]),
+            signed_share(r["error"]),
             r["limiter"],
         ]
         for r in sorted(result["validation"], key=lambda r: (r["cluster"], r["point"].split("/", 1)[1], r["ranks"]))
@@ -949,10 +946,12 @@ def render_projection_nodes(saved: Mapping[str, Any]) -> str:
 
 def render_projection_seeds(saved: Mapping[str, Any]) -> str:
     """Seeds 004 and 001 beside the projection from a system description: every row, its error, the misses' reasons."""
+    from workbench.bench.seed_systems import unexplained
+
     result = saved["result"]
 
     def signed(value: float) -> str:
-        return "0" if value == 0 else ("+" if value > 0 else "") + share(value).replace("-", "−")
+        return "0" if value == 0 else signed_share(value)
 
     def band(low: float, high: float) -> str:
         return share(low) if round(low, 2) == round(high, 2) else f"{share(low)}–{share(high)}"
@@ -981,13 +980,9 @@ def render_projection_seeds(saved: Mapping[str, Any]) -> str:
         ]
         for r in result["seed_001"]
     ]
-    groups: dict[tuple[str, str, int, str], list[str]] = {}
-    for r in [*result["seed_004"], *result["seed_001"]]:
-        if not r["explained"]:
-            groups.setdefault((r["seed"], r["system"], int(r["gpus"]), r["reason"]), []).append(r["metric"])
     misses = [
         f"- *Seed {seed}, {system}, {gpus} GPUs ({', '.join(metrics)}):* {reason}."
-        for (seed, system, gpus, reason), metrics in groups.items()
+        for (seed, system, gpus, reason), metrics in unexplained(result).items()
     ]
     inputs = [f"- *{system}:* " + "; ".join(lines) + "." for system, lines in result["inputs"].items()]
     within = share(result["explained_within"])
