@@ -206,6 +206,8 @@ def _validation_entries(sweeps: Sequence[tuple[str, str | Path]], net: pj.Networ
     from workbench.store import Run
 
     entries = []
+    loaded: dict[str, Any] = {}  # base run by path: a 1-node run predicts every larger count of its sweep
+    profiles: dict[tuple[str, tuple[tuple[str, Any], ...]], pj.StepCosts] = {}
     for case, pattern, out in _sweep_directories(sweeps):
         runs = pd.read_parquet(out / "runs.parquet")
         runs["params"] = [point.split("/", 1)[1] if "/" in point else "" for point in runs["point"]]
@@ -216,9 +218,15 @@ def _validation_entries(sweeps: Sequence[tuple[str, str | Path]], net: pj.Networ
             if smaller.empty:
                 continue
             base = smaller.loc[smaller["ranks"].idxmin()]
-            run = Run.load(base["path"])
+            if base["path"] not in loaded:
+                loaded[base["path"]] = Run.load(base["path"])
+            run = loaded[base["path"]]
             kwargs, measured, quantity = _case_inputs(case, run, row)
-            profile = pj.step_costs(run.events, run.meta, run.memory, **kwargs.pop("profile", {}))
+            inputs = kwargs.pop("profile", {})
+            key = (str(base["path"]), tuple(sorted(inputs.items())))
+            if key not in profiles:
+                profiles[key] = pj.step_costs(run.events, run.meta, run.memory, **inputs)
+            profile = profiles[key]
             if nodes:
                 # the link as the step uses it: β at the gradient bytes the 1-node run sends per step
                 network = pj.fit_network(
@@ -527,35 +535,16 @@ def main(as_json: bool = False, allreduce_json: str | None = None, seeds: bool =
     ``--seeds``: the projection from a system description beside seeds 004 and 001 (``bench.seed_systems``);
     ``--nodes``: the sweeps on a miniature cluster's nodes, each count predicted from 1 node (``run_nodes``).
     """
+    from workbench.analysis import json_ready
     from workbench.bench.allreduce import read_rows
 
     if nodes:
-        checked = run_nodes()
-        if as_json:
-            from workbench.analysis import json_ready
-
-            print(json.dumps(json_ready(checked), indent=2, default=str))
-        else:
-            print(format_nodes(checked))
-        return 0 if checked["runs"] else 1
-
-    if seeds:
+        result, text = run_nodes(), format_nodes
+    elif seeds:
         from workbench.bench import seed_systems
 
-        checked = seed_systems.run()
-        if as_json:
-            from workbench.analysis import json_ready
-
-            print(json.dumps(json_ready(checked), indent=2, default=str))
-        else:
-            print(seed_systems.format_result(checked))
-        return 0
-    rows = read_rows(allreduce_json) if allreduce_json else None
-    result = run(allreduce_rows=rows)
-    if as_json:
-        from workbench.analysis import json_ready
-
-        print(json.dumps(json_ready(result), indent=2, default=str))
+        result, text = seed_systems.run(), seed_systems.format_result
     else:
-        print(format_result(result))
-    return 0
+        result, text = run(allreduce_rows=read_rows(allreduce_json) if allreduce_json else None), format_result
+    print(json.dumps(json_ready(result), indent=2, default=str) if as_json else text(result))
+    return 1 if nodes and not result["runs"] else 0  # no node sweep on disk: nothing was checked
