@@ -194,6 +194,8 @@ def write_nodes_file(
 ) -> Path:
     """``nodes.json`` beside a sweep: the nodes it used (share, link), the counts run, the link measured, and
     (given the 1-node run's ``step``: compute seconds, gradient bytes) what collectives take from the compute."""
+    from workbench.store import write_json_atomic
+
     path = Path(directory) / NODES_FILE
     payload = {
         "nodes": mini.spec.to_json()[: max(counts)],
@@ -202,9 +204,7 @@ def write_nodes_file(
         "compute_beside_collectives": measure_compute_beside(mini, *step) if step else None,
         "measured": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-    partial = path.with_suffix(".json.partial")
-    partial.write_text(json.dumps(payload, indent=1, default=str) + "\n")
-    partial.replace(path)
+    write_json_atomic(path, payload)
     return path
 
 

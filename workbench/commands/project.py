@@ -69,10 +69,10 @@ def system_from_arguments(args: Any) -> pj.SystemSpec | None:
     if args.system is None and not given:
         return None
     values: dict[str, Any] = read_system_file(args.system) if args.system else {}
-    if given.keys() & {"parameters", "gradient_bytes"}:
-        values.pop("parameters", None), values.pop("gradient_bytes", None)
-    if given.keys() & {"step_s", "samples_per_s"}:
-        values.pop("step_s", None), values.pop("samples_per_s", None)
+    for either in ({"parameters", "gradient_bytes"}, {"step_s", "samples_per_s"}):
+        if given.keys() & either:  # a flag replaces the file's value of the same quantity, in either form
+            for name in either:
+                values.pop(name, None)
     values.update(given)
     if "parameters" in values:
         values["parameters"] = parse_count(values["parameters"])
