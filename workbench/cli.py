@@ -130,7 +130,7 @@ def case_parser(case: Any) -> argparse.ArgumentParser:
         metavar="COUNTS",
         help="node counts of a miniature cluster, e.g. 1,2,4,8: brings one up with the largest count (one rank per "
         "node; the same --cpus-per-node and --link at every count), runs the sweep at these counts only, measures "
-        "the link (network.json beside the sweep) and takes the cluster down unless it was already up",
+        "the link (nodes.json beside the sweep) and takes the cluster down unless it was already up",
     )
     parser.add_argument(
         "--cpus-per-node", type=float, default=None, metavar="Q", help="with --nodes: each node's share of a core"

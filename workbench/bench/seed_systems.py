@@ -63,9 +63,8 @@ class SeedSystem:
     """One published system: its description and what it was checked against."""
 
     spec: SystemSpec
+    #: The seed's efficiencies by GPU count (for DGX-1 the seed quotes Google's benchmark).
     published: Mapping[int, float]
-    #: Where the published numbers come from.
-    published_source: str
 
 
 #: Seed 004's systems: key -> (description, GPU, devices per node, network, the network's source).
@@ -132,8 +131,7 @@ def seed_004_systems() -> dict[str, SeedSystem]:
                 "network": net_source,
             },
         )
-        source = "seed 004, quoting Google's DGX-1 benchmark" if key == "DGX-1" else "seed 004, synthetic data"
-        systems[key] = SeedSystem(spec, SEED_004_EFFICIENCY[key], source)
+        systems[key] = SeedSystem(spec, SEED_004_EFFICIENCY[key])
     return systems
 
 
