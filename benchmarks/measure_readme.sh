@@ -55,6 +55,12 @@ measure allreduce workbench bench allreduce --ranks 2 --json
 measure overhead workbench bench overhead --tf-threads 1 --repetitions 1600 --json
 measure analysis-categorical workbench bench analysis --events 10000000 --ranks 64 --strings categorical --json
 measure analysis-object workbench bench analysis --events 10000000 --ranks 64 --strings object --json
+# a job of 8 ranks a node with slow nodes and late ranks, at once and in rank groups; the 100 M one only in groups
+# (at once it was killed for memory after 82 s on this 24 GB machine)
+measure analysis-split-1m workbench bench analysis --split --events 1000000 --ranks 64 --group-ranks 16 --repeats 3 --json
+measure analysis-split-10m workbench bench analysis --split --events 10000000 --ranks 256 --repeats 3 --json
+measure analysis-split-30m workbench bench analysis --split --events 30000000 --ranks 1024 --repeats 2 --json
+measure analysis-split-100m workbench bench analysis --split --events 100000000 --ranks 1024 --no-whole --repeats 2 --json
 measure timeline workbench bench timeline --mb 300 --json
 measure timeline-stream python benchmarks/timeline_stream.py --mb 5000 --json
 measure export python benchmarks/export_trace.py --events 10000000 --ranks 64 --json

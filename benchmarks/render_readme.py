@@ -353,6 +353,57 @@ def render_analysis(saved: Mapping[str, Any]) -> str:
     return table(header, ["l"] + ["r"] * 9, rows) + "\n\n" + verdict + "\n\n" + sources_line(saved, other)
 
 
+#: Issue 36's goal for a 1 024-rank run of 100 M events: seconds and peak memory (GB) on this 2-core machine.
+SPLIT_GOAL_S, SPLIT_GOAL_GB = 10.0, 4.0
+#: The sizes ``workbench bench analysis --split`` is saved at (measure_readme.sh), smallest first.
+SPLIT_SIZES = ("analysis-split-1m", "analysis-split-10m", "analysis-split-30m")
+
+
+def render_analysis_split(saved: Mapping[str, Any]) -> str:
+    """A 1 024-rank job analysed at once and in rank groups (here, or on 2 worker processes), by size."""
+    runs = [load(name) for name in SPLIT_SIZES] + [saved]
+    label = {"whole": "at once", "split-0": "rank groups, in the process", "split-2": "rank groups, 2 workers"}
+    rows = []
+    for one in runs:
+        r = one["result"]
+        for mode, m in r["modes"].items():
+            how = label.get(mode, mode)
+            if "killed" in m:
+                rows.append([number(r["events"]), number(r["ranks"]), how, "killed", m["killed"], "", ""])
+                continue
+            latest = m.get("latest_hosts", [])[: len(r["slow_hosts"])]
+            found = "all" if latest and set(latest) == set(r["slow_hosts"]) else ", ".join(latest) or "not reported"
+            rows.append(
+                [
+                    number(r["events"]),
+                    number(r["ranks"]),
+                    how,
+                    fixed(m["seconds"], 2),
+                    f"{m['peak_rss_mb'] / 1024:.2f} GB",
+                    fixed(m["parallel_efficiency"]),
+                    found,
+                ]
+            )
+    header = ["events", "ranks", "analysed", "seconds", "peak memory", "PE", "slow nodes named latest"]
+    big = saved["result"]
+    best = big["modes"].get("split-2") or next(iter(big["modes"].values()))
+    seconds, gb = best.get("seconds"), best.get("peak_rss_mb", float("nan")) / 1024
+    pays = [
+        number(one["result"]["events"])
+        for one in runs
+        if {"whole", "split-2"} <= set(one["result"]["modes"])
+        and "killed" not in one["result"]["modes"]["whole"]
+        and one["result"]["modes"]["split-2"]["seconds"] < one["result"]["modes"]["whole"]["seconds"]
+    ]
+    verdict = (
+        f"Goals at {number(big['events'])} events on {number(big['ranks'])} ranks (2 workers): ≤ {SPLIT_GOAL_S:g} s —"
+        f" **{'met' if seconds is not None and seconds <= SPLIT_GOAL_S else 'not met'}** ({fixed(seconds, 2)} s);"
+        f" peak ≤ {SPLIT_GOAL_GB:g} GB — **{'met' if gb <= SPLIT_GOAL_GB else 'not met'}** ({gb:.2f} GB)."
+        + (f" Splitting is faster than one process from {pays[0]} events." if pays else "")
+    )
+    return table(header, ["r", "r", "l", "r", "r", "r", "l"], rows) + "\n\n" + verdict + "\n\n" + sources_line(*runs)
+
+
 def render_timeline(saved: Mapping[str, Any]) -> str:
     """One import of a synthetic Horovod timeline per engine: speed and memory."""
     r = saved["result"]
@@ -1128,6 +1179,8 @@ def render_headline(saved: Mapping[str, Any]) -> str:
     mini = load("minicluster")["result"]
     mini_link = mini["link_test"]
     large = load("live-1024")["result"]
+    split = load("analysis-split-100m")["result"]
+    in_groups = split["modes"]["split-2"]
     low, high = overhead["cpu_overhead_ci"]
     cores_live = sum(dashboard_cores(cost, name) for name in PROCESSES)
     lines = [
@@ -1135,7 +1188,9 @@ def render_headline(saved: Mapping[str, Any]) -> str:
         f"{number(1e3 / overhead['steps_per_s_plain'])} ms training step (recorded / plain "
         f"{fixed(overhead['cpu_overhead_ratio'])}, 95 % interval {fixed(low)}–{fixed(high)}); analysing "
         f"{analysis['events'] / 1e6:.3g} M events of {analysis['ranks']} ranks takes {fixed(analysis['seconds'], 2)} s "
-        f"and {analysis['peak_rss_mb'] / 1024:.2f} GB on one core.",
+        f"and {analysis['peak_rss_mb'] / 1024:.2f} GB on one core; {split['events'] / 1e6:.3g} M events of"
+        f" {number(split['ranks'])} ranks, in rank groups on 2 processes, {fixed(in_groups['seconds'], 2)} s and"
+        f" {in_groups['peak_rss_mb'] / 1024:.2f} GB.",
         f"- **Live:** an event on a rank is on screen in JupyterLab {number(browser['event_to_screen_ms']['median'])} "
         f"ms later (median); a {live['ranks']}-rank job is followed with a "
         f"{fixed(live['refresh_median_s'], 2)} s refresh (median), a {number(large['ranks'])}-rank one on"
@@ -1157,7 +1212,8 @@ def render_headline(saved: Mapping[str, Any]) -> str:
         "peer, hence the workbench's 4).",
     ]
     sources = (
-        "overhead, analysis-categorical, browser, live, live-1024, dashboard-cost, eval-frequency-reduced,"
+        "overhead, analysis-categorical, analysis-split-100m, browser, live, live-1024, dashboard-cost,"
+        " eval-frequency-reduced,"
         " input-pipeline-reduced,"
         " projection, minicluster"
     )
@@ -1171,6 +1227,7 @@ RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "allreduce": render_allreduce,
     "overhead": render_overhead,
     "analysis-categorical": render_analysis,
+    "analysis-split-100m": render_analysis_split,
     "timeline": render_timeline,
     "export": render_export,
     "timeline-stream": render_timeline_stream,

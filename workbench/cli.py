@@ -48,6 +48,22 @@ def _cmd_bench_overhead(args: argparse.Namespace) -> int:
 def _cmd_bench_analysis(args: argparse.Namespace) -> int:
     from workbench.bench import analysis
 
+    if args.split:
+        try:
+            workers = tuple(int(n) for n in args.workers.split(","))
+        except ValueError:
+            problem = f"--workers {args.workers!r}: give worker counts like 0,2 (0: in the process itself)"
+            raise SystemExit(problem) from None
+        result = analysis.run_split(
+            events=args.events,
+            ranks=args.ranks,
+            workers=workers,
+            group_ranks=args.group_ranks,
+            repeats=args.repeats,
+            whole=not args.no_whole,
+        )
+        _print_json(result) if args.json else print(analysis.format_split(result))
+        return 0
     result = analysis.run(
         events=args.events, ranks=args.ranks, repeats=args.repeats, categorical=args.strings == "categorical"
     )
@@ -302,7 +318,9 @@ def _cmd_profile(args: argparse.Namespace) -> int:
 def _cmd_analyse(args: argparse.Namespace) -> int:
     from workbench.commands.analyse import analyse_command
 
-    return analyse_command(args.run_dir, as_json=args.json, html=args.html)
+    return analyse_command(
+        args.run_dir, as_json=args.json, html=args.html, workers=args.workers, group_ranks=args.group_ranks
+    )
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
@@ -400,6 +418,15 @@ def build_parser() -> argparse.ArgumentParser:
     analysis.add_argument(
         "--strings", choices=("categorical", "object"), default="categorical", help="Run.load's string columns"
     )
+    analysis.add_argument(
+        "--split",
+        action="store_true",
+        help="a large job (8 ranks a node, slow nodes, late ranks) analysed at once and in rank groups"
+        " (analysis.split), side by side",
+    )
+    analysis.add_argument("--workers", default="0,2", help="--split: local worker counts to time (0: in-process)")
+    analysis.add_argument("--group-ranks", type=int, default=32, help="--split: ranks per group")
+    analysis.add_argument("--no-whole", action="store_true", help="--split: skip the run analysed at once")
     analysis.add_argument("--json", action="store_true")
     analysis.set_defaults(handler=_cmd_bench_analysis)
     timeline = bench_sub.add_parser("timeline", help="Horovod timeline import: MB/s and peak memory")
@@ -480,6 +507,16 @@ def build_parser() -> argparse.ArgumentParser:
     analyse.add_argument("run_dir", help="a run directory, e.g. runs/<run_id>")
     analyse.add_argument("--json", action="store_true", help="print one JSON object")
     analyse.add_argument("--html", default=None, metavar="FILE", help="also write the HTML report to FILE")
+    analyse.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="analyse in rank groups on N local processes (0: one group at a time here): runs of hundreds of ranks",
+    )
+    analyse.add_argument(
+        "--group-ranks", type=int, default=None, metavar="G", help="ranks per group with --workers (default 32)"
+    )
     analyse.set_defaults(handler=_cmd_analyse)
 
     compare = sub.add_parser("compare", help="where the time went differently in two runs, per rank and phase")

@@ -45,6 +45,7 @@ import re
 import zlib
 from collections.abc import Iterable, Mapping
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 
@@ -241,16 +242,28 @@ def rank_hosts(*frames: pd.DataFrame | None) -> dict[int, str]:
 
     Frames with ``rank`` and ``host`` columns (events, memory samples, rank meta): rows with an empty
     host are skipped, a rank keeps the host of its first such row. Missing columns give nothing,
-    never an error. One hash pass per frame, no loop over rows: it runs on live redraws too.
+    never an error. No loop over rows, and the rows of ranks named by their first row are not hashed:
+    it runs on live redraws and on rank groups of millions of events too.
     """
     hosts: dict[int, str] = {}
     for frame in frames:
         if frame is None or len(frame) == 0 or "rank" not in frame or "host" not in frame:
             continue
-        pairs = frame[["rank", "host"]].drop_duplicates()  # a few rows per rank: the rest works on those
+        # a rank's rows usually come together (as the store returns them): the first row of each run
+        # of one rank names its host; only ranks whose first row names none need all their rows
+        rank = frame["rank"].to_numpy()
+        starts = np.flatnonzero(np.concatenate([[True], rank[1:] != rank[:-1]]))
+        firsts = frame.iloc[starts][["rank", "host"]].drop_duplicates("rank")
+        named = firsts["host"].notna().to_numpy() & (firsts["host"].astype(str).to_numpy() != "")
+        for first_rank, name in zip(firsts["rank"].to_numpy()[named], firsts["host"].astype(str).to_numpy()[named]):
+            hosts.setdefault(int(first_rank), str(name))
+        if named.all():
+            continue
+        unnamed = firsts["rank"].to_numpy()[~named]
+        pairs = frame.loc[np.isin(rank, unnamed), ["rank", "host"]].drop_duplicates()
         pairs = pairs[pairs["host"].notna().to_numpy() & (pairs["host"].astype(str).to_numpy() != "")]
-        for rank, name in zip(pairs["rank"].to_numpy(), pairs["host"].astype(str).to_numpy(), strict=True):
-            hosts.setdefault(int(rank), str(name))
+        for pair_rank, name in zip(pairs["rank"].to_numpy(), pairs["host"].astype(str).to_numpy(), strict=True):
+            hosts.setdefault(int(pair_rank), str(name))
     return hosts
 
 

@@ -440,27 +440,31 @@ class _Columns:
             }
 
     def add(self, table: pa.Table, sort_key: str) -> None:
-        n = table.num_rows
-        if self.arrays is not None and self.filled + n > len(next(iter(self.arrays.values()))):
+        if self.arrays is not None and self.filled + table.num_rows > len(next(iter(self.arrays.values()))):
             self._to_chunks()  # more rows than the footers said (a part replaced meanwhile): join at the end
-        values: dict[str, np.ndarray] = {}
-        for name in self.names:
-            column = table.column(name).combine_chunks()
-            if name in self.strings:
-                values[name] = self._codes(name, column)
-            else:
-                dtype = self.schema.field(name).type.to_pandas_dtype()
-                values[name] = column.to_numpy(zero_copy_only=False).astype(dtype, copy=False)
-        self._check_order(values["rank"], values[sort_key])
-        for name, column_values in values.items():
-            if self.arrays is None:
-                self.chunks[name].append(column_values)
-                continue
-            target = self.arrays[name]
-            if column_values.dtype.itemsize > target.dtype.itemsize:  # over 127 distinct strings: wider codes
-                target = self.arrays[name] = target.astype(column_values.dtype)
-            target[self.filled : self.filled + n] = column_values
-        self.filled += n
+        if len({tuple(len(c) for c in table.column(name).chunks) for name in self.names}) != 1:
+            table = table.combine_chunks()  # columns chunked differently: join them first
+        # row group by row group (a file's chunks), each converted straight into its slice: no joined copy
+        for index in range(table.column(self.names[0]).num_chunks):
+            values: dict[str, np.ndarray] = {}
+            for name in self.names:
+                chunk = table.column(name).chunk(index)
+                if name in self.strings:
+                    values[name] = self._codes(name, chunk)
+                else:
+                    dtype = self.schema.field(name).type.to_pandas_dtype()
+                    values[name] = chunk.to_numpy(zero_copy_only=False).astype(dtype, copy=False)
+            self._check_order(values["rank"], values[sort_key])
+            rows = len(values["rank"])
+            for name, column_values in values.items():
+                if self.arrays is None:
+                    self.chunks[name].append(column_values)
+                    continue
+                target = self.arrays[name]
+                if column_values.dtype.itemsize > target.dtype.itemsize:  # over 127 distinct strings: wider codes
+                    target = self.arrays[name] = target.astype(column_values.dtype)
+                target[self.filled : self.filled + rows] = column_values
+            self.filled += rows
 
     def _to_chunks(self) -> None:
         assert self.arrays is not None

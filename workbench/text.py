@@ -289,6 +289,64 @@ def format_analysis(result: RunAnalysis, *, width: int = WIDTH) -> str:
     return "\n".join(lines)
 
 
+#: Ranks listed per table when a run is analysed in rank groups (hundreds of ranks): the slowest ones.
+RANKS_SHOWN = 10
+
+
+def format_split_analysis(result: Any, *, width: int = WIDTH, shown: int = RANKS_SHOWN) -> str:
+    """A run analysed in rank groups (``analysis.split.SplitAnalysis``): header, POP, findings, and per table
+    only the ``shown`` ranks that matter most (most compute; latest to the allreduce). ``--json`` has them all."""
+    lines = format_header(result.header)
+    lines.append(
+        f"  analysed in {result.groups} rank group(s) on {result.workers} worker(s):"
+        f" {result.events:,} events in {sum(result.seconds.values()):.3g} s"
+    )
+    hosts = result.header.get("rank_hosts") or {}
+    by_rank = _RankColumns(hosts)
+    pop = result.pop
+    lines += ["", f"POP metrics (useful phases: {' + '.join(pop.get('useful_phases') or [])})"]
+    lines += text_table(
+        ["metric", "value"],
+        [
+            ["parallel efficiency", format_ratio(pop.get("parallel_efficiency"))],
+            ["  load balance", format_ratio(pop.get("load_balance"))],
+            ["  communication efficiency", format_ratio(pop.get("communication_efficiency"))],
+            ["runtime", format_seconds(pop.get("runtime_s"))],
+        ],
+        width=width,
+    )
+    lines += ["", "Findings (largest loss first; they overlap: do not add them up)"]
+    lines += findings_lines(result.findings, width) or ["  none"]
+    breakdown = result.breakdown
+    if len(breakdown):
+        compute = breakdown[breakdown["phase"] == "compute"].set_index("rank")["seconds"]
+        slowest = compute.sort_values(ascending=False).index[:shown] if len(compute) else []
+        chosen = breakdown[breakdown["rank"].isin(slowest)] if len(slowest) else breakdown
+        counts = f"{chosen['rank'].nunique()} of {breakdown['rank'].nunique()}"
+        lines += ["", f"Seconds per rank and phase: the {counts} ranks with most compute"]
+        lines += _breakdown_lines(chosen, width, by_rank)
+    lateness = result.lateness
+    if len(lateness):
+        latest = lateness.sort_values(["last_in_steps", "rank"], ascending=[False, True]).head(shown)
+        lines += ["", f"Arrival at the allreduce: the {len(latest)} of {len(lateness)} ranks last most often"]
+        lines += text_table(
+            [*by_rank.header, "steps", "last in", "median late", "max late"],
+            [
+                [
+                    *by_rank.cells(row.rank),
+                    str(row.steps),
+                    f"{row.last_in_steps} ({format_share(row.last_share)})",
+                    format_seconds(row.median_lateness_s),
+                    format_seconds(row.max_lateness_s),
+                ]
+                for row in latest.itertuples()
+            ],
+            width=width,
+            labels=by_rank.labels,
+        )
+    return "\n".join(lines)
+
+
 class _RankColumns:
     """A table's leading rank column, and a host column next to it when the ranks ran on several hosts."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 import time
@@ -123,3 +124,21 @@ def _start_then_stop_horovod() -> tuple[bool, bool, bool]:
 def test_an_idle_horovod_left_by_an_earlier_point_is_stopped(cluster2):
     """Its background thread would slow the next point's steps (7x for a 0.2 ms MPI step here)."""
     assert cluster2.view.apply(_start_then_stop_horovod) == [(True, False, False)] * 2
+
+
+def test_a_run_analysed_on_the_engines_in_rank_groups_equals_it_analysed_here(cluster2, tmp_path):
+    """Each engine loads and reduces its own rank groups of a stored run; the merge is the same."""
+    import pandas as pd
+
+    from workbench.analysis.split import analyse_split, engine_workers
+    from workbench.bench.analysis import write_synthetic_run
+
+    path = write_synthetic_run(tmp_path, 40_000, 8, ranks_per_node=2, slow_nodes=1, straggler_share=0.02)
+    here = analyse_split(path, group_ranks=2)
+    engines = analyse_split(path, group_ranks=2, workers=engine_workers(cluster2))
+    assert engines.workers == 2 and engines.groups == 4
+    engine_pids = set(cluster2.client[:].apply_sync(os.getpid))
+    assert set(engines.worker_peak_rss) == engine_pids  # the groups were reduced on the engines
+    pd.testing.assert_frame_equal(engines.breakdown, here.breakdown)
+    pd.testing.assert_frame_equal(engines.findings, here.findings)
+    pd.testing.assert_frame_equal(engines.lateness, here.lateness)

@@ -53,3 +53,19 @@ def test_run_loads_and_analyses_the_stored_run_it_reports_on():
     assert result["peak_rss_mb"] > 0
     with pytest.raises(ValueError, match="events"):
         synthetic_events(events=3, ranks=2)
+
+
+def test_split_bench_times_each_way_on_one_stored_job_and_they_agree():
+    from workbench.bench.analysis import format_split, run_split
+
+    result = run_split(events=60_000, ranks=16, workers=(0, 2), group_ranks=4)
+    modes = result["modes"]
+    assert set(modes) == {"whole", "split-0", "split-2"}
+    # one stored job, three ways of analysing it: the same events, efficiency and findings
+    assert len({m["events"] for m in modes.values()}) == 1
+    assert len({round(m["parallel_efficiency"], 12) for m in modes.values()}) == 1
+    assert modes["split-0"]["findings"][:5] == modes["whole"]["findings"][:5]
+    assert len(modes["split-2"]["worker_peak_rss_mb"]) == 2 and not modes["split-0"]["worker_peak_rss_mb"]
+    # 16 ranks, 8 a node: 2 nodes, one made slow; its ranks arrive last most often
+    assert len(result["slow_hosts"]) == 1 and modes["split-2"]["latest_hosts"][:1] == result["slow_hosts"]
+    assert "split-2:" in format_split(result)

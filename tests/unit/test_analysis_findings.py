@@ -81,6 +81,21 @@ def test_findings_for_a_run_with_serial_evaluation():
     assert (ranks["serial_evaluation"], ranks["load_imbalance"], ranks["idle"]) == ("0", "0, 3", "3")
 
 
+def test_load_imbalance_names_a_slow_nodes_ranks_together():
+    # 8 ranks, 2 a node; node2's ranks 4-5 compute 15 s, the others 10 s, then all communicate until 20 s
+    rows = []
+    for rank in range(8):
+        compute = 15 if rank in (4, 5) else 10
+        rows.append({**span(rank, "compute", 0, compute), "host": f"node{rank // 2}"})
+        rows.append({**span(rank, "communication", compute, 20, "MPI_ALLREDUCE"), "host": f"node{rank // 2}"})
+    result = findings(events_frame(rows))
+    row = result[result["kind"] == "load_imbalance"].iloc[0]
+    # mean compute (6 * 10 + 2 * 15) / 8 = 11.25 s; lost = 15 - 11.25 = 3.75 s; slow: >= 11.25 + 0.5 * 3.75
+    assert row["seconds_lost"] == pytest.approx(3.75)
+    assert row["text"].endswith("the others wait for 2 slow ranks: node2 (ranks 4–5)")
+    assert row["ranks"] == "0, 4–5"
+
+
 def test_input_pipeline_finding_and_threshold():
     # 2 ranks, 10 s: rank 0 waits for input 2 s, rank 1 for 1 s -> mean 1.5 s (15%)
     events = events_frame(

@@ -128,6 +128,27 @@ def test_analyse_json_is_one_object_with_pop_breakdown_findings_and_steps(tmp_pa
     assert [(row["rank"], row["steps"]) for row in payload["steps"]] == [(0, 3), (1, 3)]
 
 
+def test_analyse_in_rank_groups_says_what_the_whole_run_says(tmp_path, capsys):
+    path = record(tmp_path, "eval-k1", every_epoch_rows(), ranks=2, memory=memory_frame())
+    assert main(["analyse", str(path), "--json"]) == 0
+    whole = json.loads(capsys.readouterr().out)
+    assert main(["analyse", str(path), "--json", "--workers", "0", "--group-ranks", "1"]) == 0
+    grouped = json.loads(capsys.readouterr().out)
+    assert grouped["split"]["groups"] == 2 and grouped["split"]["workers"] == 1
+    for key in ("runtime_s", "load_balance", "communication_efficiency", "parallel_efficiency"):
+        assert grouped["pop"][key] == pytest.approx(whole["pop"][key])
+    assert grouped["breakdown"] == whole["breakdown"]
+    assert grouped["steps"] == whole["steps"] and grouped["memory"] == whole["memory"]
+    assert [f["kind"] for f in grouped["findings"]][:3] == [f["kind"] for f in whole["findings"]][:3]
+    assert main(["analyse", str(path), "--workers", "0", "--group-ranks", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "analysed in 2 rank group(s) on 1 worker(s)" in out
+    assert re.search(r"parallel efficiency +0\.60\n", out)
+    assert "serial_evaluation: 2.00 s lost (20% of wall); ranks 0" in " ".join(out.split())
+    with pytest.raises(SystemExit, match="--html is not available"):
+        main(["analyse", str(path), "--workers", "2", "--html", str(tmp_path / "r.html")])
+
+
 def test_analyse_html_writes_the_report(tmp_path, capsys):
     path = record(tmp_path, "eval-k1", every_epoch_rows(), ranks=2, memory=memory_frame())
     report = tmp_path / "out" / "analysis.html"

@@ -82,6 +82,16 @@ def phase_breakdown(
     """
     by = _check_by(by)
     table = lane_table(events, tuple(c for c in by if c in TIMELINE_COLUMNS), window=window, ranks=ranks)
+    return breakdown_from_lanes(table, by)
+
+
+def breakdown_from_lanes(table: pd.DataFrame, by: Sequence[str] = ("rank",)) -> pd.DataFrame:
+    """``phase_breakdown``'s long format from a ``lane_table`` (which must hold the columns of ``by``).
+
+    Apart so that lane tables computed where the data is (one per rank group, see
+    ``analysis.split``) are reshaped by the same code as a whole run's.
+    """
+    by = _check_by(by)
     runs = table["run_id"].unique()
     if len(runs) > 1 and "run_id" not in by:
         shown = ", ".join(repr(r) for r in runs[:3]) + (", ..." if len(runs) > 3 else "")
@@ -302,8 +312,10 @@ def _check_events(events: pd.DataFrame, extra: Sequence[str] = ()) -> pd.DataFra
         raise ValueError(f"events lack columns {missing}: build them with workbench.events.events_frame")
     defaults = {"run_id": "", "host": "", "name": None, "epoch": -1, "step": -1}
     absent = {c: v for c, v in defaults.items() if c not in events}
-    if absent:
-        events = events.assign(**{c: (events["phase"] if c == "name" else v) for c, v in absent.items()})
+    if absent:  # on a shallow copy: assign would copy every column of millions of rows
+        events = events.copy(deep=False)
+        for column, value in absent.items():
+            events[column] = events["phase"] if column == "name" else value
     start = events["start_ns"].to_numpy(np.int64)
     end = events["end_ns"].to_numpy(np.int64)
     backwards = end < start
@@ -354,6 +366,8 @@ def _recode_first_seen(codes: np.ndarray, categories: np.ndarray) -> tuple[np.nd
     if (codes < 0).any():  # missing values: let pandas decide, as it does for object columns
         new, labels = pd.factorize(pd.Categorical.from_codes(codes, categories).to_numpy(dtype=object))
         return new.astype(np.int64), np.asarray(labels, dtype=object)
+    if len(categories) == 1:  # one label (a run's id): nothing to renumber
+        return codes, categories
     seen = pd.unique(codes)  # in order of appearance; a hash over a few small integers
     if (seen == np.arange(len(seen))).all():
         return codes, categories[: len(seen)]  # the categorical's own small codes, no copy

@@ -38,6 +38,9 @@ RECORD_COMMUNICATION = (
 #: cost is: a conservative figure for ranks of one node (Open MPI's shared memory reached 0.7–1 GB/s
 #: for 1–64 MB on this project's 2-core machine, `workbench bench allreduce`).
 REFERENCE_GBPS = 1.0
+#: A rank whose compute exceeds the mean by at least this share of (slowest - mean) is named as one
+#: the others wait for (``load_imbalance``): the slowest rank alone, or all ranks of a slow node.
+SLOW_RANK_SHARE = 0.5
 #: Steps shorter than this (ms of compute) are "short": a millisecond of fixed cost per call is then a
 #: large share of them.
 SHORT_STEP_MS = 5.0
@@ -45,34 +48,96 @@ MS_PER_S = 1_000
 BYTES_PER_GB = 1_000 * ev.BYTES_PER_MB
 
 
-def _short_step_collectives(events: pd.DataFrame, n_ranks: int) -> tuple[str, float] | None:
-    """(text, seconds lost) when short steps pay a collective's fixed cost per call; None otherwise.
+@dataclass(frozen=True)
+class EventFacts:
+    """What findings read from the events themselves, beyond the breakdown: small, and mergeable.
 
-    Reads the ranks' ``communication`` spans that carry their bytes and the ``compute`` spans of the
-    same steps: the per-step medians of both, the calls per step and the effective bandwidth.
+    Each field is per rank or a sum, so facts of rank groups computed apart (``analysis.split``)
+    merge into exactly the facts of the whole run (``merge``).
     """
-    if n_ranks < 2 or "bytes" not in events or "step" not in events:
-        return None
+
+    #: Seconds of ``idle`` spans named ``off_cpu`` (the rank's thread not running), summed over ranks.
+    off_cpu_s: float = 0.0
+    #: Whether any span is in ``events.OVERLAP_PHASES`` (Horovod's collectives in flight).
+    overlap: bool = False
+    #: Per (rank, step) with ``communication`` spans that carry bytes: ``rank, step, seconds, calls, nbytes``.
+    step_collectives: pd.DataFrame = field(
+        default_factory=lambda: pd.DataFrame(columns=["rank", "step", "seconds", "calls", "nbytes"])
+    )
+    #: Compute seconds per (rank, step), for the ranks in ``step_collectives``.
+    step_compute_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+    @staticmethod
+    def merge(parts: Iterable[EventFacts]) -> EventFacts:
+        """The facts of the union of disjoint rank groups."""
+        parts = list(parts)
+        if not parts:
+            return EventFacts()
+        collectives = [p.step_collectives for p in parts if len(p.step_collectives)]
+        return EventFacts(
+            off_cpu_s=float(sum(p.off_cpu_s for p in parts)),
+            overlap=any(p.overlap for p in parts),
+            step_collectives=(
+                pd.concat(collectives, ignore_index=True) if collectives else EventFacts().step_collectives
+            ),
+            step_compute_s=np.concatenate([p.step_compute_s for p in parts]),
+        )
+
+
+def event_facts(events: pd.DataFrame) -> EventFacts:
+    """``EventFacts`` of ``events``: one pass over the phase column, the rest on the few rows that matter."""
+    if len(events) == 0:
+        return EventFacts()
+    phase = events["phase"]
+    off_cpu = (phase == ev.IDLE).to_numpy() & (events["name"] == ev.OFF_CPU).to_numpy()
+    start = events["start_ns"].to_numpy()
+    end = events["end_ns"].to_numpy()
+    off_cpu_s = float((end[off_cpu] - start[off_cpu]).sum()) / ev.NS_PER_S
+    overlap = bool(phase.isin(ev.OVERLAP_PHASES).any())
+    facts = EventFacts(off_cpu_s=off_cpu_s, overlap=overlap)
+    if "bytes" not in events or "step" not in events:
+        return facts
     step = events["step"].to_numpy()
     in_step = step >= 0
     carries_bytes = events["bytes"].to_numpy() > 0
-    comm_rows = np.flatnonzero((events["phase"] == ev.COMMUNICATION).to_numpy() & carries_bytes & in_step)
-    if len(comm_rows) < 2 * n_ranks:
-        return None
-    compute_rows = np.flatnonzero((events["phase"] == ev.COMPUTE).to_numpy() & in_step)
-    if len(compute_rows) == 0:
-        return None
+    comm_rows = np.flatnonzero((phase == ev.COMMUNICATION).to_numpy() & carries_bytes & in_step)
+    if len(comm_rows) == 0:
+        return facts
+    rank = events["rank"].to_numpy()
 
     def rows_of(rows: np.ndarray) -> pd.DataFrame:  # only the columns read here, not whole rows of events
-        seconds = (events["end_ns"].to_numpy()[rows] - events["start_ns"].to_numpy()[rows]) / ev.NS_PER_S
-        return pd.DataFrame({"rank": events["rank"].to_numpy()[rows], "step": step[rows], "seconds": seconds})
+        seconds = (end[rows] - start[rows]) / ev.NS_PER_S
+        return pd.DataFrame({"rank": rank[rows], "step": step[rows], "seconds": seconds})
 
     comm = rows_of(comm_rows).assign(bytes=events["bytes"].to_numpy()[comm_rows])
-    grouped = comm.groupby(["rank", "step"])
-    per_step = grouped.agg(seconds=("seconds", "sum"), calls=("seconds", "size"), nbytes=("bytes", "sum"))
+    per_step = comm.groupby(["rank", "step"]).agg(
+        seconds=("seconds", "sum"), calls=("seconds", "size"), nbytes=("bytes", "sum")
+    )
+    with_collectives = np.isin(rank, np.unique(rank[comm_rows]))
+    compute_rows = np.flatnonzero((phase == ev.COMPUTE).to_numpy() & in_step & with_collectives)
     compute_per_step = rows_of(compute_rows).groupby(["rank", "step"])["seconds"].sum()
+    return EventFacts(
+        off_cpu_s=off_cpu_s,
+        overlap=overlap,
+        step_collectives=per_step.reset_index(),
+        step_compute_s=compute_per_step.to_numpy(dtype=np.float64),
+    )
+
+
+def _short_step_collectives(facts: EventFacts, n_ranks: int) -> tuple[str, float] | None:
+    """(text, seconds lost) when short steps pay a collective's fixed cost per call; None otherwise.
+
+    Reads the ranks' ``communication`` spans that carry their bytes and the ``compute`` spans of the
+    same ranks' steps (``EventFacts``): the per-step medians of both, the calls per step and the
+    effective bandwidth.
+    """
+    per_step = facts.step_collectives
+    if n_ranks < 2 or len(per_step) == 0 or int(per_step["calls"].sum()) < 2 * n_ranks:
+        return None
+    if len(facts.step_compute_s) == 0:
+        return None
     comm_ms = float(per_step["seconds"].median()) * MS_PER_S
-    compute_ms = float(compute_per_step.median()) * MS_PER_S
+    compute_ms = float(np.median(facts.step_compute_s)) * MS_PER_S
     step_bytes = float(per_step["nbytes"].median())
     calls = float(per_step["calls"].median())
     reference_bytes_per_s = REFERENCE_GBPS * BYTES_PER_GB
@@ -80,7 +145,7 @@ def _short_step_collectives(events: pd.DataFrame, n_ranks: int) -> tuple[str, fl
     if compute_ms >= SHORT_STEP_MS or comm_ms < 0.5 * compute_ms or comm_ms < 2 * need_ms:
         return None
     excess = (per_step["seconds"] - step_bytes / reference_bytes_per_s).clip(lower=0)
-    lost = float(excess.groupby(level="rank").sum().mean())
+    lost = float(excess.groupby(per_step["rank"]).sum().mean())
     gbps = step_bytes / (comm_ms / MS_PER_S) / BYTES_PER_GB
     text = (
         f"short steps pay the allreduce's fixed cost: {compute_ms:.3g} ms of compute per step against"
@@ -100,7 +165,8 @@ def _short_step_collectives(events: pd.DataFrame, n_ranks: int) -> tuple[str, fl
 class RunTimes:
     """What every kind of finding reads: one run's seconds per rank and phase, its wall time, POP, thresholds."""
 
-    events: pd.DataFrame
+    #: What findings read from the events beyond the breakdown (``event_facts``).
+    facts: EventFacts
     #: Seconds per rank (index) and phase (columns), from ``phase_breakdown``.
     seconds: pd.DataFrame
     #: ``W``: the longest rank's total seconds.
@@ -201,12 +267,17 @@ def load_imbalance(run: RunTimes) -> Finding | None:
         return None
     most, least = compute.idxmax(), compute.idxmin()
     shortfall = 1 - compute.min() / compute.max()
+    # a few ranks closer to the slowest than to the mean (a slow node's ranks) are named together;
+    # when they are most ranks, the few fast ones are the exception and the slowest is named alone
+    slow = sorted(compute.index[compute >= compute.mean() + SLOW_RANK_SHARE * (compute.max() - compute.mean())])
+    several = 1 < len(slow) <= run.n_ranks // 2
+    waited_for = f"{len(slow)} slow ranks: {run.named(slow)}" if several else run.named([most])
     return run.found(
         "load_imbalance",
         f"load imbalance: {run.named([least])} computes {shortfall:.0%} less than {run.named([most])}"
-        f" ({compute.min():.1f} s vs {compute.max():.1f} s); the others wait for {run.named([most])}",
+        f" ({compute.min():.1f} s vs {compute.max():.1f} s); the others wait for {waited_for}",
         lost,
-        [least, most],
+        [least, *slow] if several else [least, most],
     )
 
 
@@ -224,7 +295,7 @@ def per_call_cost(run: RunTimes) -> Finding | None:
     """Steps of a few ms whose allreduce calls move little data: mean over ranks of the communication
     seconds beyond what the bytes need at ``REFERENCE_GBPS``; the text says why (a collective's fixed
     cost per call, Horovod's cycle) and what to change."""
-    short = _short_step_collectives(run.events, run.n_ranks)
+    short = _short_step_collectives(run.facts, run.n_ranks)
     if short is None or not run.matters(short[1]):
         return None
     return run.found("per_call_cost", short[0], short[1], "all")
@@ -268,9 +339,7 @@ def idle(run: RunTimes) -> Finding | None:
     lost = float(idle_s.mean())
     if not run.matters(lost):
         return None
-    events = run.events
-    off_cpu = events[(events["phase"] == ev.IDLE) & (events["name"] == ev.OFF_CPU)] if len(events) else events
-    off_cpu_s = float((off_cpu["end_ns"] - off_cpu["start_ns"]).sum()) / ev.NS_PER_S / run.n_ranks
+    off_cpu_s = run.facts.off_cpu_s / run.n_ranks
     where = (
         f"waiting: {off_cpu_s / run.wall:.0%} off the CPU between recorded calls (sleeping, reading files, waiting"
         " for a lock or a message outside Horovod: the rank's main thread was not running),"
@@ -347,7 +416,7 @@ def single_rank(run: RunTimes) -> Finding | None:
 def no_communication(run: RunTimes) -> Finding | None:
     """Missing data (NaN): several ranks but no communication span (nor collectives in flight)."""
     communicated = float((run.phase(ev.COMMUNICATION) + run.phase(ev.COMMUNICATION_WAIT)).max()) > 0
-    if run.n_ranks < 2 or communicated or run.events["phase"].isin(ev.OVERLAP_PHASES).any():
+    if run.n_ranks < 2 or communicated or run.facts.overlap:
         return None
     return _note(
         "no_communication",
@@ -382,6 +451,7 @@ def findings(
     efficiency_target: float = GOOD_EFFICIENCY,
     breakdown: pd.DataFrame | None = None,
     hosts: Mapping[int, str] | None = None,
+    facts: EventFacts | None = None,
 ) -> pd.DataFrame:
     """Findings for one run, largest ``seconds_lost`` first (columns ``FINDING_COLUMNS``).
 
@@ -394,8 +464,10 @@ def findings(
     parallel efficiency: whenever PE is below the target). ``pop`` is ``pop_metrics`` of the same
     run (computed when not given), ``breakdown`` its ``phase_breakdown(events, by=("run_id",
     "rank"), ranks=ranks)`` (likewise). ``hosts`` (``{rank: host}``, default: the events' ``host``
-    column): with more than one host, texts name each rank's host. No findings: an empty frame with
-    the same columns.
+    column): with more than one host, texts name each rank's host. ``facts`` (``event_facts(events)``,
+    computed when not given) is all that is read from ``events`` beyond ``breakdown`` and ``pop``: with
+    all three given, ``events`` may be empty (``analysis.split`` merges them from rank groups). No
+    findings: an empty frame with the same columns.
     """
     if breakdown is None:
         breakdown = phase_breakdown(events, by=("run_id", "rank"), ranks=ranks)
@@ -420,7 +492,8 @@ def findings(
     if len(pop) != 1:
         raise ValueError(f"pop has {len(pop)} rows: pass pop_metrics of this one run")
     hosts = ev.rank_hosts(events) if hosts is None else hosts
-    run = RunTimes(events, seconds, wall, pop.iloc[0], min_fraction, efficiency_target, hosts)
+    facts = event_facts(events) if facts is None else facts
+    run = RunTimes(facts, seconds, wall, pop.iloc[0], min_fraction, efficiency_target, hosts)
     return _ranked([row for kind in FINDING_KINDS if (row := kind(run)) is not None])
 
 

@@ -9,6 +9,7 @@ is missing and what to record instead of an exception.
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Mapping
@@ -110,12 +111,27 @@ def lateness_summary(lateness: pd.DataFrame, hosts: Mapping[int, str] | None = N
     columns = ["rank", "steps", "last_in_steps", "last_share", "median_lateness_s", "max_lateness_s"]
     if lateness.empty:
         return with_hosts(_empty(tuple(columns)), hosts) if hosts is not None else _empty(tuple(columns))
-    summary = lateness.groupby("rank").agg(
-        steps=("step", "size"),
-        last_in_steps=("last", "sum"),
-        median_lateness_s=("lateness_s", "median"),
-        max_lateness_s=("lateness_s", "max"),
-    )
+    rank = lateness["rank"].to_numpy(np.int64)
+    if (rank[1:] >= rank[:-1]).all():  # each rank's rows together (rank groups' rows are): segment by segment
+        starts = np.flatnonzero(np.concatenate([[True], rank[1:] != rank[:-1]]))
+        bounds = np.append(starts, len(rank))
+        late = lateness["lateness_s"].to_numpy(np.float64)
+        summary = pd.DataFrame(
+            {
+                "steps": np.diff(bounds),
+                "last_in_steps": np.add.reduceat(lateness["last"].to_numpy(np.int64), starts),
+                "median_lateness_s": [float(np.median(late[a:b])) for a, b in itertools.pairwise(bounds)],
+                "max_lateness_s": np.maximum.reduceat(late, starts),
+            },
+            index=pd.Index(rank[starts], name="rank"),
+        )
+    else:
+        summary = lateness.groupby("rank").agg(
+            steps=("step", "size"),
+            last_in_steps=("last", "sum"),
+            median_lateness_s=("lateness_s", "median"),
+            max_lateness_s=("lateness_s", "max"),
+        )
     summary["last_share"] = summary["last_in_steps"] / summary["steps"]
     table = summary.reset_index()[columns].astype({"rank": "int64", "steps": "int64", "last_in_steps": "int64"})
     return with_hosts(table, hosts) if hosts is not None else table
@@ -208,7 +224,7 @@ def analyse_run(
         breakdown=per_run,
         hosts=hosts,
     )
-    pop = _pop_dict(pop_frame, run_id, ranks, input_is_useful)
+    pop = pop_dict(pop_frame, run_id, ranks, input_is_useful)
     runtime = pop["runtime_s"]
     wall_s = runtime if isinstance(runtime, float) and math.isfinite(runtime) and runtime > 0 else None
     if derive_waits and wall_s and len(waits):
@@ -316,7 +332,7 @@ def json_records(frame: pd.DataFrame | None, columns: list[str] | None = None) -
     return [json_ready(row) for row in frame.to_dict("records")]
 
 
-def _pop_dict(pop_frame: pd.DataFrame, run_id: str, ranks: list[int] | None, input_is_useful: bool) -> dict[str, Any]:
+def pop_dict(pop_frame: pd.DataFrame, run_id: str, ranks: list[int] | None, input_is_useful: bool) -> dict[str, Any]:
     """The run's POP row as a dict, ``useful_phases`` as a list; NaN metrics when there is no row."""
     if len(pop_frame):
         first = pop_frame.iloc[0].items()

@@ -122,11 +122,20 @@ def steps_per_rank(
     missing = [c for c in ("rank", "phase", "name", "start_ns", "end_ns") if c not in events]
     if missing:
         raise ValueError(f"events lack columns {missing}: build them with workbench.events.events_frame")
-    steps = events.loc[(events["phase"] == step_phase) & (events["name"] == step_name)]
+    rows = np.flatnonzero((events["phase"] == step_phase).to_numpy() & (events["name"] == step_name).to_numpy())
     listed = sorted({int(r) for r in ranks}) if ranks is not None else []
-    if steps.empty and not listed:
+    if len(rows) == 0 and not listed:
         dtypes = {c: "int64" if c in ("rank", "steps") else "float64" for c in STEP_COLUMNS}
         return pd.DataFrame({c: pd.Series(dtype=dtype) for c, dtype in dtypes.items()})
+    # only the step rows' columns, not whole rows of events (millions on a large run)
+    steps = pd.DataFrame(
+        {
+            "rank": events["rank"].to_numpy()[rows],
+            "start_ns": events["start_ns"].to_numpy()[rows],
+            "end_ns": events["end_ns"].to_numpy()[rows],
+        },
+        copy=False,
+    )
     per_rank = steps.assign(duration_ns=steps["end_ns"] - steps["start_ns"]).groupby("rank").agg(
         steps=("start_ns", "size"),
         first_ns=("start_ns", "min"),

@@ -80,12 +80,30 @@ STRAGGLER_SHARE = 0.75
 
 def step_spans(events: pd.DataFrame, *, step_name: str = STEP_NAME) -> pd.DataFrame:
     """One row per (rank, step): ``rank, step, start_ns, end_ns`` of the steps with a number."""
-    steps = events.loc[
-        (events["phase"] == ev.COMPUTE) & (events["name"] == step_name) & (events["step"] >= 0),
-        ["rank", "step", "start_ns", "end_ns"],
-    ]
-    steps = steps.sort_values(["rank", "step", "start_ns"], kind="stable").drop_duplicates(["rank", "step"])
-    return steps.astype({"rank": "int64", "step": "int64"}).reset_index(drop=True)
+    chosen = (events["phase"] == ev.COMPUTE).to_numpy() & (events["name"] == step_name).to_numpy()
+    chosen &= events["step"].to_numpy() >= 0
+    rows = np.flatnonzero(chosen)
+    rank = events["rank"].to_numpy()[rows].astype(np.int64)
+    step = events["step"].to_numpy()[rows].astype(np.int64)
+    start = events["start_ns"].to_numpy()[rows]
+    same_rank = rank[1:] == rank[:-1]
+    same_step = same_rank & (step[1:] == step[:-1])
+    in_order = (rank[1:] > rank[:-1]) | (same_rank & (step[1:] > step[:-1])) | (same_step & (start[1:] >= start[:-1]))
+    if not in_order.all():  # recorded out of order: sort (runs as the store returns them skip this)
+        order = np.lexsort((start, step, rank))
+        rows, rank, step = rows[order], rank[order], step[order]
+        same_step = (rank[1:] == rank[:-1]) & (step[1:] == step[:-1])
+    first = np.concatenate([[True], ~same_step]) if len(rows) else np.zeros(0, dtype=bool)
+    rows = rows[first]
+    return pd.DataFrame(
+        {
+            "rank": rank[first],
+            "step": step[first],
+            "start_ns": events["start_ns"].to_numpy()[rows],
+            "end_ns": events["end_ns"].to_numpy()[rows],
+        },
+        copy=False,  # fresh arrays: not stacked into one block (a copy of millions of rows)
+    )
 
 
 def allreduce_lateness(events: pd.DataFrame, *, step_name: str = STEP_NAME) -> pd.DataFrame:
@@ -98,34 +116,139 @@ def allreduce_lateness(events: pd.DataFrame, *, step_name: str = STEP_NAME) -> p
     Only steps where every rank of the negotiations has a readiness mark are kept. No timeline or
     no steps: an empty frame with ``LATENESS_COLUMNS``.
     """
-    empty = pd.DataFrame({c: pd.Series(dtype="float64") for c in LATENESS_COLUMNS})
-    negotiations = events.loc[
-        events["name"].str.startswith("NEGOTIATE", na=False), ["rank", "detail", "start_ns", "end_ns"]
-    ]
     steps = step_spans(events, step_name=step_name)
-    if negotiations.empty or steps.empty:
-        return empty
-    reference = steps[steps["rank"] == steps["rank"].min()].sort_values("start_ns")
+    if steps.empty:
+        return _empty_lateness()
+    reference = steps[steps["rank"] == steps["rank"].min()]
+    marks = readiness_marks(negotiation_spans(events), reference)
+    table = lateness_of_marks(marks, step_arrivals(marks))
+    return table.sort_values(["step", "rank"], kind="stable").reset_index(drop=True)
+
+
+def _empty_lateness() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype="float64") for c in LATENESS_COLUMNS})
+
+
+def negotiation_spans(events: pd.DataFrame) -> pd.DataFrame:
+    """``rank, start_ns, end_ns`` of the ``NEGOTIATE_*`` spans: each rank's readiness in Horovod's timeline."""
+    rows = np.flatnonzero(events["name"].str.startswith("NEGOTIATE", na=False).to_numpy(dtype=bool))
+    # built from arrays (not .loc, which takes every column's blocks), not stacked into one block
+    columns = {column: events[column].to_numpy()[rows] for column in ("rank", "start_ns", "end_ns")}
+    return pd.DataFrame(columns, copy=False)
+
+
+def readiness_marks(negotiations: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
+    """Per step and rank with a negotiation (``negotiation_spans``) ending inside the ``reference``
+    rank's step: ``step, rank, tensors, arrival_ns`` (the latest readiness in that step), rank by rank.
+
+    The rank's own part of ``allreduce_lateness``: ranks apart (a rank group) give the same marks.
+    """
+    columns = ["step", "rank", "tensors", "arrival_ns"]
+    if negotiations.empty or reference.empty:
+        return pd.DataFrame({c: pd.Series(dtype="int64") for c in columns})
+    reference = reference.sort_values("start_ns")
     starts = reference["start_ns"].to_numpy(np.int64)
     ends = reference["end_ns"].to_numpy(np.int64)
     negotiation_end = negotiations["end_ns"].to_numpy(np.int64)
     index = np.searchsorted(starts, negotiation_end, side="right") - 1
     inside = (index >= 0) & (negotiation_end <= ends[np.clip(index, 0, None)])
-    marks = negotiations.loc[inside].assign(step=reference["step"].to_numpy()[index[inside]])
-    if marks.empty:
-        return empty
-    ranks_per_step = marks.groupby("step")["rank"].nunique()
-    all_ranks = marks["rank"].nunique()
-    marks = marks[marks["step"].isin(ranks_per_step.index[ranks_per_step == all_ranks])]
-    if marks.empty or all_ranks < 2:
-        return empty
-    table = marks.groupby(["step", "rank"]).agg(tensors=("detail", "size"), arrival_ns=("start_ns", "max"))
-    table = table.reset_index()
-    first = table.groupby("step")["arrival_ns"].transform("min")
-    latest = table.groupby("step")["arrival_ns"].transform("max")
-    table["lateness_s"] = (table["arrival_ns"] - first) / NS_PER_S
-    table["last"] = table["arrival_ns"] == latest
-    return table[list(LATENESS_COLUMNS)].astype({"step": "int64", "rank": "int64"})
+    rank = negotiations["rank"].to_numpy(np.int64)[inside]
+    index = index[inside]
+    arrival = negotiations["start_ns"].to_numpy(np.int64)[inside]
+    # one row per (rank, step): the store's order (rank, then time) already groups them; sort if not
+    key = rank * len(starts) + index
+    if len(key) > 1 and not (key[1:] >= key[:-1]).all():
+        order = np.argsort(key, kind="stable")
+        key, rank, index, arrival = key[order], rank[order], index[order], arrival[order]
+    first = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]])) if len(key) else np.zeros(0, np.int64)
+    return pd.DataFrame(
+        {
+            "step": reference["step"].to_numpy(np.int64)[index[first]],
+            "rank": rank[first],
+            "tensors": np.diff(np.append(first, len(key))),
+            "arrival_ns": np.maximum.reduceat(arrival, first) if len(first) else arrival[:0],
+        }
+    )
+
+
+#: ``step_arrivals`` columns: per step, how many ranks marked it, the first and the latest arrival.
+STEP_ARRIVAL_COLUMNS: tuple[str, ...] = ("step", "ranks", "first_ns", "latest_ns")
+
+
+def step_arrivals(marks: pd.DataFrame) -> pd.DataFrame:
+    """Per step of ``readiness_marks``: ranks that marked it, first and latest arrival (``STEP_ARRIVAL_COLUMNS``);
+    the ``attrs["ranks"]`` count of ranks with any mark. Rank groups' frames merge with ``merge_step_arrivals``."""
+    step = marks["step"].to_numpy(np.int64)
+    rank = marks["rank"].to_numpy(np.int64)
+    arrival = marks["arrival_ns"].to_numpy(np.int64)
+    span = int(step.max() - step.min() + 1) if len(step) else 0
+    if len(step) and span <= 4 * len(step) + 1024:  # step numbers dense, as steps are: arrays indexed by step
+        at = step - step.min()
+        counts = np.bincount(at, minlength=span)
+        first = np.full(span, np.iinfo(np.int64).max)
+        latest = np.full(span, np.iinfo(np.int64).min)
+        np.minimum.at(first, at, arrival)
+        np.maximum.at(latest, at, arrival)
+        present = np.flatnonzero(counts)
+        table = pd.DataFrame(
+            {
+                "step": present + step.min(),
+                "ranks": counts[present],
+                "first_ns": first[present],
+                "latest_ns": latest[present],
+            }
+        )
+    else:
+        table = marks.groupby("step").agg(
+            ranks=("rank", "size"), first_ns=("arrival_ns", "min"), latest_ns=("arrival_ns", "max")
+        )
+        table = table.reset_index()[list(STEP_ARRIVAL_COLUMNS)].astype({"step": "int64", "ranks": "int64"})
+    in_order = len(rank) < 2 or bool((rank[1:] >= rank[:-1]).all())
+    table.attrs["ranks"] = int(1 + (rank[1:] != rank[:-1]).sum()) if in_order and len(rank) else len(pd.unique(rank))
+    return table
+
+
+def merge_step_arrivals(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    """``step_arrivals`` of disjoint rank groups merged: what ``step_arrivals`` of all their marks gives."""
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return step_arrivals(pd.DataFrame({c: pd.Series(dtype="int64") for c in ("step", "rank", "arrival_ns")}))
+    merged = pd.concat(parts).groupby("step").agg(
+        ranks=("ranks", "sum"), first_ns=("first_ns", "min"), latest_ns=("latest_ns", "max")
+    )
+    table = merged.reset_index()[list(STEP_ARRIVAL_COLUMNS)]
+    table.attrs["ranks"] = int(sum(p.attrs.get("ranks", 0) for p in parts))
+    return table
+
+
+def lateness_of_marks(marks: pd.DataFrame, arrivals: pd.DataFrame) -> pd.DataFrame:
+    """``allreduce_lateness`` rows of ``marks`` (some or all ranks) against the whole run's ``step_arrivals``.
+
+    Only steps that every rank with marks marked are kept; fewer than 2 such ranks: empty. Rows in
+    the order of ``marks``.
+    """
+    all_ranks = int(arrivals.attrs.get("ranks", 0))
+    complete = arrivals[arrivals["ranks"] == all_ranks]
+    if marks.empty or complete.empty or all_ranks < 2:
+        return _empty_lateness()
+    steps = complete["step"].to_numpy(np.int64)  # sorted (a groupby's keys)
+    step = marks["step"].to_numpy(np.int64)
+    at = np.clip(np.searchsorted(steps, step), 0, len(steps) - 1)
+    kept = steps[at] == step
+    if not kept.any():
+        return _empty_lateness()
+    at = at[kept]
+    arrival = marks["arrival_ns"].to_numpy(np.int64)[kept]
+    return pd.DataFrame(
+        {
+            "step": step[kept],
+            "rank": marks["rank"].to_numpy(np.int64)[kept],
+            "tensors": marks["tensors"].to_numpy()[kept],
+            "arrival_ns": arrival,
+            "lateness_s": (arrival - complete["first_ns"].to_numpy(np.int64)[at]) / NS_PER_S,
+            "last": arrival == complete["latest_ns"].to_numpy(np.int64)[at],
+        }
+    )
 
 
 def step_waits(events: pd.DataFrame, *, step_name: str = STEP_NAME) -> pd.DataFrame:

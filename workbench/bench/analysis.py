@@ -15,7 +15,9 @@ import json
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -31,110 +33,205 @@ EVAL_BATCHES = 50
 MS = 1_000_000
 
 
-def synthetic_events(events: int = 1_000_000, ranks: int = 8, seed: int = 0) -> pd.DataFrame:
-    """About ``events`` schema-conformant events over ``ranks`` ranks (exactly, when it divides evenly)."""
-    if ranks < 1 or events < ranks * EVENTS_PER_STEP:
-        raise ValueError(f"need ranks >= 1 and events >= {EVENTS_PER_STEP} per rank, got {events=} {ranks=}")
-    rng = np.random.default_rng(seed)
-    per_epoch = ranks * EVENTS_PER_STEP * STEPS_PER_EPOCH + EVAL_BATCHES
-    epochs = max(1, events // per_epoch)
-    steps = max(1, (events - epochs * EVAL_BATCHES) // (ranks * EVENTS_PER_STEP))
-    epoch_of_step = np.minimum(np.arange(steps) // STEPS_PER_EPOCH, epochs - 1)
+def synthetic_events(
+    events: int = 1_000_000,
+    ranks: int = 8,
+    seed: int = 0,
+    *,
+    ranks_per_node: int | None = None,
+    slow_nodes: int = 0,
+    straggler_share: float = 0.0,
+) -> pd.DataFrame:
+    """About ``events`` schema-conformant events over ``ranks`` ranks (exactly, when it divides evenly).
 
-    # Durations (ns) per step and rank; rank `ranks - 1` is a little slower (load imbalance).
-    input_ns = rng.gamma(2.0, 1.0 * MS, size=(steps, ranks)).astype(np.int64)
-    compute_ns = rng.normal(40 * MS, 2 * MS, size=(steps, ranks)).clip(20 * MS).astype(np.int64)
-    compute_ns[:, -1] = (compute_ns[:, -1] * 1.1).astype(np.int64)
-    transfer_ns = rng.normal(6 * MS, 0.5 * MS, size=steps).clip(1 * MS).astype(np.int64)
-    eval_batch_ns = rng.normal(60 * MS, 3 * MS, size=(epochs, EVAL_BATCHES)).clip(1 * MS).astype(np.int64)
-    eval_ns = eval_batch_ns.sum(axis=1)
+    The rest of a large job's shape, off by default: ``ranks_per_node`` names each rank's host
+    (``node<k>``, else every rank is on ``node0``); ``slow_nodes`` nodes, spread over the job,
+    compute ``SLOW_NODE_FACTOR`` times longer; ``straggler_share`` of the rank-steps wait
+    ``STRAGGLER_MS`` more for their input batch (a rank late now and then, a different one each time).
+    """
+    job = SyntheticJob(events, ranks, seed, ranks_per_node, slow_nodes, straggler_share)
+    return job.frame(0, ranks)
 
-    # Step timing: ranks start together, meet in the allreduce, rank 0 evaluates after each epoch.
-    ready = input_ns + compute_ns  # from the step's start until the gradients are ready
-    evaluates_after = np.zeros(steps, dtype=bool)
-    last_of_epoch = np.flatnonzero(np.diff(epoch_of_step, append=epoch_of_step[-1] + 1) != 0)
-    evaluates_after[last_of_epoch] = True
-    eval_after_step = np.zeros(steps, dtype=np.int64)
-    eval_after_step[last_of_epoch] = eval_ns[epoch_of_step[last_of_epoch]]
-    # Others start step s while rank 0 still evaluates after step s-1; the allreduce waits for rank 0.
-    delay = np.zeros((steps, ranks), dtype=np.int64)
-    delay[1:, 0] = eval_after_step[:-1]
-    meet = (delay + ready).max(axis=1)  # allreduce can start, relative to the step's start
-    step_length = meet + transfer_ns
-    step_start = np.concatenate([[0], np.cumsum(step_length[:-1])]) + 1_700_000_000 * 10**9
-    rank_start = step_start[:, None] + delay
-    input_end = rank_start + input_ns
-    ready_at = rank_start + ready
-    meet_at = (step_start + meet)[:, None] + np.zeros((1, ranks), dtype=np.int64)
-    end_at = meet_at + transfer_ns[:, None]
-    half_at = meet_at + (transfer_ns // 2)[:, None]
 
-    rank_grid = np.broadcast_to(np.arange(ranks, dtype=np.int32), (steps, ranks))
-    step_grid = np.broadcast_to(np.arange(steps, dtype=np.int64)[:, None], (steps, ranks))
-    epoch_grid = np.broadcast_to(epoch_of_step[:, None], (steps, ranks))
-    kinds = [
-        (ev.INPUT, "next_batch", rank_start, input_end),
-        (ev.COMPUTE, "train_step", input_end, end_at),
-        (ev.COMMUNICATION, "NEGOTIATE_ALLREDUCE", ready_at, meet_at),
-        (ev.COMMUNICATION, "MPI_ALLREDUCE", meet_at, half_at),
-        (ev.COMMUNICATION, "MPI_ALLREDUCE", half_at, end_at),
-    ]
-    start = np.stack([k[2] for k in kinds], axis=-1).ravel()
-    end = np.stack([k[3] for k in kinds], axis=-1).ravel()
-    kind = np.tile(np.arange(len(kinds), dtype=np.int8), steps * ranks)
-    rank = np.repeat(rank_grid.ravel(), len(kinds))
-    step = np.repeat(step_grid.ravel(), len(kinds))
-    epoch = np.repeat(epoch_grid.ravel(), len(kinds))
+#: How much longer a slow node's ranks compute (``slow_nodes``).
+SLOW_NODE_FACTOR = 1.25
+#: How much longer a late rank-step waits for its input (``straggler_share``).
+STRAGGLER_MS = 25
 
-    # Evaluation on rank 0 after the last step of every epoch.
-    eval_epoch = np.repeat(np.arange(epochs), EVAL_BATCHES)
-    eval_offset = np.cumsum(eval_batch_ns, axis=1) - eval_batch_ns
-    eval_start = (end_at[last_of_epoch, 0][:, None] + eval_offset).ravel()
-    eval_end = eval_start + eval_batch_ns.ravel()
-    n_eval = len(eval_start)
 
-    # The store returns events sorted by rank, then start (per-rank files concatenated): do the same,
-    # sorting integer keys and building the string columns from codes afterwards.
-    rank = np.concatenate([rank, np.zeros(n_eval, dtype=np.int32)]).astype(np.int32)
-    start = np.concatenate([start, eval_start]).astype(np.int64)
-    order = np.lexsort((start, rank))
-    phases = np.asarray([*(k[0] for k in kinds), ev.EVALUATION], dtype=object)
-    names = np.asarray([*(k[1] for k in kinds), "evaluate"], dtype=object)
-    kind = np.concatenate([kind, np.full(n_eval, len(kinds), dtype=np.int8)])[order]
-    total = len(order)
-    return pd.DataFrame(
-        {
-            "run_id": np.full(total, "bench", dtype=object),
-            "rank": rank[order],
-            "host": np.full(total, "node0", dtype=object),
-            "phase": phases[kind],
-            "name": names[kind],
-            "detail": np.full(total, "", dtype=object),
-            "step": np.concatenate([step, np.full(n_eval, -1, dtype=np.int64)])[order],
-            "epoch": np.concatenate([epoch, eval_epoch]).astype(np.int64)[order],
-            "start_ns": start[order],
-            "end_ns": np.concatenate([end, eval_end]).astype(np.int64)[order],
-            "bytes": np.full(total, -1, dtype=np.int64),
-        },
-        columns=list(ev.EVENT_COLUMNS),
-    )
+class SyntheticJob:
+    """The timing of every step and rank of a synthetic job; its events produced a slice of ranks at a time.
+
+    Per-step and per-(step, rank) durations are drawn once (a few arrays of steps x ranks); the
+    events of ranks ``[low, high)`` are built from them on demand, so a 100 M-event run is written
+    rank group by rank group without ever holding all its events.
+    """
+
+    def __init__(
+        self,
+        events: int = 1_000_000,
+        ranks: int = 8,
+        seed: int = 0,
+        ranks_per_node: int | None = None,
+        slow_nodes: int = 0,
+        straggler_share: float = 0.0,
+    ) -> None:
+        if ranks < 1 or events < ranks * EVENTS_PER_STEP:
+            raise ValueError(f"need ranks >= 1 and events >= {EVENTS_PER_STEP} per rank, got {events=} {ranks=}")
+        rng = np.random.default_rng(seed)
+        self.ranks = ranks
+        self.ranks_per_node = ranks_per_node
+        per_epoch = ranks * EVENTS_PER_STEP * STEPS_PER_EPOCH + EVAL_BATCHES
+        epochs = max(1, events // per_epoch)
+        steps = max(1, (events - epochs * EVAL_BATCHES) // (ranks * EVENTS_PER_STEP))
+        self.epoch_of_step = np.minimum(np.arange(steps) // STEPS_PER_EPOCH, epochs - 1)
+
+        # Durations (ns) per step and rank; rank `ranks - 1` is a little slower (load imbalance).
+        self.input_ns = rng.gamma(2.0, 1.0 * MS, size=(steps, ranks)).astype(np.int64)
+        compute_ns = rng.normal(40 * MS, 2 * MS, size=(steps, ranks)).clip(20 * MS).astype(np.int64)
+        compute_ns[:, -1] = (compute_ns[:, -1] * 1.1).astype(np.int64)
+        self.transfer_ns = rng.normal(6 * MS, 0.5 * MS, size=steps).clip(1 * MS).astype(np.int64)
+        self.eval_batch_ns = rng.normal(60 * MS, 3 * MS, size=(epochs, EVAL_BATCHES)).clip(1 * MS).astype(np.int64)
+        eval_ns = self.eval_batch_ns.sum(axis=1)
+        self.slow_ranks = np.zeros(0, dtype=np.int64)
+        if slow_nodes and ranks_per_node:
+            nodes = -(-ranks // ranks_per_node)
+            slow = np.unique(np.linspace(0, nodes - 1, slow_nodes + 2).astype(np.int64)[1:-1])
+            self.slow_ranks = (slow[:, None] * ranks_per_node + np.arange(ranks_per_node)[None, :]).ravel()
+            self.slow_ranks = self.slow_ranks[self.slow_ranks < ranks]
+            compute_ns[:, self.slow_ranks] = (compute_ns[:, self.slow_ranks] * SLOW_NODE_FACTOR).astype(np.int64)
+        if straggler_share > 0:
+            late = rng.random(size=(steps, ranks)) < straggler_share
+            self.input_ns[late] += STRAGGLER_MS * MS
+        self.compute_ns = compute_ns
+
+        # Step timing: ranks start together, meet in the allreduce, rank 0 evaluates after each epoch.
+        last_of_epoch = np.flatnonzero(np.diff(self.epoch_of_step, append=self.epoch_of_step[-1] + 1) != 0)
+        self.last_of_epoch = last_of_epoch
+        eval_after_step = np.zeros(steps, dtype=np.int64)
+        eval_after_step[last_of_epoch] = eval_ns[self.epoch_of_step[last_of_epoch]]
+        # Others start step s while rank 0 still evaluates after step s-1; the allreduce waits for rank 0.
+        self.rank0_delay = np.zeros(steps, dtype=np.int64)
+        self.rank0_delay[1:] = eval_after_step[:-1]
+        ready = self.input_ns + compute_ns  # from the step's start until the gradients are ready
+        self.meet = ready.max(axis=1)
+        self.meet = np.maximum(self.meet, self.rank0_delay + ready[:, 0])  # allreduce can start, from the step's start
+        step_length = self.meet + self.transfer_ns
+        self.step_start = np.concatenate([[0], np.cumsum(step_length[:-1])]) + 1_700_000_000 * 10**9
+
+    def frame(self, low: int, high: int) -> pd.DataFrame:
+        """The events of ranks ``low .. high - 1``, sorted by rank, then start, as the store returns them."""
+        steps = len(self.step_start)
+        ranks = high - low
+        delay = np.zeros((steps, ranks), dtype=np.int64)
+        if low == 0:
+            delay[:, 0] = self.rank0_delay
+        input_ns = self.input_ns[:, low:high]
+        rank_start = self.step_start[:, None] + delay
+        input_end = rank_start + input_ns
+        ready_at = rank_start + input_ns + self.compute_ns[:, low:high]
+        meet_at = (self.step_start + self.meet)[:, None] + np.zeros((1, ranks), dtype=np.int64)
+        end_at = meet_at + self.transfer_ns[:, None]
+        half_at = meet_at + (self.transfer_ns // 2)[:, None]
+
+        rank_grid = np.broadcast_to(np.arange(low, high, dtype=np.int32), (steps, ranks))
+        step_grid = np.broadcast_to(np.arange(steps, dtype=np.int64)[:, None], (steps, ranks))
+        epoch_grid = np.broadcast_to(self.epoch_of_step[:, None], (steps, ranks))
+        kinds = [
+            (ev.INPUT, "next_batch", rank_start, input_end),
+            (ev.COMPUTE, "train_step", input_end, end_at),
+            (ev.COMMUNICATION, "NEGOTIATE_ALLREDUCE", ready_at, meet_at),
+            (ev.COMMUNICATION, "MPI_ALLREDUCE", meet_at, half_at),
+            (ev.COMMUNICATION, "MPI_ALLREDUCE", half_at, end_at),
+        ]
+        start = np.stack([k[2] for k in kinds], axis=-1).ravel()
+        end = np.stack([k[3] for k in kinds], axis=-1).ravel()
+        kind = np.tile(np.arange(len(kinds), dtype=np.int8), steps * ranks)
+        rank = np.repeat(rank_grid.ravel(), len(kinds))
+        step = np.repeat(step_grid.ravel(), len(kinds))
+        epoch = np.repeat(epoch_grid.ravel(), len(kinds))
+
+        # Evaluation on rank 0 after the last step of every epoch.
+        epochs = len(self.eval_batch_ns)
+        if low == 0:
+            eval_epoch = np.repeat(np.arange(epochs), EVAL_BATCHES)
+            eval_offset = np.cumsum(self.eval_batch_ns, axis=1) - self.eval_batch_ns
+            eval_start = (end_at[self.last_of_epoch, 0][:, None] + eval_offset).ravel()
+            eval_end = eval_start + self.eval_batch_ns.ravel()
+        else:
+            eval_epoch = eval_start = eval_end = np.zeros(0, dtype=np.int64)
+        n_eval = len(eval_start)
+
+        # Sort integer keys, then build the string columns from codes.
+        rank = np.concatenate([rank, np.zeros(n_eval, dtype=np.int32)]).astype(np.int32)
+        start = np.concatenate([start, eval_start]).astype(np.int64)
+        order = np.lexsort((start, rank))
+        phases = np.asarray([*(k[0] for k in kinds), ev.EVALUATION], dtype=object)
+        names = np.asarray([*(k[1] for k in kinds), "evaluate"], dtype=object)
+        kind = np.concatenate([kind, np.full(n_eval, len(kinds), dtype=np.int8)])[order]
+        rank = rank[order]
+        total = len(order)
+        if self.ranks_per_node:
+            first_node, last_node = low // self.ranks_per_node, (high - 1) // self.ranks_per_node
+            labels = np.asarray([f"node{k}" for k in range(first_node, last_node + 1)], dtype=object)
+            host = labels[rank // self.ranks_per_node - first_node]
+        else:
+            host = np.full(total, "node0", dtype=object)
+        return pd.DataFrame(
+            {
+                "run_id": np.full(total, "bench", dtype=object),
+                "rank": rank,
+                "host": host,
+                "phase": phases[kind],
+                "name": names[kind],
+                "detail": np.full(total, "", dtype=object),
+                "step": np.concatenate([step, np.full(n_eval, -1, dtype=np.int64)])[order],
+                "epoch": np.concatenate([epoch, eval_epoch]).astype(np.int64)[order],
+                "start_ns": start[order],
+                "end_ns": np.concatenate([end, eval_end]).astype(np.int64)[order],
+                "bytes": np.full(total, -1, dtype=np.int64),
+            },
+            columns=list(ev.EVENT_COLUMNS),
+        )
 
 
 def write_run(events: pd.DataFrame, root: str | Path, ranks: int) -> Path:
     """``events`` as a run in the store under ``root``: one compacted Parquet file per rank."""
-    from workbench.store import COMPACT_ROW_GROUP, create_run, write_parquet
+    from workbench.store import create_run
 
     path = create_run(root, "bench-analysis", ranks=ranks)
-    table = pa.Table.from_pandas(events, schema=ev.EVENT_SCHEMA, preserve_index=False)
-    rank = events["rank"].to_numpy()
-    bounds = np.searchsorted(rank, np.arange(ranks + 1))  # events are sorted by rank
-    for r in range(ranks):
-        directory = path / "events" / f"rank-{r:05d}"
-        directory.mkdir(parents=True)
-        part = table.slice(bounds[r], bounds[r + 1] - bounds[r])
-        target = directory / "00000001-00000001.parquet"
-        write_parquet(part, target, row_group_size=COMPACT_ROW_GROUP)
+    _write_ranks(path, events, range(ranks))
     return path
+
+
+def write_synthetic_run(
+    root: str | Path, events: int, ranks: int, *, seed: int = 0, chunk_ranks: int = 64, **shape: Any
+) -> Path:
+    """A ``SyntheticJob`` written to a run under ``root`` ``chunk_ranks`` ranks at a time (bounded memory).
+
+    ``shape``: ``ranks_per_node``, ``slow_nodes``, ``straggler_share`` (see ``synthetic_events``).
+    """
+    from workbench.store import create_run
+
+    job = SyntheticJob(events, ranks, seed, **shape)
+    path = create_run(root, "bench-analysis", ranks=ranks)
+    for low in range(0, ranks, chunk_ranks):
+        high = min(ranks, low + chunk_ranks)
+        _write_ranks(path, job.frame(low, high), range(low, high))
+    return path
+
+
+def _write_ranks(path: Path, events: pd.DataFrame, ranks: range) -> None:
+    """Each rank's rows of ``events`` (sorted by rank) as its one compacted part file."""
+    from workbench.store import COMPACT_ROW_GROUP, write_parquet
+
+    table = pa.Table.from_pandas(events, schema=ev.EVENT_SCHEMA, preserve_index=False)
+    bounds = np.searchsorted(events["rank"].to_numpy(), np.arange(ranks.start, ranks.stop + 1))
+    for index, rank in enumerate(ranks):
+        directory = path / "events" / f"rank-{rank:05d}"
+        directory.mkdir(parents=True)
+        part = table.slice(bounds[index], bounds[index + 1] - bounds[index])
+        write_parquet(part, directory / "00000001-00000001.parquet", row_group_size=COMPACT_ROW_GROUP)
 
 
 _CHILD = """
@@ -219,3 +316,133 @@ def format_result(result: dict) -> str:
         f" CPU {result['cpu_seconds']:.2f} s);"
         f" peak RSS {result['peak_rss_mb']:.0f} MB ({result['strings']} strings)"
     )
+
+
+#: The large job's shape in ``run_split``: 8 ranks a node, a few slow nodes, rare late rank-steps.
+JOB_SHAPE: dict[str, Any] = {"ranks_per_node": 8, "slow_nodes": 3, "straggler_share": 0.001}
+
+_SPLIT_CHILD = """
+import json, os, sys, time
+from workbench.analysis.split import analyse_split, peak_rss
+path, group_ranks, workers = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+cpu = time.process_time()
+started = time.perf_counter()
+result = analyse_split(path, group_ranks=group_ranks, workers=workers or None)
+seconds = time.perf_counter() - started
+late = result.lateness.sort_values(["last_in_steps", "rank"], ascending=[False, True])
+print(json.dumps({
+    "events": result.events, "seconds": seconds, "cpu_seconds": time.process_time() - cpu,
+    "rounds": result.seconds, "parent_peak_rss": peak_rss(),
+    "worker_peak_rss": [peak for pid, peak in result.worker_peak_rss.items() if pid != os.getpid()],
+    "parallel_efficiency": result.pop["parallel_efficiency"], "findings": list(result.findings["kind"]),
+    "latest_hosts": list(dict.fromkeys(late["host"].head(64))),
+}))
+"""
+
+_WHOLE_CHILD = """
+import json, sys, time
+from workbench import events as ev
+from workbench.analysis import allreduce_lateness, findings, lateness_summary, phase_breakdown, pop_metrics
+from workbench.analysis.split import peak_rss
+from workbench.store import Run
+cpu = time.process_time()
+started = time.perf_counter()
+run = Run.load(sys.argv[1], categorical=True)
+breakdown = phase_breakdown(run.events, by=("run_id", "rank"), ranks=run.ranks)
+pop = pop_metrics(run.events, breakdown=breakdown)
+found = findings(run.events, pop=pop, ranks=run.ranks, breakdown=breakdown, hosts=ev.rank_hosts(run.events))
+lateness = lateness_summary(allreduce_lateness(run.events))
+seconds = time.perf_counter() - started
+print(json.dumps({
+    "events": len(run.events), "seconds": seconds, "cpu_seconds": time.process_time() - cpu,
+    "parent_peak_rss": peak_rss(), "worker_peak_rss": [],
+    "parallel_efficiency": float(pop["parallel_efficiency"].iloc[0]), "findings": list(found["kind"]),
+}))
+"""
+
+
+def _child(script: str, *args: str) -> dict:
+    """One timed analysis in a fresh process; an out-of-memory kill is a result, not an error."""
+    completed = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, check=False)
+    if completed.returncode in (-9, 137):
+        return {"killed": "out of memory (SIGKILL)"}
+    if completed.returncode != 0:
+        tail = (completed.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"analysis bench failed: {tail}")
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+def run_split(
+    events: int = 10_000_000,
+    ranks: int = 1024,
+    *,
+    workers: tuple[int, ...] = (0, 2),
+    group_ranks: int = 32,
+    repeats: int = 1,
+    whole: bool = True,
+    root: str | Path | None = None,
+) -> dict:
+    """A ``SyntheticJob`` of ``JOB_SHAPE`` analysed at once (``whole``) and in rank groups, side by side.
+
+    Each mode runs in fresh processes (the fastest of ``repeats``): ``whole`` is ``Run.load`` +
+    breakdown + POP + findings + lateness in one process; ``split-N`` is ``analyse_split`` with N
+    local worker processes (0: the groups one after the other in the process itself). Peak memory
+    is the calling process's plus each worker's (a sum of peaks: an upper bound of the machine's).
+    ``slow_hosts`` are the nodes the job made slow: the split analysis should find them latest.
+    """
+    job = SyntheticJob(events, ranks, 0, **JOB_SHAPE)
+    slow_hosts = sorted({f"node{r // JOB_SHAPE['ranks_per_node']}" for r in job.slow_ranks.tolist()})
+    del job
+    modes: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory(prefix="workbench-split-", dir=root) as scratch:
+        started = time.perf_counter()
+        path = write_synthetic_run(scratch, events, ranks, **JOB_SHAPE)
+        write_s = time.perf_counter() - started
+        plan = ([("whole", _WHOLE_CHILD, ())] if whole else []) + [
+            (f"split-{n}", _SPLIT_CHILD, (str(group_ranks), str(n))) for n in workers
+        ]
+        for label, script, extra in plan:
+            trials = [_child(script, str(path), *extra) for _ in range(max(1, repeats))]
+            done = [t for t in trials if "killed" not in t]
+            if not done:
+                modes[label] = trials[0]
+                continue
+            best = min(done, key=lambda t: t["seconds"])
+            peak = best["parent_peak_rss"] + sum(best["worker_peak_rss"])
+            modes[label] = {
+                **{k: v for k, v in best.items() if k not in ("parent_peak_rss", "worker_peak_rss")},
+                "seconds": round(best["seconds"], 3),
+                "cpu_seconds": round(best["cpu_seconds"], 3),
+                "peak_rss_mb": round(peak / BYTES_PER_MB, 1),
+                "parent_peak_rss_mb": round(best["parent_peak_rss"] / BYTES_PER_MB, 1),
+                "worker_peak_rss_mb": [round(w / BYTES_PER_MB, 1) for w in best["worker_peak_rss"]],
+            }
+    return {
+        "events": int(events),
+        "ranks": int(ranks),
+        "group_ranks": int(group_ranks),
+        "shape": dict(JOB_SHAPE),
+        "slow_hosts": slow_hosts,
+        "write_seconds": round(write_s, 1),
+        "repeats": int(max(1, repeats)),
+        "modes": modes,
+    }
+
+
+def format_split(result: dict) -> str:
+    """One line per mode."""
+    lines = [
+        f"{result['events']:,} events on {result['ranks']} ranks ({result['group_ranks']} ranks a group;"
+        f" slow nodes {', '.join(result['slow_hosts']) or 'none'}):"
+    ]
+    for label, mode in result["modes"].items():
+        if "killed" in mode:
+            lines.append(f"  {label}: killed, {mode['killed']}")
+            continue
+        found = [h for h in mode.get("latest_hosts", [])[: len(result["slow_hosts"])]]
+        latest = f"; latest hosts {', '.join(found)}" if found else ""
+        lines.append(
+            f"  {label}: {mode['seconds']:.2f} s (CPU {mode['cpu_seconds']:.2f} s in the caller),"
+            f" peak {mode['peak_rss_mb']:.0f} MB{latest}"
+        )
+    return "\n".join(lines)

@@ -19,8 +19,28 @@ from workbench.store import Run
 from workbench.text import findings_lines, format_analysis, format_header
 
 
-def analyse_command(run_dir: str | Path, *, as_json: bool = False, html: str | Path | None = None) -> int:
-    """Analyse one recorded run: print text (or JSON), optionally write the HTML report."""
+def analyse_command(
+    run_dir: str | Path,
+    *,
+    as_json: bool = False,
+    html: str | Path | None = None,
+    workers: int | None = None,
+    group_ranks: int | None = None,
+) -> int:
+    """Analyse one recorded run: print text (or JSON), optionally write the HTML report.
+
+    With ``workers`` (or ``group_ranks``) the run is analysed in rank groups (``analysis.split``): for
+    runs of hundreds of ranks that do not fit one process; no HTML report then.
+    """
+    if workers is not None or group_ranks is not None:
+        from workbench.analysis.split import DEFAULT_GROUP_RANKS, analyse_split
+        from workbench.text import format_split_analysis
+
+        if html is not None:
+            raise SystemExit("--html is not available with --workers/--group-ranks: drop one of them")
+        split = analyse_split(run_dir, group_ranks=group_ranks or DEFAULT_GROUP_RANKS, workers=workers or None)
+        print(json.dumps(split.to_dict(), indent=2, allow_nan=False) if as_json else format_split_analysis(split))
+        return 0
     run = Run.load(run_dir)
     result = analysis.analyse_run(run.events, run.memory, run.meta, rank_meta=run.rank_meta)
     if html is not None:
