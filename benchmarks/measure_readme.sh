@@ -67,7 +67,7 @@ measure export python benchmarks/export_trace.py --events 10000000 --ranks 64 --
 measure redraw workbench bench redraw --json
 measure live workbench bench live --ranks 64 --seconds 120 --json
 measure live-1024 workbench bench live --ranks 1024 --seconds 60 --step-s 0.5 --flush-s 2 --refresh-s 1 --feed-processes 2 --ranks-per-host 8 --slow-host 37 --json
-measure late-attach python benchmarks/late_attach.py --minutes 10 30 --unmerged-minutes 10 --json
+measure late-attach python benchmarks/late_attach.py --minutes 10 30 60 --unmerged-minutes 10 --json
 measure dashboard-cost python benchmarks/dashboard_cost.py --preset reduced --repetitions 5
 measure horovod-step workbench bench horovod-step --json
 measure eval-frequency-reduced workbench run eval-frequency --preset reduced --ranks 2 --out artifacts/eval-frequency-reduced --json

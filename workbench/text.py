@@ -200,20 +200,7 @@ def format_analysis(result: RunAnalysis, *, width: int = WIDTH) -> str:
     hosts = result.header.get("rank_hosts") or {}
     by_rank = _RankColumns(hosts)
     pop = result.pop
-    useful = " + ".join(pop.get("useful_phases") or [])
-    lines += ["", f"POP metrics (useful phases: {useful})"]
-    lines += text_table(
-        ["metric", "value"],
-        [
-            ["parallel efficiency", format_ratio(pop.get("parallel_efficiency"))],
-            ["  load balance", format_ratio(pop.get("load_balance"))],
-            ["  communication efficiency", format_ratio(pop.get("communication_efficiency"))],
-            ["runtime", format_seconds(pop.get("runtime_s"))],
-            ["useful time per rank, mean", format_seconds(pop.get("useful_mean_s"))],
-            ["useful time per rank, max", format_seconds(pop.get("useful_max_s"))],
-        ],
-        width=width,
-    )
+    lines += _pop_lines(pop, width)
     if pop.get("note"):
         lines += _wrapped(f"note: {pop['note']}", width=width)
 
@@ -250,21 +237,7 @@ def format_analysis(result: RunAnalysis, *, width: int = WIDTH) -> str:
     lateness = lateness_summary(result.lateness)
     if len(lateness):
         lines += ["", "Arrival at the allreduce (Horovod's readiness marks, per step)"]
-        lines += text_table(
-            [*by_rank.header, "steps", "last in", "median late", "max late"],
-            [
-                [
-                    *by_rank.cells(row.rank),
-                    str(row.steps),
-                    f"{row.last_in_steps} ({format_share(row.last_share)})",
-                    format_seconds(row.median_lateness_s),
-                    format_seconds(row.max_lateness_s),
-                ]
-                for row in lateness.itertuples()
-            ],
-            width=width,
-            labels=by_rank.labels,
-        )
+        lines += _lateness_lines(lateness, width, by_rank)
 
     lines += ["", "Memory per rank (resident set size)"]
     if len(result.memory):
@@ -289,6 +262,24 @@ def format_analysis(result: RunAnalysis, *, width: int = WIDTH) -> str:
     return "\n".join(lines)
 
 
+def _pop_lines(pop: Mapping[str, Any], width: int) -> list[str]:
+    """The POP metrics of one run (``RunAnalysis.pop``) as a two-column table under its heading."""
+    useful = " + ".join(pop.get("useful_phases") or [])
+    table = text_table(
+        ["metric", "value"],
+        [
+            ["parallel efficiency", format_ratio(pop.get("parallel_efficiency"))],
+            ["  load balance", format_ratio(pop.get("load_balance"))],
+            ["  communication efficiency", format_ratio(pop.get("communication_efficiency"))],
+            ["runtime", format_seconds(pop.get("runtime_s"))],
+            ["useful time per rank, mean", format_seconds(pop.get("useful_mean_s"))],
+            ["useful time per rank, max", format_seconds(pop.get("useful_max_s"))],
+        ],
+        width=width,
+    )
+    return ["", f"POP metrics (useful phases: {useful})", *table]
+
+
 #: Ranks listed per table when a run is analysed in rank groups (hundreds of ranks): the slowest ones.
 RANKS_SHOWN = 10
 
@@ -304,17 +295,7 @@ def format_split_analysis(result: Any, *, width: int = WIDTH, shown: int = RANKS
     hosts = result.header.get("rank_hosts") or {}
     by_rank = _RankColumns(hosts)
     pop = result.pop
-    lines += ["", f"POP metrics (useful phases: {' + '.join(pop.get('useful_phases') or [])})"]
-    lines += text_table(
-        ["metric", "value"],
-        [
-            ["parallel efficiency", format_ratio(pop.get("parallel_efficiency"))],
-            ["  load balance", format_ratio(pop.get("load_balance"))],
-            ["  communication efficiency", format_ratio(pop.get("communication_efficiency"))],
-            ["runtime", format_seconds(pop.get("runtime_s"))],
-        ],
-        width=width,
-    )
+    lines += _pop_lines(pop, width)
     lines += ["", "Findings (largest loss first; they overlap: do not add them up)"]
     lines += findings_lines(result.findings, width) or ["  none"]
     breakdown = result.breakdown
@@ -329,22 +310,27 @@ def format_split_analysis(result: Any, *, width: int = WIDTH, shown: int = RANKS
     if len(lateness):
         latest = lateness.sort_values(["last_in_steps", "rank"], ascending=[False, True]).head(shown)
         lines += ["", f"Arrival at the allreduce: the {len(latest)} of {len(lateness)} ranks last most often"]
-        lines += text_table(
-            [*by_rank.header, "steps", "last in", "median late", "max late"],
-            [
-                [
-                    *by_rank.cells(row.rank),
-                    str(row.steps),
-                    f"{row.last_in_steps} ({format_share(row.last_share)})",
-                    format_seconds(row.median_lateness_s),
-                    format_seconds(row.max_lateness_s),
-                ]
-                for row in latest.itertuples()
-            ],
-            width=width,
-            labels=by_rank.labels,
-        )
+        lines += _lateness_lines(latest, width, by_rank)
     return "\n".join(lines)
+
+
+def _lateness_lines(lateness: pd.DataFrame, width: int, by_rank: _RankColumns) -> list[str]:
+    """``lateness_summary`` rows as a table: steps, how often last, median and max lateness."""
+    return text_table(
+        [*by_rank.header, "steps", "last in", "median late", "max late"],
+        [
+            [
+                *by_rank.cells(row.rank),
+                str(row.steps),
+                f"{row.last_in_steps} ({format_share(row.last_share)})",
+                format_seconds(row.median_lateness_s),
+                format_seconds(row.max_lateness_s),
+            ]
+            for row in lateness.itertuples()
+        ],
+        width=width,
+        labels=by_rank.labels,
+    )
 
 
 class _RankColumns:

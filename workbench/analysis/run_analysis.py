@@ -86,16 +86,23 @@ class RunAnalysis:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: tables as lists of row dicts, NaN and inf as None, numpy scalars as Python."""
         return {
-            "run": json_ready(self.header),
-            "pop": json_ready(self.pop),
-            "breakdown": json_records(self.breakdown),
-            "findings": json_records(self.findings),
-            "steps": json_records(self.steps),
-            "memory": json_records(self.memory),
-            "lateness": json_records(lateness_summary(self.lateness, self.header.get("rank_hosts"))),
+            **analysis_dict(self, lateness_summary(self.lateness, self.header.get("rank_hosts"))),
             "in_flight": json_records(self.in_flight),
             "keras_calls": json_records(self.keras_calls),
         }
+
+
+def analysis_dict(result: Any, lateness: pd.DataFrame) -> dict[str, Any]:
+    """The JSON-ready tables every analysis of one run has (``RunAnalysis``, ``split.SplitAnalysis``)."""
+    return {
+        "run": json_ready(result.header),
+        "pop": json_ready(result.pop),
+        "breakdown": json_records(result.breakdown),
+        "findings": json_records(result.findings),
+        "steps": json_records(result.steps),
+        "memory": json_records(result.memory),
+        "lateness": json_records(lateness),
+    }
 
 
 def _empty(columns: tuple[str, ...]) -> pd.DataFrame:
@@ -199,12 +206,9 @@ def analyse_run(
     if backwards.any():
         first = events[backwards].iloc[0]
         extra.append(
-            missing_data_finding(
-                "backwards_spans",
-                f"{int(backwards.sum())} span(s) end before they start (first:"
-                f" {ev.ranks_with_hosts([first['rank']], hosts)},"
-                f" {first.get('name', first['phase'])!r}) and were left out: check the ranks' clock alignment",
-                ev.rank_list(events.loc[backwards, "rank"]),
+            backwards_finding(
+                int(backwards.sum()), int(first["rank"]), first.get("name", first["phase"]),
+                events.loc[backwards, "rank"], hosts,
             )
         )
         events = events[~backwards]
@@ -225,8 +229,7 @@ def analyse_run(
         hosts=hosts,
     )
     pop = pop_dict(pop_frame, run_id, ranks, input_is_useful)
-    runtime = pop["runtime_s"]
-    wall_s = runtime if isinstance(runtime, float) and math.isfinite(runtime) and runtime > 0 else None
+    wall_s = wall_seconds(pop)
     if derive_waits and wall_s and len(waits):
         stragglers = straggler_rows(waits, wall_s, min_fraction=min_fraction, hosts=hosts)
         extra.append(combine_findings(pd.DataFrame(stragglers)))
@@ -254,23 +257,8 @@ def analyse_run(
         extra.append(combine_findings(pd.DataFrame(calls_found)))
     extra.append(combine_findings(pd.DataFrame(call_memory_findings(memory, hosts))))
     steps = steps_per_rank(events, ranks=ranks)
-    if len(events) and int(steps["steps"].sum()) == 0:
-        extra.append(
-            missing_data_finding(
-                "no_step_spans",
-                "no training steps recorded (compute spans named 'train_step'), so no steps per rank:"
-                " the Keras callback and Recorder.phase('compute', 'train_step') record them",
-            )
-        )
     memory_table = memory_summary(memory)
-    if memory_table.empty:
-        extra.append(
-            missing_data_finding(
-                "no_memory_samples",
-                "no memory samples recorded, so no memory per rank: sample with"
-                " Recorder(memory_interval_s=0.5) (workbench profile samples every rank)",
-            )
-        )
+    extra += missing_table_findings(len(events), steps, memory_table)
     return RunAnalysis(
         header={**run_header(meta), "rank_hosts": hosts},
         breakdown=with_hosts(per_run.drop(columns="run_id").reset_index(drop=True), hosts),
@@ -283,6 +271,46 @@ def analyse_run(
         in_flight=with_hosts(in_flight, hosts),
         keras_calls=with_hosts(keras_calls, hosts),
     )
+
+
+def wall_seconds(pop: Mapping[str, Any]) -> float | None:
+    """The run's wall time from its POP dict, None when it has none (no events, zero-length spans)."""
+    runtime = pop.get("runtime_s")
+    return runtime if isinstance(runtime, float) and math.isfinite(runtime) and runtime > 0 else None
+
+
+def backwards_finding(
+    count: int, first_rank: int, first_name: Any, ranks: Any, hosts: Mapping[int, str]
+) -> pd.DataFrame:
+    """The finding for spans that end before they start, which the analysis leaves out."""
+    return missing_data_finding(
+        "backwards_spans",
+        f"{count} span(s) end before they start (first: {ev.ranks_with_hosts([first_rank], hosts)},"
+        f" {first_name!r}) and were left out: check the ranks' clock alignment",
+        ev.rank_list(ranks),
+    )
+
+
+def missing_table_findings(events: int, steps: pd.DataFrame, memory: pd.DataFrame) -> list[pd.DataFrame]:
+    """Notes for a run with events but no training steps, and for one without memory samples."""
+    notes = []
+    if events and int(steps["steps"].sum()) == 0:
+        notes.append(
+            missing_data_finding(
+                "no_step_spans",
+                "no training steps recorded (compute spans named 'train_step'), so no steps per rank:"
+                " the Keras callback and Recorder.phase('compute', 'train_step') record them",
+            )
+        )
+    if memory.empty:
+        notes.append(
+            missing_data_finding(
+                "no_memory_samples",
+                "no memory samples recorded, so no memory per rank: sample with"
+                " Recorder(memory_interval_s=0.5) (workbench profile samples every rank)",
+            )
+        )
+    return notes
 
 
 def declared_ranks(meta: Mapping[str, Any]) -> list[int] | None:

@@ -48,18 +48,19 @@ from workbench.analysis.findings import (
     combine_findings,
     event_facts,
     findings,
-    missing_data_finding,
     oversubscription_finding_from_meta,
 )
 from workbench.analysis.memory import memory_summary
 from workbench.analysis.pop import pop_metrics
 from workbench.analysis.run_analysis import (
+    analysis_dict,
+    backwards_finding,
     declared_ranks,
-    json_ready,
-    json_records,
     lateness_summary,
+    missing_table_findings,
     pop_dict,
     run_header,
+    wall_seconds,
     with_hosts,
 )
 from workbench.analysis.scaling import steps_per_rank
@@ -135,13 +136,7 @@ class SplitAnalysis:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready, as ``RunAnalysis.to_dict`` (per-step arrivals left out: one row per step), plus the split."""
         return {
-            "run": json_ready(self.header),
-            "pop": json_ready(self.pop),
-            "breakdown": json_records(self.breakdown),
-            "findings": json_records(self.findings),
-            "steps": json_records(self.steps),
-            "memory": json_records(self.memory),
-            "lateness": json_records(self.lateness),
+            **analysis_dict(self, self.lateness),
             "split": {
                 "events": self.events,
                 "groups": self.groups,
@@ -471,41 +466,18 @@ def _merge(
         facts=facts,
     )
     pop = pop_dict(pop_frame, run_id, ranks, input_is_useful)
-    runtime = pop["runtime_s"]
-    wall_s = runtime if isinstance(runtime, float) and np.isfinite(runtime) and runtime > 0 else None
+    wall_s = wall_seconds(pop)
     extra: list[pd.DataFrame] = []
     backwards = sum(p.backwards for p in parts)
     if backwards:
         rank, name = next(p.backwards_first for p in parts if p.backwards_first is not None)
-        extra.append(
-            missing_data_finding(
-                "backwards_spans",
-                f"{backwards} span(s) end before they start (first: {ev.ranks_with_hosts([rank], hosts)},"
-                f" {name!r}) and were left out: check the ranks' clock alignment",
-                ev.rank_list(r for p in parts for r in p.backwards_ranks),
-            )
-        )
+        extra.append(backwards_finding(backwards, rank, name, [r for p in parts for r in p.backwards_ranks], hosts))
     if meta:
         extra.append(oversubscription_finding_from_meta(meta, wall_s=wall_s))
     steps = pd.concat([p.steps for p in parts], ignore_index=True) if parts else steps_per_rank(no_events)
-    if sum(p.events for p in parts) and int(steps["steps"].sum()) == 0:
-        extra.append(
-            missing_data_finding(
-                "no_step_spans",
-                "no training steps recorded (compute spans named 'train_step'), so no steps per rank:"
-                " the Keras callback and Recorder.phase('compute', 'train_step') record them",
-            )
-        )
     memory_parts = [p.memory for p in parts if len(p.memory)]
     memory = pd.concat(memory_parts, ignore_index=True) if memory_parts else memory_summary(None)
-    if memory.empty:
-        extra.append(
-            missing_data_finding(
-                "no_memory_samples",
-                "no memory samples recorded, so no memory per rank: sample with"
-                " Recorder(memory_interval_s=0.5) (workbench profile samples every rank)",
-            )
-        )
+    extra += missing_table_findings(sum(p.events for p in parts), steps, memory)
     summaries = [summary for summary, _pid, _peak in closed if len(summary)]
     lateness = pd.concat(summaries, ignore_index=True) if summaries else lateness_summary(pd.DataFrame())
     return {

@@ -33,24 +33,12 @@ EVAL_BATCHES = 50
 MS = 1_000_000
 
 
-def synthetic_events(
-    events: int = 1_000_000,
-    ranks: int = 8,
-    seed: int = 0,
-    *,
-    ranks_per_node: int | None = None,
-    slow_nodes: int = 0,
-    straggler_share: float = 0.0,
-) -> pd.DataFrame:
+def synthetic_events(events: int = 1_000_000, ranks: int = 8, seed: int = 0, **shape: Any) -> pd.DataFrame:
     """About ``events`` schema-conformant events over ``ranks`` ranks (exactly, when it divides evenly).
 
-    The rest of a large job's shape, off by default: ``ranks_per_node`` names each rank's host
-    (``node<k>``, else every rank is on ``node0``); ``slow_nodes`` nodes, spread over the job,
-    compute ``SLOW_NODE_FACTOR`` times longer; ``straggler_share`` of the rank-steps wait
-    ``STRAGGLER_MS`` more for their input batch (a rank late now and then, a different one each time).
+    ``shape``: the rest of a large job's shape, off by default (``SyntheticJob``).
     """
-    job = SyntheticJob(events, ranks, seed, ranks_per_node, slow_nodes, straggler_share)
-    return job.frame(0, ranks)
+    return SyntheticJob(events, ranks, seed, **shape).frame(0, ranks)
 
 
 #: How much longer a slow node's ranks compute (``slow_nodes``).
@@ -64,7 +52,11 @@ class SyntheticJob:
 
     Per-step and per-(step, rank) durations are drawn once (a few arrays of steps x ranks); the
     events of ranks ``[low, high)`` are built from them on demand, so a 100 M-event run is written
-    rank group by rank group without ever holding all its events.
+    rank group by rank group without ever holding all its events. A large job's shape, off by
+    default: ``ranks_per_node`` names each rank's host (``node<k>``, else every rank is on
+    ``node0``); ``slow_nodes`` nodes, spread over the job, compute ``SLOW_NODE_FACTOR`` times
+    longer; ``straggler_share`` of the rank-steps wait ``STRAGGLER_MS`` more for their input batch
+    (a rank late now and then, a different one each time).
     """
 
     def __init__(
