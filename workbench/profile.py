@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -50,8 +51,19 @@ def import_timeline(run_path: Path, *, enabled: bool) -> tuple[int, str]:
         )
     imported = 0
     try:
-        for events in iter_horovod_timeline(path, run_id=run_path.name):  # batch by batch: bounded memory
-            imported += write_events(run_path, events)
+        # batch by batch (bounded memory); a batch is written on a thread of its own while the next is
+        # parsed (Arrow encodes and compresses without the GIL), so at most two batches are held
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="workbench-timeline-writer") as writer:
+            pending: Future[int] | None = None
+            try:
+                for events in iter_horovod_timeline(path, run_id=run_path.name):
+                    if pending is not None:
+                        imported += pending.result()
+                    pending = writer.submit(write_events, run_path, events)
+                    del events
+            finally:
+                if pending is not None:  # a damaged file still keeps the spans before the damage
+                    imported += pending.result()
     except TimelineError as error:
         if imported:
             return imported, f"Horovod timeline: not imported whole ({error}); the {imported} spans before it are kept"

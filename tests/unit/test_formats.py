@@ -251,6 +251,28 @@ def test_tensorflows_own_converter_turns_an_xplane_into_trace_events(tmp_path):
         read_tf_profiles(tmp_path)
 
 
+def test_a_timeline_damaged_midway_keeps_every_batch_written_before_the_damage(tmp_path, monkeypatch):
+    """Batches are written on a thread beside the parsing: what was written before the error is counted and kept."""
+    import functools
+
+    from workbench import profile
+    from workbench.formats import horovod_timeline
+    from workbench.store import Run, create_run
+
+    run = create_run(tmp_path, "t", ranks=2)
+    timeline = write_synthetic_timeline(run / profile.TIMELINE_FILE, 3.0)
+    whole = len(horovod_timeline.read_horovod_timeline(timeline))
+    lines = timeline.read_text().splitlines(keepends=True)
+    lines[len(lines) * 2 // 3] = '{"name": "MPI_ALLREDUCE", "ph": "B", "ts": 12,, "pid": 1},\n'
+    timeline.write_text("".join(lines))
+    small = functools.partial(horovod_timeline.iter_horovod_timeline, batch_events=5_000, chunk_mb=0.5)
+    monkeypatch.setattr(profile, "iter_horovod_timeline", small)
+    count, line = profile.import_timeline(run, enabled=True)
+    assert line.startswith("Horovod timeline: not imported whole (") and f"the {count} spans before it" in line
+    assert 5_000 <= count < whole
+    assert len(Run.load(run).events) == count  # every batch counted was written, none twice
+
+
 def test_profile_says_in_one_line_what_happened_to_the_timeline(tmp_path):
     from workbench.profile import TIMELINE_FILE, import_timeline
     from workbench.store import create_run
