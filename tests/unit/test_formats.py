@@ -251,6 +251,23 @@ def test_tensorflows_own_converter_turns_an_xplane_into_trace_events(tmp_path):
         read_tf_profiles(tmp_path)
 
 
+def test_an_event_with_its_keys_in_another_order_is_read_not_taken_for_metadata(tmp_path):
+    # Horovod's writer puts "ph" first; a record that starts with "name" like a process_name record but
+    # is a B event (another writer, a hand edit) must still be paired, as Arrow's reader pairs it
+    timeline = write_synthetic_timeline(tmp_path / "t.json", 1.0)
+    lines = timeline.read_text().splitlines(keepends=True)
+    middle = len(lines) // 2
+    assert lines[middle].startswith('{"ph": "B", "name": "NEGOTIATE_ALLREDUCE", ')
+    horovod_order = '{"ph": "B", "name": "NEGOTIATE_ALLREDUCE", '
+    other_order = '{"name": "NEGOTIATE_ALLREDUCE", "ph": "B", '
+    lines[middle] = lines[middle].replace(horovod_order, other_order, 1)
+    timeline.write_text("".join(lines))
+    direct = read_horovod_timeline(timeline)
+    general = read_horovod_timeline(timeline, engine="arrow")
+    pd.testing.assert_frame_equal(direct, general)
+    assert len(direct) == len(read_horovod_timeline(write_synthetic_timeline(tmp_path / "u.json", 1.0)))
+
+
 def test_a_timeline_damaged_midway_keeps_every_batch_written_before_the_damage(tmp_path, monkeypatch):
     """Batches are written on a thread beside the parsing: what was written before the error is counted and kept."""
     import functools

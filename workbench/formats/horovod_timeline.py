@@ -226,6 +226,8 @@ def _parse_horovod_layout(data: np.ndarray, starts: np.ndarray) -> _Chunk | None
             record = bytes(data[starts[position] : ends[position]]).rstrip(b"\x00")
             try:
                 fields = json.loads(record)
+                if fields.get("ph") != "M":  # an event whose keys come in another order: Arrow reads the chunk
+                    return None
                 args = fields.get("args") or {}
                 pid[position] = int(fields.get("pid", -1))
                 meta.append(
