@@ -142,7 +142,8 @@ def _newline_delimited(buffer: bytearray, start: int, length: int) -> tuple[np.n
     data = np.frombuffer(buffer, np.uint8)[start:]
     end = length - start
     body = data[:end]
-    commas = np.flatnonzero((body[:-1] == ord("}")) & (body[1:] == ord(","))) + 1
+    closing = np.flatnonzero(body[:-1] == ord("}"))  # one pass over the bytes; the rest on the few braces
+    commas = closing[body[closing + 1] == ord(",")] + 1
     after = np.minimum(commas + 1, end - 1)
     line_break = data[after] == ord("\n")
     data[commas] = np.where(line_break, ord(" "), ord("\n"))
