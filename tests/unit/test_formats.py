@@ -269,7 +269,7 @@ def test_an_event_with_its_keys_in_another_order_is_read_not_taken_for_metadata(
 
 
 def test_a_timeline_damaged_midway_keeps_every_batch_written_before_the_damage(tmp_path, monkeypatch):
-    """Batches are written on a thread beside the parsing: what was written before the error is counted and kept."""
+    """Batches are written as they are paired: what was written before the error is counted and kept."""
     import functools
 
     from workbench import profile
