@@ -193,13 +193,13 @@ def open_group(run_path: str, ranks: list[int], token: str, run_id: str = "") ->
     if len(rank_meta) and "rank" in rank_meta:
         rank_meta = rank_meta[rank_meta["rank"].isin(ranks)]
     hosts = ev.rank_hosts(events, run.memory, rank_meta if isinstance(rank_meta, pd.DataFrame) else None)
-    lanes = lane_table(events, ranks=ranks) if len(events) else lane_table(ev.empty_events())
+    lanes = lane_table(events, ranks=ranks)
     own = ~events["phase"].isin(ev.OVERLAP_PHASES).to_numpy()  # a mask: indexing would copy every column
     first_ns = int(events["start_ns"].to_numpy()[own].min()) if own.any() else -1
     last_ns = int(events["end_ns"].to_numpy()[own].max()) if own.any() else -1
-    steps = step_spans(events) if len(events) else pd.DataFrame(columns=["rank", "step", "start_ns", "end_ns"])
+    steps = step_spans(events)
     reference = steps[steps["rank"] == steps["rank"].min()] if len(steps) else steps
-    _HELD[token] = negotiation_spans(events) if len(events) else pd.DataFrame(columns=["rank", "start_ns", "end_ns"])
+    _HELD[token] = negotiation_spans(events)
     return GroupPart(
         ranks=list(ranks),
         events=count,
@@ -208,7 +208,7 @@ def open_group(run_path: str, ranks: list[int], token: str, run_id: str = "") ->
         lanes=lanes,
         facts=event_facts(events),
         hosts=hosts,
-        steps=steps_per_rank(events, ranks=ranks) if len(events) else steps_per_rank(ev.empty_events(), ranks=ranks),
+        steps=steps_per_rank(events, ranks=ranks),
         memory=memory_summary(run.memory),
         backwards=backwards,
         backwards_ranks=backwards_ranks,

@@ -47,6 +47,16 @@ SLOW_NODE_FACTOR = 1.25
 STRAGGLER_MS = 25
 
 
+def slow_node_ranks(ranks: int, ranks_per_node: int | None, slow_nodes: int) -> np.ndarray:
+    """The ranks of ``slow_nodes`` nodes spread evenly over the job (none without ``ranks_per_node``)."""
+    if not slow_nodes or not ranks_per_node:
+        return np.zeros(0, dtype=np.int64)
+    nodes = -(-ranks // ranks_per_node)
+    slow = np.unique(np.linspace(0, nodes - 1, slow_nodes + 2).astype(np.int64)[1:-1])
+    chosen = (slow[:, None] * ranks_per_node + np.arange(ranks_per_node)[None, :]).ravel()
+    return chosen[chosen < ranks]
+
+
 class SyntheticJob:
     """The timing of every step and rank of a synthetic job; its events produced a slice of ranks at a time.
 
@@ -85,12 +95,8 @@ class SyntheticJob:
         self.transfer_ns = rng.normal(6 * MS, 0.5 * MS, size=steps).clip(1 * MS).astype(np.int64)
         self.eval_batch_ns = rng.normal(60 * MS, 3 * MS, size=(epochs, EVAL_BATCHES)).clip(1 * MS).astype(np.int64)
         eval_ns = self.eval_batch_ns.sum(axis=1)
-        self.slow_ranks = np.zeros(0, dtype=np.int64)
-        if slow_nodes and ranks_per_node:
-            nodes = -(-ranks // ranks_per_node)
-            slow = np.unique(np.linspace(0, nodes - 1, slow_nodes + 2).astype(np.int64)[1:-1])
-            self.slow_ranks = (slow[:, None] * ranks_per_node + np.arange(ranks_per_node)[None, :]).ravel()
-            self.slow_ranks = self.slow_ranks[self.slow_ranks < ranks]
+        self.slow_ranks = slow_node_ranks(ranks, ranks_per_node, slow_nodes)
+        if len(self.slow_ranks):
             compute_ns[:, self.slow_ranks] = (compute_ns[:, self.slow_ranks] * SLOW_NODE_FACTOR).astype(np.int64)
         if straggler_share > 0:
             late = rng.random(size=(steps, ranks)) < straggler_share
@@ -227,16 +233,11 @@ def _write_ranks(path: Path, events: pd.DataFrame, ranks: range) -> None:
 
 
 _CHILD = """
-import json, os, resource, sys, time
+import json, os, sys, time
 os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[-1]})  # one core
 from workbench.analysis import findings, phase_breakdown, pop_metrics
+from workbench.analysis.split import peak_rss  # VmHWM: starts afresh with exec, unlike ru_maxrss
 from workbench.store import Run
-def peak_rss():
-    # VmHWM starts afresh with exec; ru_maxrss would keep the parent's peak from before it
-    for line in open("/proc/self/status"):
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 cpu = time.process_time()
 started = time.perf_counter()
 run = Run.load(sys.argv[1], categorical=sys.argv[2] == "categorical")
@@ -382,9 +383,9 @@ def run_split(
     is the calling process's plus each worker's (a sum of peaks: an upper bound of the machine's).
     ``slow_hosts`` are the nodes the job made slow: the split analysis should find them latest.
     """
-    job = SyntheticJob(events, ranks, 0, **JOB_SHAPE)
-    slow_hosts = sorted({f"node{r // JOB_SHAPE['ranks_per_node']}" for r in job.slow_ranks.tolist()})
-    del job
+    per_node = JOB_SHAPE["ranks_per_node"]
+    slow = slow_node_ranks(ranks, per_node, JOB_SHAPE["slow_nodes"])
+    slow_hosts = sorted({f"node{r // per_node}" for r in slow.tolist()})
     modes: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="workbench-split-", dir=root) as scratch:
         started = time.perf_counter()
