@@ -335,16 +335,16 @@ def stored_ranks(run_path: str | Path) -> list[int]:
     return sorted(found)
 
 
-def merge_lanes(parts: Sequence[GroupPart], ranks: Sequence[int], run_id: str) -> tuple[pd.DataFrame, int]:
+def merge_lanes(parts: Sequence[GroupPart], ranks: Sequence[int], run_id: str) -> pd.DataFrame:
     """The groups' lane tables as one run's: idle re-based from each group's extent to the run's.
 
     A rank's idle is the run's extent minus its busy time; a group measured it against its own
     extent, so the difference of the two extents is added. Ranks of groups without events are idle
-    for the whole run. Returns the lanes and the run's extent in ns.
+    for the whole run.
     """
     spans = [(p.first_ns, p.last_ns) for p in parts if p.first_ns >= 0]
     if not spans:
-        return lane_table(ev.empty_events()), 0
+        return lane_table(ev.empty_events())
     first = min(s for s, _ in spans)
     last = max(e for _, e in spans)
     extent = last - first
@@ -369,7 +369,7 @@ def merge_lanes(parts: Sequence[GroupPart], ranks: Sequence[int], run_id: str) -
             }
         )
         merged = pd.concat([merged, idle_rows], ignore_index=True)
-    return merged, extent
+    return merged
 
 
 def analyse_split(
@@ -451,7 +451,7 @@ def _merge(
     hosts: dict[int, str] = {}
     for part in parts:
         hosts.update(part.hosts)
-    lanes, _extent = merge_lanes(parts, ranks, run_id)
+    lanes = merge_lanes(parts, ranks, run_id)
     per_run = breakdown_from_lanes(lanes, ("run_id", "rank"))
     no_events = ev.empty_events()
     pop_frame = pop_metrics(no_events, input_is_useful=input_is_useful, breakdown=per_run)
