@@ -84,6 +84,14 @@ def wait_for(what: str, check: Callable[[], Any], timeout_s: float, every_s: flo
         time.sleep(every_s)
 
 
+def written_json(path: Path) -> Any:
+    """The JSON another process wrote to ``path``; None while it is absent or half written."""
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
 def start_lab(root: Path, port: int, log: Path) -> subprocess.Popen:
     """JupyterLab on 127.0.0.1:port, no token, settings and workspaces in ``root``'s parent."""
     home = root.parent

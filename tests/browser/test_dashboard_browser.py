@@ -60,6 +60,7 @@ from jupyterlab_browser import (
     stop_processes,
     tree,
     wait_for,
+    written_json,
 )
 
 pytestmark = pytest.mark.browser
@@ -286,8 +287,7 @@ def test_dashboard_in_jupyterlab(tmp_path: Path) -> None:
                 page.evaluate(JS_HOOK_AFTERPLOT, BIG_CELL)
                 (root / "redraw.go").touch()
                 redraw_file = root / "redraw.json"
-                wait_for("redraw.json from the kernel", redraw_file.exists, 60, 0.05)
-                redraw = json.loads(redraw_file.read_text())
+                redraw = wait_for("redraw.json from the kernel", lambda: written_json(redraw_file), 60, 0.05)
                 started_ms = redraw["started_ns"] / 1e6
 
                 def settled() -> list[dict[str, float]] | None:
@@ -309,9 +309,8 @@ def test_dashboard_in_jupyterlab(tmp_path: Path) -> None:
                 page.evaluate(JS_WATCH, [LIVE64_CELL, rgb(PHASE_COLOURS["checkpoint"])])
                 (root / "live64.go").touch()
                 live64_file = root / "live64.json"
-                wait_for("the 64-rank job to end (live64.json)", live64_file.exists, 120, 0.2)
+                live64 = wait_for("the 64-rank job to end (live64.json)", lambda: written_json(live64_file), 120, 0.2)
                 watched64 = page.evaluate("clearInterval(window.__wb.timer), window.__wb")
-                live64 = json.loads(live64_file.read_text())
                 ends64 = live64["marker_ends_ns"]
                 assert live64["error"] == "" and len(ends64) >= 5, live64
                 assert len(watched64["first"]) >= len(ends64), (watched64["first"], ends64)  # each one drawn
@@ -328,9 +327,10 @@ def test_dashboard_in_jupyterlab(tmp_path: Path) -> None:
                 page.evaluate(JS_WATCH_PLOTS, LIVE1024_CELL)
                 (root / "live1024.go").touch()
                 live1024_file = root / "live1024.json"
-                wait_for("the 1024-rank job to end (live1024.json)", live1024_file.exists, 180, 0.2)
+                live1024 = wait_for(
+                    "the 1024-rank job to end (live1024.json)", lambda: written_json(live1024_file), 180, 0.2
+                )
                 watched1024 = page.evaluate("clearInterval(window.__wb1024.timer), window.__wb1024")
-                live1024 = json.loads(live1024_file.read_text())
                 assert live1024["error"] == "" and live1024["heatmap_rows"] == 1024, live1024
                 slow_host = set(range(37 * 8, 38 * 8))
                 assert slow_host <= set(live1024["timeline_ranks"]), live1024["timeline_ranks"]

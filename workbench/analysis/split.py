@@ -181,7 +181,7 @@ def open_group(run_path: str, ranks: list[int], token: str, run_id: str = "") ->
         first = events[backwards_mask].iloc[0]
         backwards_first = (int(first["rank"]), str(first["name"] if pd.notna(first["name"]) else first["phase"]))
         backwards_ranks = sorted(int(r) for r in events.loc[backwards_mask, "rank"].unique())
-        events = events[~backwards_mask]
+        events = events[~backwards_mask].copy(deep=False)  # its own frame: the relabel below is no write to a slice
     # every event belongs to this run (as in analyse_run): relabel the stored run_id in place when it
     # holds one label, not by assign (which copies every column of millions of rows)
     stored = events["run_id"]
