@@ -6,7 +6,7 @@
 #   benchmarks/measure_readme.sh            # all of them, about 40 minutes on 2 cores
 #   benchmarks/measure_readme.sh overhead   # only the named ones
 #   benchmarks/measure_readme.sh projection-sweeps projection   # the projection's validation, ~15 minutes
-#   benchmarks/measure_readme.sh projection-nodes-sweeps projection-nodes   # ... across nodes, ~30 minutes, root
+#   benchmarks/measure_readme.sh projection-nodes-sweeps projection-nodes   # ... across nodes, ~45 minutes, root
 #
 # Run it on a quiet machine and nothing else beside it: these are timings.
 set -uo pipefail
@@ -87,7 +87,8 @@ measure projection workbench bench projection --allreduce benchmarks/results/all
 measure projection-seeds workbench bench projection --seeds --json
 # the projection across nodes (root): eval-frequency on a miniature cluster of 1, 2, 4 and 8 nodes with 0.2 of a
 # core each at every count, on a link where computation dominates (1 Gbit/s) and one where the link does
-# (50 Mbit/s), three repetitions interleaved; each larger count predicted from its sweep's 1-node run (~30 minutes)
+# (50 Mbit/s), three repetitions interleaved; each larger count predicted from its sweep's 1-node run (~45 minutes:
+# each sweep also measures its link at 2, 4 and 8 nodes, and samples the host's speed as it runs)
 for repetition in 1 2 3; do
     for link in 1gbit 50mbit; do
         sweep projection-nodes-sweeps workbench run eval-frequency --preset ci --backend mpi4py --nodes 1,2,4,8 \

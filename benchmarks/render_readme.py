@@ -968,14 +968,45 @@ def render_projection_nodes(saved: Mapping[str, Any]) -> str:
             duration(r["predicted_s"]),
             signed_share(r["error"]),
             r["limiter"],
+            times(r.get("host_slowdown")),
+            signed_share(r.get("error_at_host_speed")),
         ]
         for r in sorted(result["validation"], key=lambda r: (r["cluster"], r["point"].split("/", 1)[1], r["ranks"]))
     ]
     single = result["single_repetitions"]
+    at_speed, alone = result.get("at_host_speed") or {}, result.get("single_repetitions_at_host_speed") or {}
+    speed_line = (
+        f"At the host's measured speed (its drift between each 1-node run and the run it predicts divided out):"
+        f" median |error| **{share(at_speed['median_error'])}**, max **{share(at_speed['max_error'])}** over"
+        f" {at_speed['runs']} points ({at_speed['within_5_percent']} within 5 %, {at_speed['within_10_percent']}"
+        f" within 10 %); each repetition alone: median {share(alone['median_error'])}, max"
+        f" {share(alone['max_error'])} over {alone['runs']} runs. By link: "
+        + "; ".join(
+            f"{name.split(': ', 1)[-1]} median {share(part['at_host_speed']['median_error'])}, max"
+            f" {share(part['at_host_speed']['max_error'])}"
+            for name, part in result["by_cluster"].items()
+            if (part.get("at_host_speed") or {}).get("median_error") is not None
+        )
+        + "."
+        if at_speed.get("median_error") is not None
+        else "The host's speed was not sampled during these sweeps (no host-speed.txt beside them)."
+    )
     lines = [
         table(
-            ["nodes' share and link", "point", "nodes", "runs", "measured", "spread", "predicted", "error", "limit"],
-            ["l", "l", "r", "r", "r", "r", "r", "r", "l"],
+            [
+                "nodes' share and link",
+                "point",
+                "nodes",
+                "runs",
+                "measured",
+                "spread",
+                "predicted",
+                "error",
+                "limit",
+                "host slower",
+                "error at host speed",
+            ],
+            ["l", "l", "r", "r", "r", "r", "r", "r", "l", "r", "r"],
             rows,
         ),
         "",
@@ -989,6 +1020,8 @@ def render_projection_nodes(saved: Mapping[str, Any]) -> str:
             for name, part in result["by_cluster"].items()
         )
         + ".",
+        "",
+        speed_line,
         "",
         source_line(saved),
     ]

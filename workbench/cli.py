@@ -359,6 +359,7 @@ def _cmd_project(args: argparse.Namespace) -> int:
         shard_evaluation=args.shard_evaluation,
         batch_scale=args.batch_scale,
         fusion_threshold_mb=args.fusion_threshold_mb,
+        epoch_samples=args.epoch_samples,
         servers=args.servers,
         overlap=args.overlap,
         system=system,
@@ -558,6 +559,14 @@ def build_parser() -> argparse.ArgumentParser:
     project.add_argument("--shard-evaluation", action="store_true", help="what-if: evaluation split over all ranks")
     project.add_argument("--batch-scale", type=float, default=1.0, help="what-if: per-rank batch times this")
     project.add_argument("--fusion-threshold-mb", type=float, default=None, help="what-if: HOROVOD_FUSION_THRESHOLD")
+    project.add_argument(
+        "--epoch-samples",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the training set's size: each rank takes whole batches of its shard (N / ranks // batch steps an"
+        " epoch, the partial batch dropped) instead of the measured steps shared out",
+    )
     project.add_argument("--json", action="store_true", help="print one JSON object")
     project.add_argument("--html", default=None, metavar="FILE", help="also write the HTML report to FILE")
     project.add_argument(

@@ -7,6 +7,9 @@ sweep at the given counts only (one rank per node), then measures the link on tw
 (``workbench.bench.allreduce.measure``: MPI and Horovod allreduce by size, Horovod's background thread) and
 writes ``nodes.json`` beside the sweep: the nodes' shares and links and that measurement, what
 ``workbench bench projection`` fits the network to when it predicts the larger counts from the 1-node run.
+While the sweep runs, ``workbench.hostspeed`` samples how fast this machine's cores are (``host-speed.txt``):
+a node's quota is time, so a shared machine's drift between two runs moves their compute, and the
+projection's check divides it out beside the raw comparison.
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ def node_sweep(
     """
     from workbench import minicluster
     from workbench.experiment import Experiment
+    from workbench.hostspeed import HostSpeedProbe
 
     counts = tuple(sorted({int(n) for n in counts}))
     given = mini is not None
@@ -90,7 +94,9 @@ def node_sweep(
             rank_counts=counts,
             **dict(overrides or {}),
         )
-        result = experiment.run(resume=resume, progress=progress, on_point=on_point, timeout_s=timeout_s)
+        # the host's speed over the sweep (host-speed.txt): each run's window read back, the machine's drift divided out
+        with HostSpeedProbe(experiment.out):
+            result = experiment.run(resume=resume, progress=progress, on_point=on_point, timeout_s=timeout_s)
         if counts[-1] >= 2:
             write_nodes_file(experiment.out, mini, counts, step=one_node_step(result.tables["runs"]))
         return result
@@ -197,13 +203,49 @@ def write_nodes_file(
     from workbench.store import write_json_atomic
 
     path = Path(directory) / NODES_FILE
+    two_nodes = measure_link(mini)
     payload = {
         "nodes": mini.spec.to_json()[: max(counts)],
         "counts": list(counts),
-        "allreduce": measure_link(mini),
+        "allreduce": two_nodes,
+        "allreduce_by_nodes": measure_links_at_counts(mini, counts, two_nodes),
         "compute_beside_collectives": measure_compute_beside(mini, *step) if step else None,
         "measured": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
+    write_json_atomic(path, payload)
+    return path
+
+
+def measure_links_at_counts(
+    mini: Any, counts: Sequence[int], two_nodes: list[dict[str, Any]] | None = None
+) -> dict[str, list[dict[str, Any]]]:
+    """``bench allreduce`` rows at each count of 2 or more nodes, keyed by the count as text.
+
+    Why: the nodes share one kernel's network path, so a ring's bandwidth per link falls as nodes join
+    (see ``measure_link``); a real cluster's switch does not do that. Measured at each count, the network
+    the projection is given is the one the runs had, and its error is the model's, not the bridge's.
+    """
+    measured = {}
+    for count in sorted({int(c) for c in counts if int(c) >= 2}):
+        measured[str(count)] = two_nodes if count == 2 and two_nodes else measure_link(mini, count)
+    return measured
+
+
+def add_link_measurements(directory: str | Path, mini: Any) -> Path:
+    """Measure the link at each count of a saved node sweep on ``mini`` (its nodes' shares and links) and add
+    them to its ``nodes.json``: for sweeps measured before ``allreduce_by_nodes`` existed."""
+    from workbench.store import write_json_atomic
+
+    path = Path(directory) / NODES_FILE
+    payload = read_nodes_file(directory)
+    if payload is None:
+        raise ValueError(f"{directory} has no {NODES_FILE}: it is not a sweep on a miniature cluster's nodes")
+    if [(n["cpus"], n.get("link_bits_per_s")) for n in payload["nodes"]] != [
+        (n.cpus, n.link_bits_per_s) for n in mini.spec.nodes[: len(payload["nodes"])]
+    ]:
+        raise ValueError(f"{directory} ran on other nodes than the cluster that is up: bring up the sweep's own")
+    payload["allreduce_by_nodes"] = measure_links_at_counts(mini, payload["counts"], payload["allreduce"])
+    payload["allreduce_by_nodes_measured"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     write_json_atomic(path, payload)
     return path
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from typing import Any
@@ -88,11 +89,14 @@ def test_a_sweep_over_node_counts_records_its_nodes_and_link_and_is_projected_fr
     assert [node["name"] for node in nodes["nodes"]] == ["node1", "node2"] and nodes["counts"] == [1, 2]
     sizes = [row["bytes"] for row in nodes["allreduce"]]
     assert sum(size >= 1 << 20 for size in sizes) >= 2 and all(row["mpi_seconds"] > 0 for row in nodes["allreduce"])
+    assert nodes["allreduce_by_nodes"] == {"2": nodes["allreduce"]}  # each count of 2 or more: here the one
     checked = run_nodes([("eval-frequency", str(out))])
     rows = checked["validation"]
     assert [row["from_ranks"] for row in rows] == [1, 1] and {row["ranks"] for row in rows} == {2}
     assert all(row["cluster"] == "2 nodes: 0.4 core, 1gbit per node" for row in rows), rows[0]["cluster"]
     errors = [row["error"] for row in rows]
+    # the host's speed was sampled through the sweep: every run's window read back, and the check repeated at it
+    assert all(row["host_slowdown"] > 0 and math.isfinite(row["error_at_host_speed"]) for row in rows), rows
     print(f"\n2 nodes predicted from 1 (one ci run each): errors {', '.join(f'{e:+.1%}' for e in errors)}")
     # one short run per point on a shared machine: a gross miss (a wrong network, a missing term) is what fails
     assert all(abs(error) < 0.5 for error in errors), errors

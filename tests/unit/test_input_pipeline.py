@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import uuid
@@ -16,7 +17,7 @@ from workbench.events import empty_events, events_frame
 from workbench.experiment import Experiment, parse_counts
 from workbench.recorder import Recorder
 from workbench.store import Run, RunTail, create_run
-from workbench.workloads.contested_io import TokenBucket
+from workbench.workloads.contested_io import ContestedStorage, StorageModel, TokenBucket
 from workbench.workloads.input_pipeline import PipelineSettings
 
 
@@ -47,6 +48,27 @@ def test_token_bucket_is_shared_between_processes(bucket_name):
     assert float(other.stdout) == pytest.approx(2.0, abs=0.05)
     # this process now queues behind the other one's 2 MB (less the little that refilled since)
     assert TokenBucket(bucket_name, 1_000_000, 0).reserve(1_000_000) == pytest.approx(3.0, abs=0.5)
+
+
+def test_ranks_on_two_nodes_share_the_file_system_but_each_has_its_own_link(bucket_name, monkeypatch):
+    """Nodes of a miniature cluster share this machine's /dev/shm: the link's bucket is named by host."""
+    model = StorageModel(filesystem_mb_s=16.0, node_link_mb_s=4.0)
+    storages = []
+    for host in ("node1", "node2"):
+        monkeypatch.setattr(socket, "gethostname", lambda host=host: host)
+        storages.append(ContestedStorage(bucket_name, model))
+    try:
+        first, second = storages
+        assert first.filesystem.path == second.filesystem.path
+        assert first.node_link.path != second.node_link.path
+        # node1's link owes 0.5 s after 2 MB beyond its burst; node2's link is still untouched
+        first.node_link.reserve(int(model.node_link_mb_s * 1e6 * 0.05) + 2_000_000)
+        assert second.node_link.reserve(0) == pytest.approx(0.0, abs=0.01)
+    finally:
+        for storage in storages:
+            storage.close()
+            storage.node_link.remove()
+            storage.filesystem.remove()
 
 
 def test_bad_rate_is_one_clear_error():

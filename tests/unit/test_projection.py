@@ -203,6 +203,34 @@ def test_weak_scaling_shortens_epochs_and_a_serial_evaluation_weighs_more():
     assert table.loc[4, "wall_s"] == pytest.approx(2 * 0.523)
 
 
+def test_whole_batches_of_each_ranks_shard_fix_the_steps_per_epoch():
+    profile = pj.step_costs(one_rank_run(), {"ranks": 1}, warmup_steps=0, batch_per_rank=32)
+    # 8 steps of 32 = 256 samples (say 270, the last partial batch dropped): at 3 ranks ceil(270/3) = 90
+    # samples each, 2 whole batches, where sharing out the measured steps says 8/3 = 2.67
+    shared = pj.project(profile, [3], NET, bootstrap=0).table.iloc[0]
+    whole = pj.project(profile, [3], NET, changes=pj.Changes(epoch_samples=270), bootstrap=0).table.iloc[0]
+    assert shared["epoch_s"] == pytest.approx(8 / 3 * shared["step_s"] + 0.5)
+    assert whole["epoch_s"] == pytest.approx(2 * whole["step_s"] + 0.5)
+    assert "whole batches of 270 samples an epoch" in pj.Changes(epoch_samples=270).describe()
+    # one rank keeps its 8 steps; a shard smaller than a batch still takes one step
+    assert pj.project(profile, [1], NET, changes=pj.Changes(epoch_samples=270), bootstrap=0).table.iloc[0][
+        "epoch_s"
+    ] == pytest.approx(8 * 0.010 + 0.5)
+    tiny = pj.project(profile, [16], NET, changes=pj.Changes(epoch_samples=270), bootstrap=0).table.iloc[0]
+    assert tiny["epoch_s"] == pytest.approx(tiny["step_s"] + 0.5)
+
+
+def test_on_slower_cores_scales_the_cpu_work_and_not_the_network():
+    profile = pj.step_costs(one_rank_run(), {"ranks": 1}, warmup_steps=0, batch_per_rank=32)
+    slower = profile.on_slower_cores(1.5)
+    assert slower.compute_s == pytest.approx(np.full(16, 0.015))
+    assert slower.evaluation_s == pytest.approx([0.75, 0.75])
+    table = pj.project(slower, [4], NET, bootstrap=0).table.set_index("ranks")
+    # 4 ranks: 15 ms of compute + the same ring(1 MB, 4) = 1.5 ms; 2 steps an epoch + 0.75 s of evaluation
+    assert table.loc[4, "step_s"] == pytest.approx(0.0165)
+    assert table.loc[4, "wall_s"] == pytest.approx(2 * (2 * 0.0165 + 0.75))
+
+
 def test_what_ifs_evaluation_interval_sharding_batch_and_fusion():
     profile = pj.step_costs(one_rank_run(), {"ranks": 1}, warmup_steps=0)
     rare = pj.project(profile, [4], NET, changes=pj.Changes(eval_interval=2), bootstrap=0).table.iloc[0]

@@ -29,6 +29,7 @@ import pandas as pd
 
 from workbench.analysis import projection as pj
 from workbench.events import BYTES_PER_MB
+from workbench.hostspeed import SAMPLES_FILE, read_samples, speed_in_window
 
 #: Sweeps on a miniature cluster's nodes (``workbench run CASE --nodes 1,2,4,8 --link RATE --out DIR``, three
 #: times per link): each run with 2 or more nodes predicted from the 1-node run, the network fitted to the
@@ -150,6 +151,8 @@ def validation_table(
             calibrated = median_prediction(members, fitted)
         first = members[0]
         values = [m["measured_s"] for m in members]
+        at_speed = [_predict(m, thread_scaling, at_target_speed=True)[0] for m in members]
+        slowdowns = [m["host_slowdown"] for m in members if m.get("host_slowdown") is not None]
         rows.append(
             {
                 "case": first["case"],
@@ -170,6 +173,11 @@ def validation_table(
                 "thread_scaling_fitted": fitted,
                 "predicted_calibrated_s": calibrated,
                 "error_calibrated": calibrated / measured - 1.0 if measured > 0 else math.nan,
+                # the host's drift divided out: each base run's CPU work at the speed its target run had
+                "host_slowdown": float(np.median(slowdowns)) if slowdowns else math.nan,
+                "predicted_at_host_speed_s": float(np.median(at_speed)),
+                "error_at_host_speed": float(np.median(at_speed)) / measured - 1.0 if measured > 0 else math.nan,
+                "errors_each_at_host_speed": [p / m["measured_s"] - 1.0 for p, m in zip(at_speed, members)],
             }
         )
     return pd.DataFrame(rows, columns=VALIDATION_COLUMNS)
@@ -193,6 +201,10 @@ VALIDATION_COLUMNS = (
     "thread_scaling_fitted",
     "predicted_calibrated_s",
     "error_calibrated",
+    "host_slowdown",
+    "predicted_at_host_speed_s",
+    "error_at_host_speed",
+    "errors_each_at_host_speed",
 )
 
 
@@ -213,6 +225,8 @@ def _validation_entries(sweeps: Sequence[tuple[str, str | Path]], net: pj.Networ
         runs["params"] = [point.split("/", 1)[1] if "/" in point else "" for point in runs["point"]]
         nodes = read_nodes_file(out)
         cluster = f"{len(nodes['nodes'])} nodes: {describe_nodes(nodes['nodes'])}" if nodes else HOST_CLUSTER
+        speeds = out / SAMPLES_FILE
+        samples = read_samples(speeds) if speeds.is_file() else None
         for row in runs[runs["ranks"] >= 2].itertuples():
             smaller = runs[(runs["params"] == row.params) & (runs["ranks"] < row.ranks)]
             if smaller.empty:
@@ -228,22 +242,27 @@ def _validation_entries(sweeps: Sequence[tuple[str, str | Path]], net: pj.Networ
                 profiles[key] = pj.step_costs(run.events, run.meta, run.memory, **inputs)
             profile = profiles[key]
             if nodes:
-                # the link as the step uses it: β at the gradient bytes the 1-node run sends per step
+                # the link as the step uses it: β at the gradient bytes the 1-node run sends per step, measured
+                # at this count where the sweep did (the nodes' shared kernel path slows a ring as nodes join)
+                at_count = (nodes.get("allreduce_by_nodes") or {}).get(str(int(row.ranks)))
                 network = pj.fit_network(
-                    nodes["allreduce"],
-                    name=f"measured on the miniature cluster ({cluster})",
+                    at_count or nodes["allreduce"],
+                    name=f"measured on the miniature cluster ({cluster}) at {int(row.ranks) if at_count else 2} nodes",
                     ranks_per_node=1,
                     at_bytes=profile.gradient_bytes or None,
                 )
-                beside = nodes.get("compute_beside_collectives") or {}
-                if beside.get("factor"):
-                    network = replace(network, compute_factor_beside_collectives=float(beside["factor"]))
+                # nodes.json's compute_beside_collectives (a spin split around an allreduce) is not applied: it
+                # measures where the CFS periods fall for that spin (0.73 at 1 Gbit/s, 1.00 at 50 Mbit/s), and the
+                # workload's own compute beside its collectives did not follow it (docs/projection.md)
             else:
                 cores = run.meta.get("cores") or 2
                 network = net or pj.fit_network(measured_rows(), cores_per_node=int(cores))
             if kwargs.pop("no_horovod", False):
                 network = replace(network, per_call_s=0.0, horovod_thread_cores=0.0)
-            threads = (_run_threads(run.meta), _run_threads(Run.load(row.path).meta))
+            target = Run.load(row.path)
+            threads = (_run_threads(run.meta), _run_threads(target.meta))
+            # how much slower the host's cores were during this run than during the base run (None: not sampled)
+            slower = _host_slowdown(samples, run.events, target.events) if samples is not None else None
             entries.append(
                 {
                     "case": case,
@@ -256,6 +275,7 @@ def _validation_entries(sweeps: Sequence[tuple[str, str | Path]], net: pj.Networ
                     "quantity": quantity,
                     "measured_s": measured,
                     "profile": profile,
+                    "host_slowdown": slower,
                     "network": network,
                     "kwargs": kwargs,
                 }
@@ -275,15 +295,34 @@ def _sweep_directories(sweeps: Sequence[tuple[str, str | Path]]) -> list[tuple[s
     return found
 
 
+def _host_slowdown(samples: np.ndarray, base_events: pd.DataFrame, target_events: pd.DataFrame) -> float | None:
+    """The host's speed in the base run's window over its speed in the target run's (None: a window unsampled)."""
+
+    def speed(events: pd.DataFrame) -> float | None:
+        if events.empty:
+            return None
+        return speed_in_window(samples, int(events["start_ns"].min()), int(events["end_ns"].max()))
+
+    base, target = speed(base_events), speed(target_events)
+    return base / target if base and target else None
+
+
 def _run_threads(meta: Mapping[str, Any]) -> int | None:
     """Threads per rank a run's cluster had (its metadata's resolved cluster settings)."""
     cluster = (meta.get("config") or {}).get("cluster") or {}
     return cluster.get("threads")
 
 
-def _predict(entry: Mapping[str, Any], thread_scaling: float) -> tuple[float, str]:
+def _predict(entry: Mapping[str, Any], thread_scaling: float, at_target_speed: bool = False) -> tuple[float, str]:
+    """The entry's quantity projected from its base run; ``at_target_speed``: with the base run's CPU work
+    scaled by the host's slowdown between the two runs (NaN where it was not sampled)."""
+    profile = entry["profile"]
+    if at_target_speed:
+        if entry.get("host_slowdown") is None:
+            return math.nan, ""
+        profile = profile.on_slower_cores(entry["host_slowdown"])
     result = pj.project(
-        entry["profile"],
+        profile,
         [entry["ranks"]],
         entry["network"],
         changes=pj.Changes(**entry["kwargs"]),
@@ -318,8 +357,21 @@ def _case_inputs(case: str, run: Any, row: Any) -> tuple[dict[str, Any], float, 
             "shared_storage": shared,
         }
         return kwargs, float(row.step_ms) / 1e3, "step_s"
-    # the mpi4py backend calls MPI.Allreduce directly: no Horovod cost per call
-    return {"profile": {}, "no_horovod": row.backend != "horovod"}, float(row.wall_s), "wall_s"
+    # the mpi4py backend calls MPI.Allreduce directly: no Horovod cost per call; the workload takes whole batches
+    # of each rank's shard, so the training set's size fixes its steps per epoch at every rank count
+    kwargs = {"profile": {}, "no_horovod": row.backend != "horovod", "epoch_samples": _training_samples(run.meta)}
+    return kwargs, float(row.wall_s), "wall_s"
+
+
+def _training_samples(meta: Mapping[str, Any]) -> int | None:
+    """The eval-frequency workload's training-set size, from the settings its ranks reported (None: unknown)."""
+    from workbench.workloads.eval_frequency import TrainSettings, load_data
+
+    results = meta.get("rank_results") or []
+    settings = (results[0] if results else {}).get("settings")
+    if not settings:
+        return None
+    return len(load_data(TrainSettings(**settings)).x_train)
 
 
 def validation_summary(table: pd.DataFrame, column: str = "error") -> dict[str, Any]:
@@ -399,6 +451,7 @@ def run_nodes(sweeps: Sequence[tuple[str, str | Path]] = NODE_SWEEPS) -> dict[st
         f"{case}, {cluster}": {
             "strict": validation_summary(group),
             "single_repetitions": validation_summary(group.explode("errors_each"), "errors_each"),
+            "at_host_speed": validation_summary(group, "error_at_host_speed"),
         }
         for (case, cluster), group in table.groupby(["case", "cluster"], sort=False)
     }
@@ -406,6 +459,11 @@ def run_nodes(sweeps: Sequence[tuple[str, str | Path]] = NODE_SWEEPS) -> dict[st
         "validation": table.to_dict("records"),
         **validation_summary(table),
         "single_repetitions": validation_summary(table.explode("errors_each"), "errors_each"),
+        # the same, with the host's measured drift between each base run and its target divided out
+        "at_host_speed": validation_summary(table, "error_at_host_speed"),
+        "single_repetitions_at_host_speed": validation_summary(
+            table.explode("errors_each_at_host_speed"), "errors_each_at_host_speed"
+        ),
         "by_cluster": by_cluster,
         "missing_sweeps": [str(p) for c, p in sweeps if not _sweep_directories([(c, p)])],
     }
@@ -510,11 +568,13 @@ def format_nodes(result: Mapping[str, Any]) -> str:
         )
     lines = [
         f"{'cluster':<36} {'point':<28} {'reps':>4} {'measured s':>10} {'spread':>6} {'predicted s':>11} {'error':>7}"
+        f" {'host slower':>11} {'error at host speed':>19}"
     ]
     for row in table.itertuples():
         lines.append(
             f"{row.cluster:<36} {row.point:<28} {row.repetitions:>4} {row.measured_s:>10.3g}"
             f" {row.measured_spread:>6.0%} {row.predicted_s:>11.3g} {row.error:>+7.1%}"
+            f" {row.host_slowdown:>10.2f}x {row.error_at_host_speed:>+19.1%}"
         )
     lines.append(
         f"across nodes: median |error| {result['median_error']:.1%}, max {result['max_error']:.1%} over"
@@ -523,9 +583,20 @@ def format_nodes(result: Mapping[str, Any]) -> str:
     single = result["single_repetitions"]
     if single.get("median_error") is not None:
         lines.append(f"each repetition alone: median {single['median_error']:.1%}, max {single['max_error']:.1%}")
+    at_speed = result.get("at_host_speed") or {}
+    if at_speed.get("median_error") is not None:
+        alone = result["single_repetitions_at_host_speed"]
+        lines.append(
+            f"at the host's measured speed (its drift between the two runs divided out): median"
+            f" {at_speed['median_error']:.1%}, max {at_speed['max_error']:.1%} over {at_speed['runs']} points;"
+            f" each repetition alone: median {alone['median_error']:.1%}, max {alone['max_error']:.1%}"
+        )
     for name, summary in result["by_cluster"].items():
-        strict = summary["strict"]
-        lines.append(f"  {name}: median {strict['median_error']:.1%} / max {strict['max_error']:.1%}")
+        strict, speed = summary["strict"], summary.get("at_host_speed") or {}
+        line = f"  {name}: median {strict['median_error']:.1%} / max {strict['max_error']:.1%}"
+        if speed.get("median_error") is not None:
+            line += f"; at host speed median {speed['median_error']:.1%} / max {speed['max_error']:.1%}"
+        lines.append(line)
     return "\n".join(lines)
 
 

@@ -242,6 +242,7 @@ def project_command(
     shard_evaluation: bool = False,
     batch_scale: float = 1.0,
     fusion_threshold_mb: float | None = None,
+    epoch_samples: int | None = None,
     servers: int | None = None,
     overlap: float = 0.0,
     system: pj.SystemSpec | None = None,
@@ -261,6 +262,7 @@ def project_command(
         fusion_threshold_bytes=(
             int(fusion_threshold_mb * BYTES_PER_MB) if fusion_threshold_mb else pj.HOROVOD_FUSION_THRESHOLD_BYTES
         ),
+        epoch_samples=epoch_samples,
         scheme=scheme,
         servers=servers,
         overlap=overlap,

@@ -16,8 +16,10 @@ roughly an equal share per request, as on a fair file server.
   queue running dry without curing it, as the seed found;
 - **latency** per read (metadata, seek): one thread alone cannot reach the bandwidth.
 
-All ranks of a run on one machine share the buckets (named after the run); across machines the model
-would need a shared lock service, which this machine does not have. Say so wherever results are shown.
+All ranks of a run on one machine share the buckets (named after the run; the node link after the run and
+the host's name, so the nodes of a miniature cluster, which share this machine's ``/dev/shm``, share the
+file system and each have a link of their own); across real machines the file system's bucket would need
+a shared lock service, which this machine does not have. Say so wherever results are shown.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import socket
 import struct
 import threading
 import time
@@ -100,7 +103,8 @@ class ContestedStorage:
     def __init__(self, name: str, model: StorageModel) -> None:
         self.model = model
         self.filesystem = TokenBucket(f"{name}-fs", model.filesystem_mb_s * 1e6)
-        self.node_link = TokenBucket(f"{name}-node", model.node_link_mb_s * 1e6)
+        # one link per node: ranks on a miniature cluster's nodes share /dev/shm (the file system) but not a link
+        self.node_link = TokenBucket(f"{name}-node-{socket.gethostname()}", model.node_link_mb_s * 1e6)
         self._stop = threading.Event()
         self._others: list[threading.Thread] = []
 

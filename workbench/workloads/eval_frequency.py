@@ -55,7 +55,8 @@ class TrainSettings:
         return (epoch + 1) % self.eval_interval == 0 or epoch == self.epochs - 1
 
 
-def _load_data(settings: TrainSettings) -> Any:
+def load_data(settings: TrainSettings) -> Any:
+    """The run's training and test sets (also what the projection's check reads the training set's size from)."""
     from workbench import datasets
 
     if settings.dataset == "digits":
@@ -91,7 +92,7 @@ def train_on_rank(run_path: str, settings_dict: dict[str, Any]) -> dict[str, Any
     else:
         stop_idle_horovod()  # a Horovod thread left by an earlier point would slow this one's steps
     tf.keras.utils.set_random_seed(settings.seed)  # Keras draws unseeded initialisers from Python: seed all three
-    data = _load_data(settings)
+    data = load_data(settings)
     x_train = data.x_train.reshape(len(data.x_train), -1)
     x_test = data.x_test.reshape(len(data.x_test), -1)
     shard_x, shard_y = x_train[rank::size], data.y_train[rank::size]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -72,6 +72,18 @@ class StepCosts:
         if not len(self.compute_s):
             return float("nan")
         return float(self.compute_s.mean() + self.input_s.mean()) + self.communication_s
+
+    def on_slower_cores(self, factor: float) -> StepCosts:
+        """The same run on cores ``factor`` times slower: its CPU work (compute, evaluation, checkpoints and the
+        time outside the model) takes ``factor`` times as long; waits for input and the network do not.
+        ``wall_s`` stays the measured one (the model does not read it)."""
+        return replace(
+            self,
+            compute_s=self.compute_s * factor,
+            evaluation_s=self.evaluation_s * factor,
+            checkpoint_per_epoch_s=self.checkpoint_per_epoch_s * factor,
+            other_s=self.other_s * factor,
+        )
 
     def summary(self) -> dict[str, Any]:
         """The profile's scalars (for JSON and reports)."""

@@ -140,6 +140,11 @@ class Changes:
     batch_scale: float = 1.0
     #: Horovod's fusion threshold (HOROVOD_FUSION_THRESHOLD) in bytes.
     fusion_threshold_bytes: int = HOROVOD_FUSION_THRESHOLD_BYTES
+    #: Samples in one epoch of the whole training set. Given, each rank takes whole batches of its shard,
+    #: ceil(samples / ranks) // batch steps an epoch (the partial batch dropped, as Horovod's examples and
+    #: tf.data's ``drop_remainder`` do): at 8 ranks 1 437 samples in batches of 64 are 2 steps, not 2.8.
+    #: None: the measured steps per epoch shared out between the ranks.
+    epoch_samples: int | None = None
     #: How gradients are combined: ``"allreduce"`` (Horovod) or ``"ps"`` (parameter servers).
     scheme: str = "allreduce"
     #: Parameter servers (``scheme="ps"``); None: one per node.
@@ -154,6 +159,8 @@ class Changes:
     shared_storage: SharedStorage | None = None
 
     def __post_init__(self) -> None:
+        if self.epoch_samples is not None and self.epoch_samples < 1:
+            raise ValueError(f"epoch_samples {self.epoch_samples} must be the training set's size, at least 1 sample")
         if self.shared_storage is not None and self.shared_input_batches_per_s:
             raise ValueError(
                 "give shared_storage or shared_input_batches_per_s, not both: keep shared_storage for a contested"
@@ -170,6 +177,8 @@ class Changes:
             parts.append(f"per-rank batch x{self.batch_scale:g}")
         if self.fusion_threshold_bytes != HOROVOD_FUSION_THRESHOLD_BYTES:
             parts.append(f"fusion threshold {self.fusion_threshold_bytes / BYTES_PER_MB:.3g} MB")
+        if self.epoch_samples:
+            parts.append(f"whole batches of {self.epoch_samples} samples an epoch")
         return ", ".join(parts) or "as measured"
 
 
@@ -445,7 +454,11 @@ class _Model:
             period *= factor
         period = max(period, self.storage_period(n)) * batch
         step = max(step_compute, period)
-        steps_per_epoch = p.steps_per_epoch * (n0 / n if self.kind == "weak" else 1.0) / c.batch_scale
+        if c.epoch_samples and p.batch_per_rank:
+            per_rank_batch = max(1, round(p.batch_per_rank * batch))
+            steps_per_epoch = float(max(1, math.ceil(c.epoch_samples / n) // per_rank_batch))
+        else:
+            steps_per_epoch = p.steps_per_epoch * (n0 / n if self.kind == "weak" else 1.0) / c.batch_scale
         # evaluation per epoch: serial on the ranks that did it, or split over all ranks
         each = float(evaluation.mean()) if len(evaluation) else 0.0
         # core sharing slows evaluation as it slows compute; Horovod's thread does not: measured here, a
