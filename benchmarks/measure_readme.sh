@@ -6,7 +6,7 @@
 #   benchmarks/measure_readme.sh            # all of them, about 40 minutes on 2 cores
 #   benchmarks/measure_readme.sh overhead   # only the named ones
 #   benchmarks/measure_readme.sh projection-sweeps projection   # the projection's validation, ~15 minutes
-#   benchmarks/measure_readme.sh projection-nodes-sweeps projection-nodes   # ... across nodes, ~45 minutes, root
+#   benchmarks/measure_readme.sh projection-nodes-sweeps projection-nodes   # ... across nodes, ~80 minutes, root
 #
 # Run it on a quiet machine and nothing else beside it: these are timings.
 set -uo pipefail
@@ -93,6 +93,14 @@ for repetition in 1 2 3; do
     for link in 1gbit 50mbit; do
         sweep projection-nodes-sweeps workbench run eval-frequency --preset ci --backend mpi4py --nodes 1,2,4,8 \
             --cpus-per-node 0.2 --link $link --out artifacts/nodes-eval-frequency-$link-r$repetition --json
+    done
+done
+# the input-pipeline case on the same nodes (contested storage shared by every node, a link each; ~5 minutes a sweep)
+for repetition in 1 2 3; do
+    for link in 1gbit 50mbit; do
+        sweep projection-nodes-sweeps workbench run input-pipeline --preset reduced --threads 1 --intervals 1,8 \
+            --seconds 5 --nodes 1,2,4,8 --cpus-per-node 0.2 --link $link \
+            --out artifacts/nodes-input-pipeline-$link-r$repetition --json
     done
 done
 measure projection-nodes workbench bench projection --nodes --json

@@ -954,13 +954,20 @@ def render_projection(saved: Mapping[str, Any]) -> str:
     )
 
 
+def case_and_nodes(name: str) -> str:
+    """``eval-frequency, 8 nodes: 0.2 core, 1gbit per node`` -> ``eval-frequency on 0.2 core, 1gbit per node``."""
+    case, _, cluster = name.partition(", ")
+    return f"{case} on {cluster.split(': ', 1)[-1]}"
+
+
 def render_projection_nodes(saved: Mapping[str, Any]) -> str:
     """Sweeps on a miniature cluster's nodes: each count's medians beside the prediction from its 1-node run."""
     result = saved["result"]
     rows = [
         [
+            r["case"],
             r["cluster"].split(": ", 1)[-1],
-            r["point"],
+            r["point"].split("/", 1)[-1],
             str(r["ranks"]),
             str(r["repetitions"]),
             duration(r["measured_s"]),
@@ -971,7 +978,9 @@ def render_projection_nodes(saved: Mapping[str, Any]) -> str:
             times(r.get("host_slowdown")),
             signed_share(r.get("error_at_host_speed")),
         ]
-        for r in sorted(result["validation"], key=lambda r: (r["cluster"], r["point"].split("/", 1)[1], r["ranks"]))
+        for r in sorted(
+            result["validation"], key=lambda r: (r["case"], r["cluster"], r["point"].split("/", 1)[1], r["ranks"])
+        )
     ]
     single = result["single_repetitions"]
     at_speed, alone = result.get("at_host_speed") or {}, result.get("single_repetitions_at_host_speed") or {}
@@ -980,9 +989,9 @@ def render_projection_nodes(saved: Mapping[str, Any]) -> str:
         f" median |error| **{share(at_speed['median_error'])}**, max **{share(at_speed['max_error'])}** over"
         f" {at_speed['runs']} points ({at_speed['within_5_percent']} within 5 %, {at_speed['within_10_percent']}"
         f" within 10 %); each repetition alone: median {share(alone['median_error'])}, max"
-        f" {share(alone['max_error'])} over {alone['runs']} runs. By link: "
+        f" {share(alone['max_error'])} over {alone['runs']} runs. By case and link: "
         + "; ".join(
-            f"{name.split(': ', 1)[-1]} median {share(part['at_host_speed']['median_error'])}, max"
+            f"{case_and_nodes(name)} median {share(part['at_host_speed']['median_error'])}, max"
             f" {share(part['at_host_speed']['max_error'])}"
             for name, part in result["by_cluster"].items()
             if (part.get("at_host_speed") or {}).get("median_error") is not None
@@ -994,6 +1003,7 @@ def render_projection_nodes(saved: Mapping[str, Any]) -> str:
     lines = [
         table(
             [
+                "case",
                 "nodes' share and link",
                 "point",
                 "nodes",
@@ -1006,16 +1016,16 @@ def render_projection_nodes(saved: Mapping[str, Any]) -> str:
                 "host slower",
                 "error at host speed",
             ],
-            ["l", "l", "r", "r", "r", "r", "r", "r", "l", "r", "r"],
+            ["l", "l", "l", "r", "r", "r", "r", "r", "r", "l", "r", "r"],
             rows,
         ),
         "",
         f"Across nodes, medians of the repetitions: median |error| **{share(result['median_error'])}**, max"
         f" **{share(result['max_error'])}** over {result['runs']} points ({result['within_5_percent']} within 5 %,"
         f" {result['within_10_percent']} within 10 %); each repetition predicted alone: median"
-        f" {share(single['median_error'])}, max {share(single['max_error'])} over {single['runs']} runs. By link: "
+        f" {share(single['median_error'])}, max {share(single['max_error'])} over {single['runs']} runs. By case and link: "
         + "; ".join(
-            f"{name.split(': ', 1)[-1]} median {share(part['strict']['median_error'])}, max"
+            f"{case_and_nodes(name)} median {share(part['strict']['median_error'])}, max"
             f" {share(part['strict']['max_error'])}"
             for name, part in result["by_cluster"].items()
         )

@@ -34,7 +34,10 @@ from workbench.hostspeed import SAMPLES_FILE, read_samples, speed_in_window
 #: Sweeps on a miniature cluster's nodes (``workbench run CASE --nodes 1,2,4,8 --link RATE --out DIR``, three
 #: times per link): each run with 2 or more nodes predicted from the 1-node run, the network fitted to the
 #: link measured on the same cluster (``nodes.json``).
-NODE_SWEEPS: tuple[tuple[str, str], ...] = (("eval-frequency", "artifacts/nodes-eval-frequency-*"),)
+NODE_SWEEPS: tuple[tuple[str, str], ...] = (
+    ("eval-frequency", "artifacts/nodes-eval-frequency-*"),
+    ("input-pipeline", "artifacts/nodes-input-pipeline-*"),
+)
 #: Sweeps the bench validates against when they are on disk (artifacts/ is not in git), as globs: each
 #: directory a glob matches is one repetition. The first two with one core per rank at every rank count
 #: (`workbench run CASE --preset reduced --threads-per-rank 1 --out DIR`, three times: -1thread, -1thread-r2,
