@@ -1023,7 +1023,8 @@ def render_projection_nodes(saved: Mapping[str, Any]) -> str:
         f"Across nodes, medians of the repetitions: median |error| **{share(result['median_error'])}**, max"
         f" **{share(result['max_error'])}** over {result['runs']} points ({result['within_5_percent']} within 5 %,"
         f" {result['within_10_percent']} within 10 %); each repetition predicted alone: median"
-        f" {share(single['median_error'])}, max {share(single['max_error'])} over {single['runs']} runs. By case and link: "
+        f" {share(single['median_error'])}, max {share(single['max_error'])} over {single['runs']} runs."
+        " By case and link: "
         + "; ".join(
             f"{case_and_nodes(name)} median {share(part['strict']['median_error'])}, max"
             f" {share(part['strict']['max_error'])}"
