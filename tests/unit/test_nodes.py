@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 
 from workbench.experiment import Experiment
@@ -67,3 +68,31 @@ def test_the_bench_says_what_to_run_when_no_node_sweep_is_saved(tmp_path):
     result = run_nodes([("eval-frequency", str(tmp_path / "nodes-*"))])
     assert result["runs"] == 0 and result["missing_sweeps"] == [str(tmp_path / "nodes-*")]
     assert "workbench run eval-frequency --nodes" in format_nodes(result)
+
+
+def test_the_node_table_says_where_the_hosts_speed_was_not_sampled():
+    from workbench.bench.projection import format_nodes, validation_summary
+
+    row = {
+        "case": "eval-frequency",
+        "cluster": "2 nodes: 0.2 core, 1gbit per node",
+        "point": "n2/backend=mpi4py/k=1",
+        "repetitions": 1,
+        "measured_s": 10.0,
+        "measured_spread": 0.0,
+        "predicted_s": 11.0,
+        "error": 0.1,
+        "host_slowdown": float("nan"),  # a sweep made before host-speed.txt was written beside it
+        "error_at_host_speed": float("nan"),
+    }
+    table = pd.DataFrame([row])
+    result = {
+        "validation": [row],
+        **validation_summary(table),
+        "single_repetitions": validation_summary(table),
+        "at_host_speed": validation_summary(table, "error_at_host_speed"),
+        "by_cluster": {},
+    }
+    text = format_nodes(result)
+    assert "+10.0%" in text and "nan" not in text and "–" in text.splitlines()[1]
+    assert "at the host's measured speed" not in text  # nothing to say without samples

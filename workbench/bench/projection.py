@@ -577,7 +577,11 @@ def format_nodes(result: Mapping[str, Any]) -> str:
         lines.append(
             f"{row.cluster:<36} {row.point:<28} {row.repetitions:>4} {row.measured_s:>10.3g}"
             f" {row.measured_spread:>6.0%} {row.predicted_s:>11.3g} {row.error:>+7.1%}"
-            f" {row.host_slowdown:>10.2f}x {row.error_at_host_speed:>+19.1%}"
+            + (
+                f" {row.host_slowdown:>10.2f}x {row.error_at_host_speed:>+19.1%}"
+                if math.isfinite(row.host_slowdown) and math.isfinite(row.error_at_host_speed)
+                else f" {'–':>11} {'–':>19}"  # the host's speed was not sampled beside this sweep
+            )
         )
     lines.append(
         f"across nodes: median |error| {result['median_error']:.1%}, max {result['max_error']:.1%} over"
