@@ -234,15 +234,15 @@ def measure_links_at_counts(
 def add_link_measurements(directory: str | Path, mini: Any) -> Path:
     """Measure the link at each count of a saved node sweep on ``mini`` (its nodes' shares and links) and add
     them to its ``nodes.json``: for sweeps measured before ``allreduce_by_nodes`` existed."""
+    from workbench.minicluster import MiniClusterSpec
     from workbench.store import write_json_atomic
 
     path = Path(directory) / NODES_FILE
     payload = read_nodes_file(directory)
     if payload is None:
         raise ValueError(f"{directory} has no {NODES_FILE}: it is not a sweep on a miniature cluster's nodes")
-    if [(n["cpus"], n.get("link_bits_per_s")) for n in payload["nodes"]] != [
-        (n.cpus, n.link_bits_per_s) for n in mini.spec.nodes[: len(payload["nodes"])]
-    ]:
+    swept = MiniClusterSpec.from_json(payload["nodes"]).nodes
+    if swept != mini.spec.nodes[: len(swept)]:
         raise ValueError(f"{directory} ran on other nodes than the cluster that is up: bring up the sweep's own")
     payload["allreduce_by_nodes"] = measure_links_at_counts(mini, payload["counts"], payload["allreduce"])
     payload["allreduce_by_nodes_measured"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")

@@ -17,6 +17,7 @@ Two checks, both reported in the README ("Scaling projection"):
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -368,13 +369,17 @@ def _case_inputs(case: str, run: Any, row: Any) -> tuple[dict[str, Any], float, 
 
 def _training_samples(meta: Mapping[str, Any]) -> int | None:
     """The eval-frequency workload's training-set size, from the settings its ranks reported (None: unknown)."""
-    from workbench.workloads.eval_frequency import TrainSettings, load_data
-
     results = meta.get("rank_results") or []
     settings = (results[0] if results else {}).get("settings")
-    if not settings:
-        return None
-    return len(load_data(TrainSettings(**settings)).x_train)
+    return _training_set_size(json.dumps(settings, sort_keys=True)) if settings else None
+
+
+@functools.lru_cache(maxsize=16)
+def _training_set_size(settings_json: str) -> int:
+    """Loads the data set once per distinct settings: every run of a sweep reports the same ones."""
+    from workbench.workloads.eval_frequency import TrainSettings, load_data
+
+    return len(load_data(TrainSettings(**json.loads(settings_json))).x_train)
 
 
 def validation_summary(table: pd.DataFrame, column: str = "error") -> dict[str, Any]:
