@@ -8,14 +8,18 @@ ended. The command that launches a script under mpiexec with the same recording 
 
 from __future__ import annotations
 
+import itertools
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
 
-from workbench.events import EVENT_COLUMNS
+from workbench.events import EVENT_COLUMNS, EVENT_SCHEMA
 from workbench.formats.horovod_timeline import TimelineError, iter_horovod_timeline
 from workbench.store import StreamWriter, update_run_meta
 
@@ -30,12 +34,34 @@ RESPONSE_CACHE = "HOROVOD_CACHE_CAPACITY"
 
 
 def write_events(run_path: Path, events: pd.DataFrame) -> int:
-    """Append imported events to the run, one part per rank; returns how many."""
-    for rank, rows in events.groupby("rank", sort=True):
+    """Append imported events to the run, one part per rank; returns how many.
+
+    Each column becomes one Arrow array for the whole batch (categoricals stay dictionaries: no
+    string per row), and each rank's part is a slice of it: an import's batches come sorted
+    by rank, so no rows are copied per rank (3 M events: 0.27 s, where a group-by of the frame and its
+    strings took 1.25 s).
+    """
+    if events.empty:
+        return 0
+    ranks = events["rank"].to_numpy()
+    if (np.diff(ranks) < 0).any():
+        events = events.sort_values("rank", kind="stable")
+        ranks = events["rank"].to_numpy()
+    columns = {name: _arrow_column(events[name], EVENT_SCHEMA.field(name).type) for name in EVENT_COLUMNS}
+    bounds = [0, *(np.flatnonzero(ranks[1:] != ranks[:-1]) + 1).tolist(), len(ranks)]
+    for first, end in itertools.pairwise(bounds):
         # batches of an import are large already: merging them would hold several at once
-        writer = StreamWriter(run_path, "events", int(rank), merge_fanout=0)
-        writer.write({c: rows[c].to_numpy() for c in EVENT_COLUMNS})
+        writer = StreamWriter(run_path, "events", int(ranks[first]), merge_fanout=0)
+        writer.write({name: array.slice(first, end - first) for name, array in columns.items()})
     return len(events)
+
+
+def _arrow_column(values: pd.Series, kind: pa.DataType) -> pa.Array:
+    """One column as the store's Arrow type, or a categorical as a dictionary of it (no string per row)."""
+    array = pa.Array.from_pandas(values)
+    if pa.types.is_dictionary(array.type) and array.type.value_type == kind:
+        return array
+    return array if array.type == kind else array.cast(kind)
 
 
 def import_timeline(run_path: Path, *, enabled: bool) -> tuple[int, str]:
@@ -48,18 +74,35 @@ def import_timeline(run_path: Path, *, enabled: bool) -> tuple[int, str]:
             "Horovod timeline: none written — the script never initialised Horovod (hvd.init()) or ran no"
             " collective; steps and host work are still recorded per rank"
         )
-    imported = 0
-    try:
-        # batch by batch: bounded memory. Writing each batch on a thread beside the parsing of the next
-        # was tried: 128-139 MB/s against 126-131 (2 GB, alternating runs, 2 cores) for 50 MB more memory;
-        # parsing already keeps both cores busy
-        for events in iter_horovod_timeline(path, run_id=run_path.name):
-            imported += write_events(run_path, events)
-    except TimelineError as error:
+    imported, error = _write_beside_parsing(run_path, iter_horovod_timeline(path, run_id=run_path.name))
+    if error is not None:
         if imported:
             return imported, f"Horovod timeline: not imported whole ({error}); the {imported} spans before it are kept"
         return 0, f"Horovod timeline: not imported ({error})"
     return imported, f"Horovod timeline: {imported} spans of collectives in flight"
+
+
+def _write_beside_parsing(run_path: Path, batches: Iterator[pd.DataFrame]) -> tuple[int, TimelineError | None]:
+    """Each batch written on a thread while the next is parsed: (events written, the error that stopped it).
+
+    Batch by batch keeps memory bounded. Parquet's writer releases the GIL, so the write overlaps
+    the parse (5 GB: 1.15-1.2x the MB/s of writing in turn, and a lower peak); the batches written
+    before a damaged record are kept.
+    """
+    imported, failure = 0, None
+    with ThreadPoolExecutor(max_workers=1) as writer:
+        pending: Future[int] | None = None
+        try:
+            for events in batches:
+                if pending is not None:
+                    imported += pending.result()
+                pending = writer.submit(write_events, run_path, events)
+                del events
+        except TimelineError as error:
+            failure = error
+        if pending is not None:
+            imported += pending.result()
+    return imported, failure
 
 
 def import_tf_profiles(run_path: Path) -> tuple[int, str]:

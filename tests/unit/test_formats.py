@@ -303,3 +303,61 @@ def test_profile_says_in_one_line_what_happened_to_the_timeline(tmp_path):
     (run / TIMELINE_FILE).write_text(TIMELINE)
     count, line = import_timeline(run, enabled=True)
     assert count == 4 and "in flight" in line
+
+
+@pytest.mark.parametrize(
+    ("text", "value", "width"),
+    [
+        (b"7,", 7, 1),
+        (b"0}", 0, 1),
+        (b"1234567,", 1234567, 7),
+        (b"12345678,", 12345678, 8),  # one whole word of digits
+        (b"99999999 ", 99999999, 8),
+        (b"100000000}", 100000000, 9),  # the second word's first digit
+        (b"1764115200123456,", None, None),  # 16 digits: beyond what the parse takes, so Arrow reads the chunk
+        (b"176411520012345,", 176411520012345, 15),
+        (b'", "ts"', None, None),  # no digit where a number belongs
+    ],
+)
+def test_integers_read_eight_digits_at_a_time_as_written(text, value, width):
+    """The word-at-a-time parse: values and widths across the 8-digit boundary, and what it refuses."""
+    import numpy as np
+
+    data = np.frombuffer(b"ab" + text + bytes(48), np.uint8)
+    parsed = horovod_timeline._integers(horovod_timeline._windows(data), np.array([2]))
+    if value is None:
+        assert parsed is None
+    else:
+        assert parsed[0].tolist() == [value] and parsed[1].tolist() == [2 + width]
+
+
+def test_imported_batches_are_written_as_dictionaries_and_read_back_as_strings(tmp_path):
+    """An import writes its categoricals as Parquet dictionaries: loads and merges read them as every other part."""
+    import pyarrow.parquet as pq
+
+    from workbench.events import EVENT_SCHEMA, events_frame
+    from workbench.profile import write_events
+    from workbench.store import Run, compact, create_run
+
+    run = create_run(tmp_path, "t", ranks=3)
+    timeline = write_synthetic_timeline(tmp_path / "t.json", 0.2)
+    imported = read_horovod_timeline(timeline, run_id=run.name, host="h0")
+    assert isinstance(imported["name"].dtype, pd.CategoricalDtype)
+    shuffled = imported.sample(frac=1.0, random_state=0)  # not sorted by rank: written all the same
+    plain = events_frame(
+        [{"run_id": run.name, "rank": 2, "host": "h1", "phase": "compute", "name": "step", "start_ns": 5, "end_ns": 9}]
+    )
+    assert write_events(run, shuffled) == len(imported)
+    write_events(run, plain)  # object strings: a part with the Arrow schema, as before
+    part = next((run / "events" / "rank-00000").glob("*.parquet"))
+    assert pq.read_table(part).schema.field("name").type == EVENT_SCHEMA.field("name").type
+    loaded = Run.load(run).events
+    expected = pd.concat([imported.astype({c: object for c in ("run_id", "host", "phase", "name", "detail")}), plain])
+    key = ["rank", "start_ns", "end_ns", "name", "detail"]
+    pd.testing.assert_frame_equal(
+        loaded.sort_values(key, ignore_index=True)[list(EVENT_SCHEMA.names)],
+        expected.sort_values(key, ignore_index=True)[list(EVENT_SCHEMA.names)],
+        check_dtype=False,
+    )
+    compact(run)  # a merge reads both kinds of part as the store's schema
+    assert len(Run.load(run).events) == len(expected)

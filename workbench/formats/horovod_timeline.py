@@ -163,6 +163,15 @@ _EVENT_HEAD, _META_HEAD = _le_word(b'{"ph": "'), _le_word(b'{"name":')
 _NAME_KEY, _NAME_TAIL = _le_word(b'", "name'), _le_word(b'": "')
 _TS_KEY, _PID_KEY, _MARK_KEY = _le_word(b'", "ts":'), _le_word(b', "pid":'), _le_word(b', "s": ')
 _HASH = [np.uint64(k) for k in (0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0xD6E8FEB86659FD93)]
+#: A name's 32 bytes masked to its length: ``_NAME_MASKS[length]``, one 64-bit mask per word.
+_NAME_MASKS = _LOW_BYTES[np.clip(np.arange(33)[:, None] - 8 * np.arange(4), 0, 8)]
+#: Constants of the eight-digits-in-a-word parse (``_integers``).
+_ZERO_DIGITS = np.uint64(0x3030303030303030)
+_LOW_SEVEN_BITS, _HIGH_BITS = np.uint64(0x7F7F7F7F7F7F7F7F), np.uint64(0x8080808080808080)
+_PAST_NINE = np.uint64(0x7676767676767676)  # 9 + 0x76 = 0x7F: the high bit set only above 9
+_ALTERNATE_PAIRS = np.uint64(0x000000FF000000FF)
+_PAIRS_TO_NUMBER, _PAIRS_TO_LOW = np.uint64(100 + (1_000_000 << 32)), np.uint64(1 + (10_000 << 32))
+_POWERS_OF_TEN = 10 ** np.arange(9, dtype=np.uint64)
 
 
 class _Chunk(NamedTuple):
@@ -182,19 +191,43 @@ def _windows(data: np.ndarray) -> np.ndarray:
 
 
 def _integers(window: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """The unsigned decimal integers starting at ``start`` (at most 15 digits): values and where each ends."""
+    """The unsigned decimal integers starting at ``start`` (at most 15 digits): values and where each ends.
+
+    Eight digits at a time inside one 64-bit word (SWAR): the digits' count from a bit trick on the
+    word, their value from three multiplications; half the CPU of a loop over digit positions.
+    """
     if len(start) == 0:
         return np.zeros(0, np.int64), start
-    text = np.stack([window[start], window[start + 8]], axis=1).view(np.uint8)  # (n, 16) bytes
-    is_digit = (text >= ord("0")) & (text <= ord("9"))
-    width = np.argmin(is_digit, axis=1)
-    if int(width.min()) == 0:  # no digit where a number belongs, or 16 digits and more
+    first = window[start] ^ _ZERO_DIGITS
+    width = _digit_count(first)
+    if int(width.min()) == 0:  # no digit where a number belongs
         return None
-    value = np.zeros(len(start), np.int64)
-    for k in range(int(width.max())):
-        digit = text[:, k].astype(np.int64) - ord("0")
-        value = np.where(k < width, value * 10 + digit, value)
-    return value, start + width
+    value = _eight_digits(first, width)
+    long = np.flatnonzero(width == 8)
+    if len(long):
+        second = window[start[long] + 8] ^ _ZERO_DIGITS
+        more = _digit_count(second)
+        if int(more.max()) == 8:  # 16 digits and more
+            return None
+        value[long] = value[long] * _POWERS_OF_TEN[more] + _eight_digits(second, more)
+        width[long] += more
+    return value.astype(np.int64), start + width
+
+
+def _digit_count(word: np.ndarray) -> np.ndarray:
+    """How many of each word's bytes, from the first, are digits (the word already XORed with '0' bytes); 0-8."""
+    not_digit = (((word & _LOW_SEVEN_BITS) + _PAST_NINE) | word) & _HIGH_BITS  # a byte's high bit: above 9
+    lowest = not_digit & (~not_digit + np.uint64(1))
+    bit = np.log2(np.where(not_digit == 0, 2.0**71, lowest.astype(np.float64)))  # exact: a power of two
+    return (bit.astype(np.int64) - 7) >> 3
+
+
+def _eight_digits(word: np.ndarray, width: np.ndarray) -> np.ndarray:
+    """The value of each word's first ``width`` digit bytes (0-9 each), the first the most significant."""
+    digits = (word & _LOW_BYTES[width]) << (np.uint64(8) * (np.uint64(8) - width.astype(np.uint64)))
+    digits = digits * np.uint64(10) + (digits >> np.uint64(8))  # pairs of digits
+    pairs = digits & _ALTERNATE_PAIRS
+    return (pairs * _PAIRS_TO_NUMBER + ((digits >> np.uint64(16)) & _ALTERNATE_PAIRS) * _PAIRS_TO_LOW) >> np.uint64(32)
 
 
 def _parse_horovod_layout(data: np.ndarray, starts: np.ndarray) -> _Chunk | None:
@@ -281,13 +314,13 @@ def _parse_horovod_layout(data: np.ndarray, starts: np.ndarray) -> _Chunk | None
 
 def _names(window: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, list[str], np.ndarray] | None:
     """Names (at most 31 bytes, no escapes) starting at ``start``: a code per record, the labels, each name's end."""
-    words = np.stack([window[start + 8 * k] for k in range(4)], axis=1)  # (n, 4): 32 bytes per name
+    step = window.strides[0]
+    words = as_strided(window, shape=(len(window) - 24, 4), strides=(step, 8 * step))[start]  # (n, 4): 32 bytes
     text = words.view(np.uint8)
-    quote = text == ord('"')
-    if not quote.any(axis=1).all():
-        return None
-    length = np.argmax(quote, axis=1)  # an escaped quote ends a name early: the check after it fails
-    masked = words & _LOW_BYTES[np.clip(length[:, None] - 8 * np.arange(4), 0, 8)]
+    length = np.argmax(text == ord('"'), axis=1)  # an escaped quote ends a name early: the check after it fails
+    if not (text[np.arange(len(start)), length] == ord('"')).all():
+        return None  # no quote in 32 bytes
+    masked = words & _NAME_MASKS[length]
     key = length.astype(np.uint64)
     for k in range(4):
         key = (key ^ masked[:, k]) * _HASH[k]
