@@ -63,6 +63,7 @@ measure analysis-split-30m workbench bench analysis --split --events 30000000 --
 measure analysis-split-100m workbench bench analysis --split --events 100000000 --ranks 1024 --no-whole --repeats 2 --json
 measure timeline workbench bench timeline --mb 300 --json
 measure timeline-stream python benchmarks/timeline_stream.py --mb 5000 --json
+measure timeline-stream-1024 python benchmarks/timeline_stream.py --mb 2000 --ranks 1024 --late-ranks 37,600 --json
 measure export python benchmarks/export_trace.py --events 10000000 --ranks 64 --json
 measure redraw workbench bench redraw --json
 measure live workbench bench live --ranks 64 --seconds 120 --json

@@ -427,11 +427,15 @@ def render_timeline(saved: Mapping[str, Any]) -> str:
 
 
 def render_timeline_stream(saved: Mapping[str, Any]) -> str:
-    """A GB-sized Horovod timeline imported into a run batch by batch: speed and memory against the goals."""
+    """A GB-sized Horovod timeline imported into a run batch by batch: speed and memory against the goals.
+
+    With many ranks (``--ranks``), also every rank's readiness and lateness read back from the run.
+    """
     r = saved["result"]
     goal = r["goal"]
     row = [
         number(r["file_mb"]),
+        number(r.get("ranks", 2)),
         number(r["events"]),
         fixed(r["seconds"], 1),
         number(r["mb_per_s"]),
@@ -439,7 +443,8 @@ def render_timeline_stream(saved: Mapping[str, Any]) -> str:
         f"{r['import_rss_mb']:.0f} MB",
         number(r["store_files"]),
     ]
-    header = ["file MB", "events", "seconds", "MB/s", "peak RSS", "MB for the import itself", "files in the run"]
+    header = ["file MB", "ranks", "events", "seconds", "MB/s", "peak RSS", "MB for the import itself"]
+    header.append("files in the run")
     met = {
         "memory": r["peak_rss_mb"] <= goal["peak_rss_mb"],
         "speed": r["mb_per_s"] >= goal["mb_per_s"],
@@ -448,7 +453,20 @@ def render_timeline_stream(saved: Mapping[str, Any]) -> str:
         f"Goals: peak ≤ {number(goal['peak_rss_mb'])} MB — **{'met' if met['memory'] else 'not met'}**;"
         f" ≥ {number(goal['mb_per_s'])} MB/s — **{'met' if met['speed'] else 'not met'}**."
     )
-    return table(header, ["r"] * 7, [row]) + "\n\n" + verdict + "\n\n" + source_line(saved)
+    text = table(header, ["r"] * 8, [row]) + "\n\n" + verdict
+    late = r.get("lateness")
+    if late:
+        latest = zip(late["latest_ranks"], late["latest_median_lateness_us"])
+        found = ", ".join(f"rank {rank} ({fixed(us, 0)} µs)" for rank, us in latest)
+        text += (
+            f"\n\nEvery rank's readiness and lateness read back from the run (`analyse_split`, rank groups of 32 on"
+            f" 2 workers): {number(late['ranks_with_lateness'])} ranks over {number(late['steps'])} steps,"
+            f" {number(late['events'])} events, in {fixed(late['seconds'], 2)} s and"
+            f" {fixed(late['peak_rss_mb'] / 1000, 2)} GB (the sum of the processes' peaks). Latest by median lateness:"
+            f" {found}; the timeline made ranks {', '.join(str(x) for x in late['late_ranks'])}"
+            f" {number(late['made_late_us'])} µs late — **{'found' if late['latest_found'] else 'not found'}**."
+        )
+    return text + "\n\n" + source_line(saved)
 
 
 def render_export(saved: Mapping[str, Any]) -> str:
@@ -1275,6 +1293,7 @@ RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "timeline": render_timeline,
     "export": render_export,
     "timeline-stream": render_timeline_stream,
+    "timeline-stream-1024": render_timeline_stream,
     "redraw": render_redraw,
     "dashboard-cost": render_dashboard_cost,
     "live": render_live,

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -34,26 +34,128 @@ RESPONSE_CACHE = "HOROVOD_CACHE_CAPACITY"
 
 
 def write_events(run_path: Path, events: pd.DataFrame) -> int:
-    """Append imported events to the run, one part per rank; returns how many.
+    """Append imported events to the run, one part per rank; returns how many."""
+    writer = ImportWriter(run_path)
+    writer.add(events)
+    writer.flush()
+    return writer.written
 
-    Each column becomes one Arrow array for the whole batch (categoricals stay dictionaries: no
-    string per row), and each rank's part is a slice of it: an import's batches come sorted
-    by rank, so no rows are copied per rank (3 M events: 0.27 s, where a group-by of the frame and its
-    strings took 1.25 s).
+
+#: An import holds a rank's rows back until they fill a part this large...
+PART_ROWS = 65_536
+#: ...or until the rows held for all ranks reach this many (about 180 MB: only the columns that vary
+#: are held, 22 bytes a row for a timeline's); then every rank's are written.
+HELD_ROWS = 8_000_000
+
+
+class _Held(NamedTuple):
+    """Some of one rank's rows: the columns that vary (a slice of its batch's table) and the others' one value."""
+
+    varying: pa.Table
+    constants: dict[str, Any]
+
+    def table(self) -> pa.Table:
+        """Every column of the store's schema, the constant ones repeated."""
+        n = self.varying.num_rows
+        columns = {}
+        for field in EVENT_SCHEMA:
+            if field.name in self.constants:
+                columns[field.name] = _repeated(self.constants[field.name], field.type, n)
+            else:
+                columns[field.name] = self.varying.column(field.name)
+        return pa.table(columns)
+
+
+class ImportWriter:
+    """Imported events into the run, a part per rank, in few parts however many ranks there are.
+
+    A batch of a 1 024-rank timeline holds about a thousand rows per rank: a part each would make
+    35 000 files of 2 GB (about 1 ms each to create and write here, and as many for every later load
+    to open). So a rank's rows are held until it has ``part_rows`` of them, or until all ranks hold
+    ``held_rows``; a rank with a large share of a batch (rank 0 of a 2-rank job) is written at once.
+    Each column becomes one Arrow array per batch (categoricals stay dictionaries: no string per row)
+    and each rank's rows are a slice of it (3 M events: 0.27 s, where a group-by of the frame and its
+    strings took 1.25 s); columns with one value in the batch (run, host, phase, step) are not held.
     """
+
+    def __init__(self, run_path: Path, *, part_rows: int = PART_ROWS, held_rows: int = HELD_ROWS) -> None:
+        self.run_path = run_path
+        self.part_rows = part_rows
+        self.held_rows = held_rows
+        #: Rows written so far.
+        self.written = 0
+        self._held: dict[int, list[_Held]] = {}
+        self._held_rows = 0
+        self._writers: dict[int, StreamWriter] = {}
+
+    def add(self, events: pd.DataFrame) -> int:
+        """Take a batch (any order); returns its rows. They are written now or by a later ``add`` or ``flush``."""
+        for rank, rows in _rank_slices(events):
+            held = self._held.setdefault(rank, [])
+            held.append(rows)
+            self._held_rows += rows.varying.num_rows
+            if sum(part.varying.num_rows for part in held) >= self.part_rows:
+                self._write(rank)
+        if self._held_rows >= self.held_rows:
+            self.flush()
+        return len(events)
+
+    def flush(self) -> None:
+        """Write every rank's held rows."""
+        for rank in sorted(self._held):
+            self._write(rank)
+
+    def _write(self, rank: int) -> None:
+        tables = [part.table() for part in self._held.pop(rank)]
+        if len({table.schema for table in tables}) > 1:  # a column a dictionary in one batch, plain in another
+            tables = [table.cast(EVENT_SCHEMA) for table in tables]
+        table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+        self._held_rows -= table.num_rows
+        writer = self._writers.get(rank)
+        if writer is None:
+            # an import's parts are large or many: merging them would hold several at once
+            writer = self._writers[rank] = StreamWriter(self.run_path, "events", rank, merge_fanout=0)
+        writer.write({name: table.column(name) for name in table.column_names})
+        self.written += table.num_rows
+
+
+def _rank_slices(events: pd.DataFrame) -> list[tuple[int, _Held]]:
+    """Each rank's rows of ``events`` as a slice of one Arrow table (sorted by rank first if they are not)."""
     if events.empty:
-        return 0
+        return []
     ranks = events["rank"].to_numpy()
     if (np.diff(ranks) < 0).any():
         events = events.sort_values("rank", kind="stable")
         ranks = events["rank"].to_numpy()
-    columns = {name: _arrow_column(events[name], EVENT_SCHEMA.field(name).type) for name in EVENT_COLUMNS}
+    constants = {name: value for name in EVENT_COLUMNS if (value := _one_value(events[name])) is not None}
+    varying = [name for name in EVENT_COLUMNS if name not in constants and name != "rank"]
+    table = pa.table({name: _arrow_column(events[name], EVENT_SCHEMA.field(name).type) for name in varying})
     bounds = [0, *(np.flatnonzero(ranks[1:] != ranks[:-1]) + 1).tolist(), len(ranks)]
-    for first, end in itertools.pairwise(bounds):
-        # batches of an import are large already: merging them would hold several at once
-        writer = StreamWriter(run_path, "events", int(ranks[first]), merge_fanout=0)
-        writer.write({name: array.slice(first, end - first) for name, array in columns.items()})
-    return len(events)
+    return [
+        (int(ranks[first]), _Held(table.slice(first, end - first), {**constants, "rank": int(ranks[first])}))
+        for first, end in itertools.pairwise(bounds)
+    ]
+
+
+def _one_value(values: pd.Series) -> Any:
+    """The column's only value, if every row holds the same one (not missing); else None."""
+    if isinstance(values.dtype, pd.CategoricalDtype):
+        codes = values.cat.codes.to_numpy()
+        if len(values.cat.categories) == 1 and len(codes) and codes.min() == 0:
+            return str(values.cat.categories[0])
+        return None
+    if values.dtype.kind in "iu" and len(values):
+        array = values.to_numpy()
+        low = array.min()
+        return int(low) if low == array.max() else None
+    return None
+
+
+def _repeated(value: Any, kind: pa.DataType, count: int) -> pa.Array:
+    """``value`` ``count`` times: strings as a dictionary of one (no string per row)."""
+    if pa.types.is_string(kind):
+        return pa.DictionaryArray.from_arrays(pa.array(np.zeros(count, np.int8)), pa.array([value], kind))
+    return pa.array(np.full(count, value, dtype=kind.to_pandas_dtype()))
 
 
 def _arrow_column(values: pd.Series, kind: pa.DataType) -> pa.Array:
@@ -86,23 +188,25 @@ def _write_beside_parsing(run_path: Path, batches: Iterator[pd.DataFrame]) -> tu
     """Each batch written on a thread while the next is parsed: (events written, the error that stopped it).
 
     Batch by batch keeps memory bounded. Parquet's writer releases the GIL, so the write overlaps
-    the parse (5 GB: 1.15-1.2x the MB/s of writing in turn, and a lower peak); the batches written
+    the parse (5 GB: 1.15-1.2x the MB/s of writing in turn, and a lower peak); the batches paired
     before a damaged record are kept.
     """
-    imported, failure = 0, None
-    with ThreadPoolExecutor(max_workers=1) as writer:
+    failure = None
+    writer = ImportWriter(run_path)
+    with ThreadPoolExecutor(max_workers=1) as thread:
         pending: Future[int] | None = None
         try:
             for events in batches:
                 if pending is not None:
-                    imported += pending.result()
-                pending = writer.submit(write_events, run_path, events)
+                    pending.result()
+                pending = thread.submit(writer.add, events)
                 del events
         except TimelineError as error:
             failure = error
         if pending is not None:
-            imported += pending.result()
-    return imported, failure
+            pending.result()
+        thread.submit(writer.flush).result()
+    return writer.written, failure
 
 
 def import_tf_profiles(run_path: Path) -> tuple[int, str]:

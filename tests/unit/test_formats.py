@@ -361,3 +361,53 @@ def test_imported_batches_are_written_as_dictionaries_and_read_back_as_strings(t
     )
     compact(run)  # a merge reads both kinds of part as the store's schema
     assert len(Run.load(run).events) == len(expected)
+
+
+def test_an_import_of_many_ranks_holds_small_parts_back_and_loses_nothing(tmp_path):
+    """Rows of many ranks are held until a part is worth a file; every row lands once, in its rank's stream."""
+    from workbench.events import events_frame
+    from workbench.profile import ImportWriter
+    from workbench.store import Run, create_run
+
+    run = create_run(tmp_path, "t", ranks=16)
+
+    def batch(first_ns: int, categorical: bool) -> pd.DataFrame:
+        rows = [
+            {"rank": rank, "phase": "x", "name": name, "start_ns": first_ns + i, "end_ns": 0}
+            for rank in range(16)
+            for i, name in enumerate(("NEGOTIATE_ALLREDUCE", f"tensor-{first_ns}"))
+        ]
+        frame = events_frame(rows).assign(run_id=run.name, end_ns=lambda f: f["start_ns"] + 1)  # 1 ns each
+        return frame.astype({c: "category" for c in ("run_id", "host", "phase", "name")}) if categorical else frame
+
+    writer = ImportWriter(run, part_rows=1_000, held_rows=100)  # 32 rows a batch: written every 4th batch
+    batches = [batch(1_000 * k, categorical=k != 2) for k in range(6)]  # one batch of plain strings among them
+    for frame in batches:
+        writer.add(frame.sample(frac=1.0, random_state=1))  # in any order
+    assert len(list((run / "events").rglob("*.parquet"))) == 16  # one part per rank so far, not one per batch
+    writer.flush()
+    assert writer.written == 6 * 32
+    assert len(list((run / "events").rglob("*.parquet"))) == 32
+    loaded = Run.load(run).events
+    expected = pd.concat([frame.astype({c: object for c in ("run_id", "host", "phase", "name")}) for frame in batches])
+    key = ["rank", "start_ns"]
+    pd.testing.assert_frame_equal(
+        loaded.sort_values(key, ignore_index=True), expected.sort_values(key, ignore_index=True), check_dtype=False
+    )
+
+
+def test_the_stream_bench_finds_the_late_ranks_of_a_many_rank_timeline():
+    """``benchmarks/timeline_stream.py --ranks``: imported, then the late ranks named latest by their readiness."""
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "timeline_stream.py"
+    spec = importlib.util.spec_from_file_location("timeline_stream", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    result = module.measure(1.0, ranks=64, late_ranks=(5, 42))
+    late = result["lateness"]
+    assert result["events"] > 0 and late["ranks_with_lateness"] == 64 and late["steps"] > 10
+    assert late["latest_found"] and sorted(late["latest_ranks"]) == [5, 42]
+    # a late rank is 30 µs late plus its 0-9 µs place in the negotiation (rank % 4 * 3): 33 and 36 µs
+    assert late["latest_median_lateness_us"] == [36.0, 33.0]

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 from workbench.events import BYTES_PER_MB
@@ -22,22 +23,44 @@ TENSORS = 6
 ACTIVITIES = ("MEMCPY_IN_FUSION_BUFFER", "MPI_ALLREDUCE", "MEMCPY_OUT_FUSION_BUFFER")
 
 
-def write_synthetic_timeline(path: str | Path, file_mb: float, *, ranks: int = 2, tensors: int = TENSORS) -> Path:
-    """A Horovod-shaped timeline of about ``file_mb`` MB (steps of ``tensors`` allreduces over ``ranks``)."""
+def write_synthetic_timeline(
+    path: str | Path,
+    file_mb: float,
+    *,
+    ranks: int = 2,
+    tensors: int = TENSORS,
+    late_ranks: Iterable[int] = (),
+    late_us: int = 30,
+    origin_us: int | None = None,
+) -> Path:
+    """A Horovod-shaped timeline of about ``file_mb`` MB (steps of ``tensors`` allreduces over ``ranks``).
+
+    Ranks mark readiness 0, 3, 6 or 9 µs into each negotiation (``rank % 4``); ``late_ranks`` mark
+    ``late_us`` later, and the negotiation and what follows wait for them. Step ``k`` starts at
+    ``synthetic_step_us(k, ...)`` µs after ``origin_us`` (now, unless given).
+    """
     path = Path(path)
     target = int(file_mb * BYTES_PER_MB)
+    late = set(late_ranks)
+    shift = late_us if late else 0
+    origin = int(time.time() * 1e6) if origin_us is None else origin_us
     with path.open("w") as out:
-        out.write('[\n{"name": "process_name", "ph": "M", "pid": 0, "args": {"start_time_since_epoch_in_micros":'
-                  f"{int(time.time() * 1e6)}}}}},\n")
+        out.write(
+            '[\n{"name": "process_name", "ph": "M", "pid": 0, "args": {"start_time_since_epoch_in_micros":'
+            f"{origin}}}}},\n"
+        )
         for pid in range(1, tensors + 1):
             out.write(f'{{"name": "process_name", "ph": "M", "pid": {pid}, "args": {{"name": "grad_{pid}"}}}},\n')
-        written, ts, step = out.tell(), 1000, 0
+        written, step = out.tell(), 0
+        ts = synthetic_step_us(0, tensors=tensors, late_us=shift)
+        offsets = [3 * (rank % 4) + (shift if rank in late else 0) for rank in range(ranks)]
         while written < target:
             records = []
             for pid in range(1, tensors + 1):
                 records.append(f'{{"ph": "B", "name": "NEGOTIATE_ALLREDUCE", "ts": {ts}, "pid": {pid}}}')
-                for rank in range(ranks):
-                    records.append(f'{{"ph": "X", "name": "{rank}", "ts": {ts + 3 * rank}, "pid": {pid}, "dur": 0}}')
+                for rank, offset in enumerate(offsets):
+                    records.append(f'{{"ph": "X", "name": "{rank}", "ts": {ts + offset}, "pid": {pid}, "dur": 0}}')
+                ts += shift  # the negotiation ends once the late ranks are ready
                 records.append(f'{{"ph": "E", "ts": {ts + 10}, "pid": {pid}}}')
                 records.append(f'{{"ph": "B", "name": "ALLREDUCE", "ts": {ts + 11}, "pid": {pid}}}')
                 for offset, activity in enumerate(ACTIVITIES):
@@ -53,6 +76,11 @@ def write_synthetic_timeline(path: str | Path, file_mb: float, *, ranks: int = 2
             step += 1
         out.write(f'{{"ph": "X", "name": "end", "ts": {ts}, "pid": 0, "dur": 0}}]\n')
     return path
+
+
+def synthetic_step_us(step: int, *, tensors: int = TENSORS, late_us: int = 0) -> int:
+    """Where step ``step`` of ``write_synthetic_timeline`` starts, µs after its origin (its steps are back to back)."""
+    return 1000 + step * tensors * (50 + late_us)
 
 
 _CHILD = """

@@ -419,7 +419,8 @@ class _Pairing:
         begins, ends, open_begins, marks, mark_pair, held = [], [], [], [], [], []
         pair_of_row = np.full(len(kind), -1, np.int64)
         paired = 0
-        for depth in np.unique(level[level > 0]):
+        nested = level[level > 0]
+        for depth in np.flatnonzero(np.bincount(nested)) if len(nested) else ():  # a few levels: no sort
             rows = np.flatnonzero(level == depth)
             k, p = kind[rows], pid[rows]
             spans = np.flatnonzero(k != _MARK)
