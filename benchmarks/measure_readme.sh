@@ -105,6 +105,14 @@ for repetition in 1 2 3; do
     done
 done
 measure projection-nodes workbench bench projection --nodes --json
+# the case studies on nodes (root; issue 35 part 2): each case's sweep on 1, 2 and 4 nodes of 0.4 of a core, on a
+# slow link (50 Mbit/s: the link is the limit) and a fast one (1 Gbit/s), rendered beside its 2-core table
+for link in 50mbit 1gbit; do
+    measure pop-scaling-nodes-$link workbench run pop-scaling --preset reduced --nodes 1,2,4 --cpus-per-node 0.4 \
+        --link $link --out artifacts/nodes-pop-scaling-$link --json
+    measure eval-frequency-nodes-$link workbench run eval-frequency --preset ci --backend mpi4py --nodes 1,2,4 \
+        --cpus-per-node 0.4 --link $link --out artifacts/nodes-eval-frequency-0.4core-$link --json
+done
 # the reports the reduced sweeps above wrote, opened in headless Chromium
 measure report-open python benchmarks/report_open.py
 # the browser test writes its measurements (event -> screen, first figure, redraw in the browser)

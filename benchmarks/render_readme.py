@@ -844,17 +844,7 @@ def render_pop_scaling(saved: Mapping[str, Any]) -> str:
     """Every point with its POP metrics; the change against the default named in words."""
     result = saved["result"]
 
-    def change(r: Mapping[str, Any]) -> str:
-        parts = []
-        if r["test"] != "rank0":
-            parts.append(f"test {r['test']}")
-        if r["workers"] != 1:
-            parts.append(f"{r['workers']} input workers")
-        if r["data"] != "online":
-            parts.append(f"{r['data']} preprocessing")
-        if r["fusion_mb"] != 64:
-            parts.append(f"fusion buffer {r['fusion_mb']:g} MB")
-        return ", ".join(parts) or "–"
+    change = _pop_change
 
     rows = [
         [
@@ -872,6 +862,143 @@ def render_pop_scaling(saved: Mapping[str, Any]) -> str:
     ]
     header = ["ranks", "scaling", "change", "wall s", "test share", "input wait", "LB", "CommE", "PE"]
     return "\n\n".join([table(header, ["r", "l", "l"] + ["r"] * 6, rows), case_text(saved), source_line(saved)])
+
+
+#: The pop-scaling sweeps on a miniature cluster's nodes, slow link first (``measure_readme.sh``).
+POP_NODE_SWEEPS = ("pop-scaling-nodes-50mbit", "pop-scaling-nodes-1gbit")
+
+
+def node_cluster(saved: Mapping[str, Any]) -> tuple[str, str]:
+    """(the link, ``0.4 core per node``) of a node sweep: from its ``cluster``, else from its command's options."""
+    from workbench.minicluster import format_rate, parse_rate
+    from workbench.nodes import describe_nodes
+
+    nodes = saved["result"].get("cluster", {}).get("nodes")
+    if nodes:
+        return format_rate(nodes[0].get("link_bits_per_s")), describe_nodes(nodes)
+    words = saved["command"].split()
+    cpus, link = words[words.index("--cpus-per-node") + 1], words[words.index("--link") + 1]
+    return format_rate(parse_rate(link)), f"{float(cpus):g} core, {format_rate(parse_rate(link))} per node"
+
+
+def node_sweeps(saved: Mapping[str, Any], names: Sequence[str]) -> list[Mapping[str, Any]]:
+    """``saved`` (the first of ``names``) and those of the others measured so far."""
+    return [saved] + [load(name) for name in names[1:] if (RESULTS / f"{name}.json").is_file()]
+
+
+#: The eval-frequency sweeps on the same nodes.
+EVAL_NODE_SWEEPS = ("eval-frequency-nodes-50mbit", "eval-frequency-nodes-1gbit")
+
+
+def render_eval_frequency_nodes(saved: Mapping[str, Any]) -> str:
+    """eval-frequency on 1, 2 and 4 nodes at each link rate: what per-epoch evaluation costs as nodes are added."""
+    sweeps = node_sweeps(saved, EVAL_NODE_SWEEPS)
+    rows, lines = [], []
+    for one in sweeps:
+        link, shape = node_cluster(one)
+        points = sorted(one["result"]["headline"], key=lambda r: (r["ranks"], r["eval_interval"]))
+        for r in points:
+            rows.append(
+                [
+                    link,
+                    str(r["ranks"]),
+                    str(r["eval_interval"]),
+                    fixed(r["wall_s"], 2),
+                    times(r.get("speedup_eval_fix")),
+                    fixed(r.get("whatif_estimated_wall_s"), 2) if r.get("whatif_estimated_wall_s") is not None else "",
+                    times(r.get("wall_speedup_vs_1_rank")),
+                    fixed(r.get("parallel_efficiency"), 2),
+                ]
+            )
+        fix = [r for r in points if times(r.get("speedup_eval_fix"))]
+        if fix:
+            each = ", ".join(f"{times(r['speedup_eval_fix'])} ({r['ranks']})" for r in fix)
+            every = max(r["eval_interval"] for r in points)
+            lines.append(f"- {shape}: evaluating every {every} epochs instead of every epoch, by nodes: {each}.")
+    seed = saved["result"].get("seed_speedup_eval_fix")
+    if seed:
+        rows.append(["seed 000 (MPI + TF, MNIST)", "–", "1 → 30", "–", times(seed), "", "", "–"])
+    header = ["link", "nodes", "eval every", "wall s", "fix speedup", "what-if estimate s", "vs 1 node", "PE"]
+    body = table(header, ["l"] + ["r"] * 7, rows)
+    return "\n\n".join([body, "\n".join(lines), sources_line(*sweeps)])
+
+
+def render_pop_scaling_nodes(saved: Mapping[str, Any]) -> str:
+    """pop-scaling on 1, 2 and 4 nodes at each link rate, beside the seed's POP table: the claims' evidence."""
+    sweeps = node_sweeps(saved, POP_NODE_SWEEPS)
+    rows, lines = [], []
+    for one in sweeps:
+        link, shape = node_cluster(one)
+        points = one["result"]["headline"]
+
+        def default(point: Mapping[str, Any]) -> bool:
+            return (point["test"], point["workers"], point["data"], point["fusion_mb"]) == ("rank0", 1, "online", 64)
+
+        base = {(p["ranks"], p["scaling"]): p for p in points if default(p)}
+        for point in sorted(points, key=lambda p: (p["scaling"] != "strong", p["ranks"], not default(p))):
+            alone = base.get((1, point["scaling"]))
+            same = base.get((point["ranks"], point["scaling"]))
+            rows.append(
+                [
+                    link,
+                    str(point["ranks"]),
+                    point["scaling"],
+                    _pop_change(point),
+                    fixed(point["wall_s"], 2),
+                    times(alone["wall_s"] / point["wall_s"]) if alone and default(point) else "",
+                    times(same["wall_s"] / point["wall_s"]) if same and not default(point) else "",
+                    share(point["test_fraction"]),
+                    fixed(point["load_balance"], 2),
+                    fixed(point["communication_efficiency"], 2),
+                    fixed(point["parallel_efficiency"], 2),
+                ]
+            )
+        strong = sorted((p for p in points if default(p) and p["scaling"] == "strong"), key=lambda p: p["ranks"])
+        if strong:
+            comm = ", ".join(f"{fixed(p['communication_efficiency'], 2)} ({p['ranks']})" for p in strong)
+            tests = ", ".join(f"{share(p['test_fraction'])} ({p['ranks']})" for p in strong)
+            lines.append(f"- {shape}, strong scaling by nodes: communication efficiency {comm}; test share {tests}.")
+        largest = max(p["ranks"] for p in points)
+        fixes = [p for p in points if p["ranks"] == largest and not default(p) and (largest, p["scaling"]) in base]
+        if fixes:
+            changes = "; ".join(
+                f"{_pop_change(p)} {times(base[(largest, p['scaling'])]['wall_s'] / p['wall_s'])}" for p in fixes
+            )
+            lines.append(f"- {shape}, at {largest} nodes, each change's speed against no change: {changes}.")
+    for seed in saved["result"].get("seed_pop", []):
+        rows.append(
+            [
+                "seed 001 (V100s)",
+                f"{seed['ranks']} GPUs",
+                "strong",
+                "–",
+                "–",
+                "",
+                "",
+                "–",
+                fixed(seed["load_balance"], 2),
+                fixed(seed["communication_efficiency"], 2),
+                fixed(seed["parallel_efficiency"], 2),
+            ]
+        )
+    header = ["link", "nodes", "scaling", "change", "wall s", "vs 1 node", "vs no change", "test share", "LB", "CommE"]
+    header.append("PE")
+    body = table(header, ["l", "r", "l", "l"] + ["r"] * 7, rows)
+    return "\n\n".join([body, "\n".join(lines), sources_line(*sweeps)])
+
+
+def _pop_change(point: Mapping[str, Any]) -> str:
+    """The change against pop-scaling's default, in words (``test sharded``, ``fusion buffer 1 MB``)."""
+    parts = []
+    if point["test"] != "rank0":
+        parts.append(f"test {point['test']}")
+    if point["workers"] != 1:
+        parts.append(f"{point['workers']} input workers")
+    if point["data"] != "online":
+        parts.append(f"{point['data']} preprocessing")
+    if point["fusion_mb"] != 64:
+        parts.append(f"fusion buffer {point['fusion_mb']:g} MB")
+    return ", ".join(parts) or "–"
 
 
 def render_projection(saved: Mapping[str, Any]) -> str:
@@ -1232,6 +1359,34 @@ def rate_words(rate: str) -> str:
     return f"{match[1]} {match[2][0].upper() if match[2] != 'kbit' else 'k'}bit/s" if match else rate
 
 
+def nodes_headline(pop: Mapping[str, Any], evaluation: Mapping[str, Any]) -> str:
+    """The README's line on the case studies run on nodes (fast link): speedups, CommE, the fixes."""
+    _link, shape = node_cluster(pop)
+    points = pop["result"]["headline"]
+    plain = ("rank0", 1, "online", 64)  # no change: the sequential test, 1 input worker, Horovod's fusion buffer
+    strong = {
+        p["ranks"]: p
+        for p in points
+        if p["scaling"] == "strong" and (p["test"], p["workers"], p["data"], p["fusion_mb"]) == plain
+    }
+    most = max(strong)
+    sharded = next(p for p in points if p["ranks"] == most and p["scaling"] == "strong" and p["test"] != "rank0")
+    seed = max(pop["result"]["seed_pop"], key=lambda row: row["ranks"])
+    fix = max(
+        (r for r in evaluation["result"]["headline"] if times(r.get("speedup_eval_fix"))), key=lambda r: r["ranks"]
+    )
+    speedups = " and ".join(f"{times(strong[1]['wall_s'] / strong[n]['wall_s'])} on {n}" for n in sorted(strong)[1:])
+    return (
+        f"- **Case studies on nodes** ({shape}, the same at every count): the pop-scaling ResNet trained"
+        f" {speedups} nodes (strong scaling), its communication efficiency falling to"
+        f" {fixed(strong[most]['communication_efficiency'], 2)} on {most} (the seed:"
+        f" {fixed(seed['communication_efficiency'], 2)} on {seed['ranks']} GPUs); sharding its sequential test made"
+        f" {most} nodes {times(strong[most]['wall_s'] / sharded['wall_s'])} faster; evaluating every"
+        f" {max(evaluation['result']['intervals'])} epochs instead of every epoch, {times(fix['speedup_eval_fix'])} on"
+        f" {fix['ranks']} nodes (the seed: {evaluation['result']['seed_speedup_eval_fix']}×)."
+    )
+
+
 def render_headline(saved: Mapping[str, Any]) -> str:
     """The README's three lines of key figures, each from the saved result its docs page renders in full."""
     overhead = saved["result"]
@@ -1272,12 +1427,13 @@ def render_headline(saved: Mapping[str, Any]) -> str:
         f"{number(mini_link['mpi_busbw_mbps']['4'])} MB/s beside {number(mini_link['tcp_stream_mbps'])} MB/s of one "
         f"TCP stream ({number(mini_link['mpi_busbw_mbps']['1'])} MB/s with Open MPI's default of one TCP socket per "
         "peer, hence the workbench's 4).",
+        nodes_headline(load(POP_NODE_SWEEPS[1]), load(EVAL_NODE_SWEEPS[1])),
     ]
     sources = (
         "overhead, analysis-categorical, analysis-split-100m, browser, live, live-1024, dashboard-cost,"
         " eval-frequency-reduced,"
         " input-pipeline-reduced,"
-        " projection, minicluster"
+        f" projection, minicluster, {POP_NODE_SWEEPS[1]}, {EVAL_NODE_SWEEPS[1]}"
     )
     return (
         "\n".join(lines)
@@ -1305,6 +1461,8 @@ RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "predict-leak-reduced": render_predict_leak,
     "input-pipeline-reduced": render_input_pipeline,
     "pop-scaling-reduced": render_pop_scaling,
+    "pop-scaling-nodes": render_pop_scaling_nodes,
+    "eval-frequency-nodes": render_eval_frequency_nodes,
     "projection": render_projection,
     "projection-seeds": render_projection_seeds,
     "projection-nodes": render_projection_nodes,
@@ -1316,7 +1474,12 @@ RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "headline": render_headline,
 }
 #: Blocks rendered from another block's saved result (block name -> result name).
-SOURCES: dict[str, str] = {"clock-alignment": "eval-frequency-reduced", "headline": "overhead"}
+SOURCES: dict[str, str] = {
+    "clock-alignment": "eval-frequency-reduced",
+    "headline": "overhead",
+    "pop-scaling-nodes": POP_NODE_SWEEPS[0],
+    "eval-frequency-nodes": EVAL_NODE_SWEEPS[0],
+}
 
 
 # -- the documents --------------------------------------------------------------------------------------------

@@ -289,7 +289,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
         from workbench.analysis import json_records
 
         # the summary, and the table the text mode prints: what the README's tables are rendered from
-        _print_json({**result.summary, "headline": json_records(case.headline(result))})
+        payload = {**result.summary, "headline": json_records(case.headline(result))}
+        if counts is not None:  # which nodes: what a table of node rows is headed with
+            from workbench.nodes import read_nodes_file
+
+            facts = read_nodes_file(result.summary["out"]) or {}
+            payload["cluster"] = {"node_counts": list(counts), "nodes": facts.get("nodes", [])}
+        _print_json(payload)
     else:
         print(case.headline(result).round(3).to_string(index=False))
         print()

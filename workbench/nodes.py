@@ -60,11 +60,14 @@ def node_sweep(
     on_point: Any = None,
     overrides: Mapping[str, Any] | None = None,
     mini: Any = None,
+    measure_link: bool = True,
 ) -> Any:
     """Run ``case`` at ``counts`` nodes of one miniature cluster; returns the ``ExperimentResult``.
 
     ``mini``: a running ``MiniCluster`` to use as it is (at least ``max(counts)`` nodes; ``cpus_per_node``
     and ``link`` must then be None). Without it one is brought up, and taken down at the end.
+    ``measure_link=False`` skips measuring the link afterwards (``nodes.json``, which the projection
+    across nodes needs): a sweep only looked at, or a test of the case itself.
     """
     from workbench import minicluster
     from workbench.experiment import Experiment
@@ -97,7 +100,7 @@ def node_sweep(
         # the host's speed over the sweep (host-speed.txt): each run's window read back, the machine's drift divided out
         with HostSpeedProbe(experiment.out):
             result = experiment.run(resume=resume, progress=progress, on_point=on_point, timeout_s=timeout_s)
-        if counts[-1] >= 2:
+        if counts[-1] >= 2 and measure_link:
             write_nodes_file(experiment.out, mini, counts, step=one_node_step(result.tables["runs"]))
         return result
     finally:

@@ -100,3 +100,25 @@ def test_a_sweep_over_node_counts_records_its_nodes_and_link_and_is_projected_fr
     print(f"\n2 nodes predicted from 1 (one ci run each): errors {', '.join(f'{e:+.1%}' for e in errors)}")
     # one short run per point on a shared machine: a gross miss (a wrong network, a missing term) is what fails
     assert all(abs(error) < 0.5 for error in errors), errors
+
+
+def test_pop_scaling_on_two_nodes_records_both_hosts_and_its_pop_metrics(mini, tmp_path):
+    """The pop-scaling case's ci point on 1 and 2 nodes: POP metrics per count, the sequential test's cost."""
+    from workbench.nodes import node_sweep
+
+    out = tmp_path / "nodes-pop"
+    result = node_sweep("pop-scaling", (1, 2), preset="ci", out=out, mini=mini, measure_link=False)
+    assert mini.healthy(), "node_sweep took down the cluster it was given"
+    runs = result.tables["runs"]
+    assert sorted(runs["ranks"]) == [1, 2, 2]  # strong scaling on 1 and 2 nodes, then the sharded test on 2
+    assert not (out / "nodes.json").exists()  # the link was not measured: not asked for
+    for path in out.rglob("run.json"):
+        ranks = json.loads(path.read_text())["config"]["cluster"]["ranks"]
+        assert set(Run.load(path.parent).rank_meta["host"]) == {f"node{k}" for k in range(1, ranks + 1)}
+    pop = {row["ranks"]: row for row in result.summary["pop"] if row["scaling"] == "strong"}
+    assert set(pop) == {1, 2}
+    for row in pop.values():
+        assert 0 < row["parallel_efficiency"] <= 1 and 0 < row["load_balance"] <= 1, row
+    # on 2 nodes rank 1 waits while rank 0 runs the sequential test, and for the link: efficiency falls
+    assert pop[2]["parallel_efficiency"] < pop[1]["parallel_efficiency"], pop
+    assert result.summary["test_phase_fraction"]["1"] > 0

@@ -150,12 +150,14 @@ class EvalFrequency(Case):
             ignore_index=True,
         )
         cores = min((int(run.meta.get("cores") or 0) for run in runs.values()), default=0) or None
+        # ranks that share one host's cores: all of them on one machine, one per node on a cluster's nodes
+        sharing = max((_ranks_on_busiest_host(run) for run in runs.values()), default=0)
         caveats = analysis.combine_findings(
             *(
                 sweep_caveats(scaling=group, label=f"{backend}: ")
                 for backend, group in scaling.groupby("backend", sort=False)
             ),
-            sweep_caveats(walls_s=table["wall_s"], ranks=int(table["ranks"].max()), cores=cores),
+            sweep_caveats(walls_s=table["wall_s"], ranks=sharing or int(table["ranks"].max()), cores=cores),
         ).drop_duplicates("text")
         return {
             "runs": table,
@@ -308,3 +310,10 @@ def add_speedups(
 CASE = EvalFrequency()
 
 __all__ = ["CASE", "EvalFrequency", "EvalFrequencySettings", "add_speedups", "parse_backends", "parse_intervals"]
+
+
+def _ranks_on_busiest_host(run: Run) -> int:
+    """How many of a run's ranks ran on its busiest host (0 when its ranks' hosts were not recorded)."""
+    hosts = run.rank_meta["host"] if "host" in run.rank_meta else pd.Series(dtype=object)
+    hosts = hosts[hosts.astype(str) != ""]
+    return int(hosts.value_counts().max()) if len(hosts) else 0
