@@ -561,3 +561,29 @@ def test_validation_compares_medians_of_repetitions_and_keeps_each_ones_error(tm
     assert same["predicted_s"] == pytest.approx(np.median(predicted))
     assert same["error"] == pytest.approx(np.median(predicted) / 2.0 - 1)
     assert same["errors_each"] == pytest.approx([predicted[0] / 1.0 - 1, predicted[1] / 3.0 - 1])
+
+
+def test_pop_scaling_runs_are_projected_with_their_scaling_and_each_ranks_share_of_the_batch():
+    """Strong scaling: a rank trains its share of the global batch (not the settings' weak-scaling "batch")."""
+    from types import SimpleNamespace
+
+    from workbench.bench.projection import _case_inputs
+
+    settings = {"batch": 16, "global_batch": 32, "epoch_samples": 384}
+    base = SimpleNamespace(meta={"config": {"settings": settings, "cluster": {"ranks": 1}}})
+    strong = SimpleNamespace(scaling="strong", test="rank0", wall_s=11.0)
+    kwargs, measured, quantity = _case_inputs("pop-scaling", base, strong)
+    assert (measured, quantity) == (11.0, "wall_s")
+    assert kwargs == {
+        "profile": {"batch_per_rank": 32},
+        "kind": "strong",
+        "shard_evaluation": False,
+        "epoch_samples": 384,
+    }
+    two = SimpleNamespace(meta={"config": {"settings": settings, "cluster": {"ranks": 2}}})
+    sharded = SimpleNamespace(scaling="strong", test="sharded", wall_s=9.0)
+    assert _case_inputs("pop-scaling", two, sharded)[0]["profile"] == {"batch_per_rank": 16}
+    assert _case_inputs("pop-scaling", two, sharded)[0]["shard_evaluation"] is True
+    weak = SimpleNamespace(scaling="weak", test="rank0", wall_s=9.0)
+    assert _case_inputs("pop-scaling", two, weak)[0]["profile"] == {"batch_per_rank": 16}
+    assert _case_inputs("pop-scaling", two, weak)[0]["kind"] == "weak"

@@ -38,6 +38,7 @@ from workbench.hostspeed import SAMPLES_FILE, read_samples, speed_in_window
 NODE_SWEEPS: tuple[tuple[str, str], ...] = (
     ("eval-frequency", "artifacts/nodes-eval-frequency-*"),
     ("input-pipeline", "artifacts/nodes-input-pipeline-*"),
+    ("pop-scaling", "artifacts/nodes-pop-scaling-*"),
 )
 #: Sweeps the bench validates against when they are on disk (artifacts/ is not in git), as globs: each
 #: directory a glob matches is one repetition. The first two with one core per rank at every rank count
@@ -261,6 +262,7 @@ def _validation_entries(sweeps: Sequence[tuple[str, str | Path]], net: pj.Networ
             else:
                 cores = run.meta.get("cores") or 2
                 network = net or pj.fit_network(measured_rows(), cores_per_node=int(cores))
+            kind = kwargs.pop("kind", "weak")
             if kwargs.pop("no_horovod", False):
                 network = replace(network, per_call_s=0.0, horovod_thread_cores=0.0)
             target = Run.load(row.path)
@@ -281,6 +283,7 @@ def _validation_entries(sweeps: Sequence[tuple[str, str | Path]], net: pj.Networ
                     "profile": profile,
                     "host_slowdown": slower,
                     "network": network,
+                    "kind": kind,
                     "kwargs": kwargs,
                 }
             )
@@ -329,6 +332,7 @@ def _predict(entry: Mapping[str, Any], thread_scaling: float, at_target_speed: b
         profile,
         [entry["ranks"]],
         entry["network"],
+        kind=entry.get("kind", "weak"),
         changes=pj.Changes(**entry["kwargs"]),
         thread_scaling=thread_scaling,
         bootstrap=0,
@@ -361,6 +365,20 @@ def _case_inputs(case: str, run: Any, row: Any) -> tuple[dict[str, Any], float, 
             "shared_storage": shared,
         }
         return kwargs, float(row.step_ms) / 1e3, "step_s"
+    if case == "pop-scaling":
+        # strong scaling keeps the global batch (each node's share of it shrinks), weak the batch per rank; the
+        # test phase runs on rank 0 alone unless sharded, and an epoch is whole batches of the run's samples
+        base_ranks = int(((run.meta.get("config") or {}).get("cluster") or {}).get("ranks") or 1)
+        strong = str(row.scaling) == "strong"
+        batch = int(settings["global_batch"]) // base_ranks if strong else int(settings["batch"])
+        kwargs = {
+            # the settings' "batch" is weak scaling's; a strong-scaling rank trains its share of the global batch
+            "profile": {"batch_per_rank": batch},
+            "kind": str(row.scaling),
+            "shard_evaluation": str(row.test) == "sharded",
+            "epoch_samples": int(settings["epoch_samples"]) if settings.get("epoch_samples") else None,
+        }
+        return kwargs, float(row.wall_s), "wall_s"
     # the mpi4py backend calls MPI.Allreduce directly: no Horovod cost per call; the workload takes whole batches
     # of each rank's shard, so the training set's size fixes its steps per epoch at every rank count
     kwargs = {"profile": {}, "no_horovod": row.backend != "horovod", "epoch_samples": _training_samples(run.meta)}

@@ -310,7 +310,10 @@ def project_beyond(baseline: pd.DataFrame, runs: Mapping[str, Run]) -> pd.DataFr
     if one.empty:
         return pd.DataFrame()
     run = runs[one["point"].iloc[0]]
-    profile = projection.step_costs(run.events, run.meta, run.memory)
+    settings = (run.meta.get("config") or {}).get("settings") or {}
+    # a strong-scaling rank trains its share of the global batch (the settings' "batch" is weak scaling's)
+    batch = int(settings["global_batch"]) // int(one["ranks"].iloc[0]) if settings.get("global_batch") else None
+    profile = projection.step_costs(run.events, run.meta, run.memory, batch_per_rank=batch)
     net = projection.network(PROJECTION_NETWORK[0], ranks_per_node=PROJECTION_NETWORK[1])
     columns = ["ranks", "speedup", "efficiency", *POP_KEYS, "limiter"]
     frames = []
