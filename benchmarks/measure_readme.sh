@@ -6,7 +6,9 @@
 #   benchmarks/measure_readme.sh            # all of them, about 40 minutes on 2 cores
 #   benchmarks/measure_readme.sh overhead   # only the named ones
 #   benchmarks/measure_readme.sh projection-sweeps projection   # the projection's validation, ~15 minutes
-#   benchmarks/measure_readme.sh projection-nodes-sweeps projection-nodes   # ... across nodes, ~80 minutes, root
+#   benchmarks/measure_readme.sh projection-nodes-sweeps projection-nodes   # ... across nodes, ~2 hours, root
+#   benchmarks/measure_readme.sh pop-scaling-nodes-50mbit pop-scaling-nodes-1gbit eval-frequency-nodes-50mbit \
+#       eval-frequency-nodes-1gbit   # the case studies on nodes, ~45 minutes, root
 #
 # Run it on a quiet machine and nothing else beside it: these are timings.
 set -uo pipefail
@@ -104,7 +106,6 @@ for repetition in 1 2 3; do
             --out artifacts/nodes-input-pipeline-$link-r$repetition --json
     done
 done
-measure projection-nodes workbench bench projection --nodes --json
 # the case studies on nodes (root; issue 35 part 2): each case's sweep on 1, 2 and 4 nodes of 0.4 of a core, on a
 # slow link (50 Mbit/s: the link is the limit) and a fast one (1 Gbit/s), rendered beside its 2-core table
 for link in 50mbit 1gbit; do
@@ -113,6 +114,14 @@ for link in 50mbit 1gbit; do
     measure eval-frequency-nodes-$link workbench run eval-frequency --preset ci --backend mpi4py --nodes 1,2,4 \
         --cpus-per-node 0.4 --link $link --out artifacts/nodes-eval-frequency-0.4core-$link --json
 done
+# pop-scaling's two more repetitions on the nodes of its case-study sweeps above (the first), for the projection
+for repetition in 2 3; do
+    for link in 50mbit 1gbit; do
+        sweep projection-nodes-sweeps workbench run pop-scaling --preset reduced --nodes 1,2,4 --cpus-per-node 0.4 \
+            --link $link --out artifacts/nodes-pop-scaling-$link-r$repetition --json
+    done
+done
+measure projection-nodes workbench bench projection --nodes --json
 # the reports the reduced sweeps above wrote, opened in headless Chromium
 measure report-open python benchmarks/report_open.py
 # the browser test writes its measurements (event -> screen, first figure, redraw in the browser)
