@@ -127,7 +127,9 @@ def _rank_slices(events: pd.DataFrame) -> list[tuple[int, _Held]]:
     if (np.diff(ranks) < 0).any():
         events = events.sort_values("rank", kind="stable")
         ranks = events["rank"].to_numpy()
-    constants = {name: value for name in EVENT_COLUMNS if (value := _one_value(events[name])) is not None}
+    # the times always vary (and carry the row count, whatever else is one value: a batch of one row)
+    maybe_constant = [name for name in EVENT_COLUMNS if name not in ("start_ns", "end_ns")]
+    constants = {name: value for name in maybe_constant if (value := _one_value(events[name])) is not None}
     varying = [name for name in EVENT_COLUMNS if name not in constants and name != "rank"]
     table = pa.table({name: _arrow_column(events[name], EVENT_SCHEMA.field(name).type) for name in varying})
     bounds = [0, *(np.flatnonzero(ranks[1:] != ranks[:-1]) + 1).tolist(), len(ranks)]

@@ -411,3 +411,17 @@ def test_the_stream_bench_finds_the_late_ranks_of_a_many_rank_timeline():
     assert late["latest_found"] and sorted(late["latest_ranks"]) == [5, 42]
     # a late rank is 30 µs late plus its 0-9 µs place in the negotiation (rank % 4 * 3): 33 and 36 µs
     assert late["latest_median_lateness_us"] == [36.0, 33.0]
+
+
+def test_a_batch_of_one_event_is_written(tmp_path):
+    """Every column of a one-row batch holds one value: the row is still written, once."""
+    from workbench.events import events_frame
+    from workbench.profile import write_events
+    from workbench.store import Run, create_run
+
+    run = create_run(tmp_path, "t", ranks=1)
+    one = events_frame([{"rank": 0, "phase": "in_flight", "name": "ALLREDUCE", "start_ns": 5, "end_ns": 9}])
+    one = one.assign(run_id=run.name).astype({c: "category" for c in ("run_id", "host", "phase", "name", "detail")})
+    assert write_events(run, one) == 1
+    loaded = Run.load(run).events
+    assert loaded[["rank", "name", "start_ns", "end_ns"]].values.tolist() == [[0, "ALLREDUCE", 5, 9]]
