@@ -51,3 +51,20 @@ def test_noisy_single_and_short_runs():
 def test_a_sound_sweep_gets_no_caveat():
     found = sweep_caveats(scaling=scaling([1.0, 1.9, 3.6]), walls_s=[60.0, 35.0], ranks=3, cores=4)
     assert found.empty and list(found.columns) == list(FINDING_COLUMNS)
+
+
+def test_ranks_on_separate_nodes_do_not_count_as_sharing_one_hosts_cores():
+    """The eval-frequency sweep's contention caveat counts the ranks on the busiest host, not all of them."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from workbench.cases.eval_frequency import _ranks_on_busiest_host
+
+    def run(hosts):
+        return SimpleNamespace(rank_meta=pd.DataFrame({"rank": range(len(hosts)), "host": hosts}))
+
+    assert _ranks_on_busiest_host(run(["node1", "node2", "node3", "node4"])) == 1
+    assert _ranks_on_busiest_host(run(["vm", "vm", "vm"])) == 3
+    assert _ranks_on_busiest_host(run(["node1", "node1", "node2"])) == 2
+    assert _ranks_on_busiest_host(SimpleNamespace(rank_meta=pd.DataFrame())) == 0  # hosts not recorded
