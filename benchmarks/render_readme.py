@@ -931,11 +931,8 @@ def render_pop_scaling_nodes(saved: Mapping[str, Any]) -> str:
         link, shape = node_cluster(one)
         points = one["result"]["headline"]
 
-        def default(point: Mapping[str, Any]) -> bool:
-            return (point["test"], point["workers"], point["data"], point["fusion_mb"]) == ("rank0", 1, "online", 64)
-
-        base = {(p["ranks"], p["scaling"]): p for p in points if default(p)}
-        for point in sorted(points, key=lambda p: (p["scaling"] != "strong", p["ranks"], not default(p))):
+        base = {(p["ranks"], p["scaling"]): p for p in points if _pop_unchanged(p)}
+        for point in sorted(points, key=lambda p: (p["scaling"] != "strong", p["ranks"], not _pop_unchanged(p))):
             alone = base.get((1, point["scaling"]))
             same = base.get((point["ranks"], point["scaling"]))
             rows.append(
@@ -945,21 +942,22 @@ def render_pop_scaling_nodes(saved: Mapping[str, Any]) -> str:
                     point["scaling"],
                     _pop_change(point),
                     fixed(point["wall_s"], 2),
-                    times(alone["wall_s"] / point["wall_s"]) if alone and default(point) else "",
-                    times(same["wall_s"] / point["wall_s"]) if same and not default(point) else "",
+                    times(alone["wall_s"] / point["wall_s"]) if alone and _pop_unchanged(point) else "",
+                    times(same["wall_s"] / point["wall_s"]) if same and not _pop_unchanged(point) else "",
                     share(point["test_fraction"]),
                     fixed(point["load_balance"], 2),
                     fixed(point["communication_efficiency"], 2),
                     fixed(point["parallel_efficiency"], 2),
                 ]
             )
-        strong = sorted((p for p in points if default(p) and p["scaling"] == "strong"), key=lambda p: p["ranks"])
+        strong = sorted((p for p in points if _pop_unchanged(p) and p["scaling"] == "strong"), key=lambda p: p["ranks"])
         if strong:
             comm = ", ".join(f"{fixed(p['communication_efficiency'], 2)} ({p['ranks']})" for p in strong)
             tests = ", ".join(f"{share(p['test_fraction'])} ({p['ranks']})" for p in strong)
             lines.append(f"- {shape}, strong scaling by nodes: communication efficiency {comm}; test share {tests}.")
         largest = max(p["ranks"] for p in points)
-        fixes = [p for p in points if p["ranks"] == largest and not default(p) and (largest, p["scaling"]) in base]
+        at_largest = [p for p in points if p["ranks"] == largest and (largest, p["scaling"]) in base]
+        fixes = [p for p in at_largest if not _pop_unchanged(p)]
         if fixes:
             changes = "; ".join(
                 f"{_pop_change(p)} {times(base[(largest, p['scaling'])]['wall_s'] / p['wall_s'])}" for p in fixes
@@ -985,6 +983,11 @@ def render_pop_scaling_nodes(saved: Mapping[str, Any]) -> str:
     header.append("PE")
     body = table(header, ["l", "r", "l", "l"] + ["r"] * 7, rows)
     return "\n\n".join([body, "\n".join(lines), sources_line(*sweeps)])
+
+
+def _pop_unchanged(point: Mapping[str, Any]) -> bool:
+    """A pop-scaling point with no change: the sequential test, 1 input worker, online data, 64 MB fusion."""
+    return (point["test"], point["workers"], point["data"], point["fusion_mb"]) == ("rank0", 1, "online", 64)
 
 
 def _pop_change(point: Mapping[str, Any]) -> str:
@@ -1363,12 +1366,7 @@ def nodes_headline(pop: Mapping[str, Any], evaluation: Mapping[str, Any]) -> str
     """The README's line on the case studies run on nodes (fast link): speedups, CommE, the fixes."""
     _link, shape = node_cluster(pop)
     points = pop["result"]["headline"]
-    plain = ("rank0", 1, "online", 64)  # no change: the sequential test, 1 input worker, Horovod's fusion buffer
-    strong = {
-        p["ranks"]: p
-        for p in points
-        if p["scaling"] == "strong" and (p["test"], p["workers"], p["data"], p["fusion_mb"]) == plain
-    }
+    strong = {p["ranks"]: p for p in points if p["scaling"] == "strong" and _pop_unchanged(p)}
     most = max(strong)
     sharded = next(p for p in points if p["ranks"] == most and p["scaling"] == "strong" and p["test"] != "rank0")
     seed = max(pop["result"]["seed_pop"], key=lambda row: row["ranks"])
