@@ -291,10 +291,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         # the summary, and the table the text mode prints: what the README's tables are rendered from
         payload = {**result.summary, "headline": json_records(case.headline(result))}
         if counts is not None:  # which nodes: what a table of node rows is headed with
-            from workbench.nodes import read_nodes_file
+            from workbench.nodes import read_link_bytes, read_nodes_file
 
             facts = read_nodes_file(result.summary["out"]) or {}
             payload["cluster"] = {"node_counts": list(counts), "nodes": facts.get("nodes", [])}
+            payload["link_bytes"] = read_link_bytes(result.summary["out"])
         _print_json(payload)
     else:
         print(case.headline(result).round(3).to_string(index=False))

@@ -449,6 +449,23 @@ class MiniCluster:
         self.spec = MiniClusterSpec(nodes)
         self._write_state()
 
+    def link_bytes(self) -> dict[str, dict[str, int]]:
+        """Bytes each node has sent and received over its link since the cluster came up.
+
+        Read from the bridge's end of the node's link (``/sys/class/net/<veth>/statistics``): what the
+        bridge received from the node is what the node sent, and the reverse. Loopback traffic inside a
+        node is not in it: only what crossed the link.
+        """
+        counted = {}
+        for node in self.node_names:
+            statistics = Path("/sys/class/net") / _veth(node) / "statistics"
+            try:
+                received, sent = (int((statistics / f"{way}_bytes").read_text()) for way in ("tx", "rx"))
+            except (OSError, ValueError):
+                continue  # the node's link is gone (the cluster being taken down): nothing to count
+            counted[node] = {"sent": sent, "received": received}
+        return counted
+
     def set_cpus(self, node: str, cpus: float) -> None:
         """Change the node's share of a core while it runs."""
         cpus = _share(node, cpus)

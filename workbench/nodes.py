@@ -24,8 +24,9 @@ from typing import Any
 #: login node's share on 2 cores.
 DEFAULT_CPUS_PER_NODE = 0.2
 DEFAULT_LINK = "1gbit"
-#: The file written beside the sweep's runs.
+#: The files written beside the sweep's runs: the nodes and their link; the bytes each point sent over each link.
 NODES_FILE = "nodes.json"
+LINK_BYTES_FILE = "link-bytes.json"
 #: Message sizes measured on the cluster's link: small ones for latency, >= 1 MiB ones for bandwidth
 #: (``fit_network`` needs two); sizes that would take longer than ``LONGEST_CALL_S`` on the link are left out.
 SMALL_SIZES = (1024, 4096, 16384, 65536)
@@ -97,15 +98,60 @@ def node_sweep(
             rank_counts=counts,
             **dict(overrides or {}),
         )
+        counter = LinkBytes(mini, experiment.out, then=on_point)
         # the host's speed over the sweep (host-speed.txt): each run's window read back, the machine's drift divided out
         with HostSpeedProbe(experiment.out):
-            result = experiment.run(resume=resume, progress=progress, on_point=on_point, timeout_s=timeout_s)
+            result = experiment.run(resume=resume, progress=progress, on_point=counter, timeout_s=timeout_s)
         if counts[-1] >= 2 and measure_link:
             write_nodes_file(experiment.out, mini, counts, step=one_node_step(result.tables["runs"]))
         return result
     finally:
         if mini.owned and not given:  # only the cluster this call brought up; a caller's stays up
             mini.down()
+
+
+class LinkBytes:
+    """``on_point`` for a node sweep: the bytes each node of a point sent and received over its link.
+
+    Counted from the point's start to its end (``MiniCluster.link_bytes``) and written to
+    ``link-bytes.json`` beside the runs, keyed by point: the traffic a scheme puts on the links (a
+    parameter server's pulls and pushes, a ring's chunks), measured, not inferred from the model.
+    The count includes the engines starting when the point's cluster is new: a few kB.
+    """
+
+    def __init__(self, mini: Any, directory: str | Path, then: Any = None) -> None:
+        self.mini, self.path, self.then = mini, Path(directory) / LINK_BYTES_FILE, then
+        self.counted: dict[str, Any] = read_link_bytes(directory)
+        self.started: dict[str, dict[str, int]] = {}
+
+    def __call__(self, point: Any, status: str) -> None:
+        from workbench.store import write_json_atomic
+
+        if status == "start":
+            self.started = self.mini.link_bytes()
+        elif status == "done" and self.started:
+            now = self.mini.link_bytes()
+            nodes = self.mini.node_names[: point.ranks]
+            self.counted[point.key] = {
+                node: {way: now[node][way] - self.started[node][way] for way in ("sent", "received")}
+                for node in nodes
+                if node in now and node in self.started
+            }
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(self.path, self.counted)
+        if self.then is not None:
+            self.then(point, status)
+
+
+def read_link_bytes(directory: str | Path) -> dict[str, Any]:
+    """A node sweep's ``link-bytes.json``: point key -> node -> bytes sent and received ({} when none)."""
+    path = Path(directory) / LINK_BYTES_FILE
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path} is not valid JSON ({error.msg}): delete it and run the sweep again") from None
 
 
 def measure_link(mini: Any, nodes: int = 2) -> list[dict[str, Any]]:

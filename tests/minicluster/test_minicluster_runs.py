@@ -122,3 +122,33 @@ def test_pop_scaling_on_two_nodes_records_both_hosts_and_its_pop_metrics(mini, t
     # on 2 nodes rank 1 waits while rank 0 runs the sequential test, and for the link: efficiency falls
     assert pop[2]["parallel_efficiency"] < pop[1]["parallel_efficiency"], pop
     assert result.summary["test_phase_fraction"]["1"] > 0
+
+
+def test_parameter_servers_on_two_nodes_send_their_traffic_over_the_link(mini, tmp_path):
+    """The ps-vs-allreduce case's PS point on 2 nodes: a worker per node, the PS task on node1, the pulls
+    and pushes of node2's worker counted on node2's link."""
+    from workbench.nodes import node_sweep, read_link_bytes
+
+    out = tmp_path / "nodes-ps"
+    overrides = {"schemes": ("ps",), "data": ("synthetic",)}
+    result = node_sweep(
+        "ps-vs-allreduce", (2,), preset="ci", out=out, mini=mini, measure_link=False, overrides=overrides
+    )
+    assert mini.healthy(), "node_sweep took down the cluster it was given"
+    (row,) = result.tables["runs"].itertuples()
+    assert row.workers == 2 and row.ps == 1 and row.images_per_s > 0 and row.comm_ms > 0
+    assert row.hosts == 2  # each worker on its own node
+    run = result.run(row.point)
+    placed = {r["rank"]: r for r in run.meta["rank_results"]}
+    assert placed[0]["host"] == "node1" and placed[0]["servers"] == ["worker0", "ps0", "chief"]
+    assert placed[1]["host"] == "node2" and placed[1]["servers"] == ["worker1"]
+    # each worker's lane carries its own host: worker i is rank i
+    lanes = dict(zip(run.rank_meta["rank"], run.rank_meta["host"]))
+    assert lanes == {0: "node1", 1: "node2"}, lanes
+    steps = run.events[run.events["name"] == "push_gradients"].groupby("rank").size()
+    # node2's worker reads every variable from node1's PS before each step and pushes every gradient after
+    gradient_bytes = placed[0]["gradient_bytes"]
+    node2 = read_link_bytes(out)[row.point]["node2"]
+    print(f"\nnode2's link: {node2['received'] / 1e6:.0f} MB in, {node2['sent'] / 1e6:.0f} MB out, {steps[1]} steps")
+    assert node2["received"] >= 0.9 * steps[1] * gradient_bytes, (node2, steps.to_dict(), gradient_bytes)
+    assert node2["sent"] >= 0.9 * steps[1] * gradient_bytes, (node2, steps.to_dict(), gradient_bytes)

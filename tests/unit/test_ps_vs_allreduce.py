@@ -147,7 +147,7 @@ def test_a_failing_chief_is_named_with_its_log(tmp_path):
         scheme="ps", data="real", images=str(empty), warmup_steps=0, measured_steps=1, repetitions=1
     )
     with pytest.raises(RuntimeError, match=r"the chief failed .*\n(.|\n)*no JPEG or PNG files"):
-        run_job(str(run_path), settings, workers=1)
+        run_job(str(run_path), settings)
     assert read_run_meta(run_path)["run_id"]
     assert {p.name for p in (run_path / "ps_job").glob("*.log")} == {"ps0.log", "worker0.log", "chief.log"}
     left = subprocess.run(["pgrep", "-f", str(run_path)], capture_output=True, text=True).stdout.split()

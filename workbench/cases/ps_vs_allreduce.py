@@ -9,8 +9,10 @@ overhead from ~1 % to 17 %.
 
 The sweep here, per number of workers: parameter servers (``ParameterServerStrategy``, 1..P PS
 tasks) and Horovod allreduce, on synthetic and on real data; each point measured with one
-``BenchmarkMethod``. Every process runs on this machine, so workers, PS tasks and the chief share
-its cores: the findings say by how much.
+``BenchmarkMethod``. Each worker runs on its rank's host, the PS tasks dealt over the ranks' hosts and
+the chief on rank 0's. On one machine they all share its cores (the findings say by how much); on a
+cluster's nodes (``workbench run ps-vs-allreduce --nodes 1,2,4 --link RATE``) the PS traffic crosses the
+links, as in the seed.
 """
 
 from __future__ import annotations
@@ -96,6 +98,17 @@ class PsVsAllreduceSettings:
         )
 
 
+def parse_data(text: str) -> tuple[str, ...]:
+    """``--data both`` (or ``synthetic,real``) -> the data kinds to sweep, checked."""
+    from workbench.workloads.inception import DATA_KINDS
+
+    chosen = tuple(DATA_KINDS) if text == "both" else tuple(d.strip() for d in text.split(",") if d.strip())
+    unknown = [d for d in chosen if d not in DATA_KINDS]
+    if unknown or not chosen:
+        raise ValueError(f"data {text!r} is unknown: use one of {', '.join(DATA_KINDS)} or both")
+    return chosen
+
+
 class PsVsAllreduce(Case):
     name = "ps-vs-allreduce"
     title = "Parameter servers vs allreduce: InceptionV3, synthetic vs real data"
@@ -117,6 +130,7 @@ class PsVsAllreduce(Case):
     }
     options = (
         CaseOption("--ps", "ps_counts", "parameter-server task counts to search, e.g. 1,2", parse_counts),
+        CaseOption("--data", "data", "data to train on: synthetic, real or both", parse_data),
         CaseOption("--measured-steps", "measured_steps", "steps timed per repetition (after warm-up)", int),
         CaseOption("--repetitions", "repetitions", "repetitions of each measurement", int),
         CaseOption("--warmup-steps", "warmup_steps", "steps left out before timing", int),
@@ -178,6 +192,7 @@ class PsVsAllreduce(Case):
             "threads_per_worker": threads,
             "processes": workers + ps + (1 if ps else 0),
             "threads_total": workers * threads + ps + (1 if ps else 0),
+            **busiest_host(results),
             "path": str(run.path),
         }
 
@@ -242,7 +257,7 @@ class PsVsAllreduce(Case):
                 ),
                 "best_ps": int(ps_row["ps"]),
             }
-        oversubscribed = rows[rows["threads_total"] > physical_cores()]
+        oversubscribed = rows[rows["threads_busiest_host"] > rows["cores_per_host"]]
         step_parts = step_decomposition(tables["runs"], search)
         imbalance = ps_load.imbalance(tables["placements"]) if len(tables["placements"]) else pd.DataFrame()
         return {
@@ -277,8 +292,11 @@ class PsVsAllreduce(Case):
                     "threads_total",
                 ],
             ),
-            "cores": physical_cores(),
-            "oversubscribed_points": analysis.json_records(oversubscribed, ["point", "processes", "threads_total"]),
+            "cores": int(rows["cores_per_host"].min()) if len(rows) else physical_cores(),
+            "hosts": int(rows["hosts"].max()) if len(rows) else 1,
+            "oversubscribed_points": analysis.json_records(
+                oversubscribed, ["point", "processes", "threads_total", "threads_busiest_host"]
+            ),
             "projection": analysis.json_records(tables["projection"]),
             "seed_efficiency": list(SEED_EFFICIENCY),
             "model": {
@@ -348,12 +366,14 @@ class PsVsAllreduce(Case):
                 )
         over = summary["oversubscribed_points"]
         if over:
-            worst = max(over, key=lambda r: r["threads_total"])
+            worst = max(over, key=lambda r: r["threads_busiest_host"])
+            where = "this machine's" if summary.get("hosts", 1) == 1 else "a host's"
             lines.append(
-                f"- **Oversubscribed**: {len(over)} point(s) ran more threads than this machine's "
-                f"{summary['cores']} cores (up to {worst['processes']} processes and {worst['threads_total']} threads "
-                f"at `{worst['point']}`): workers, PS tasks and the chief took turns on the cores, so PS points are "
-                "slower here than on separate machines, and efficiency above 1 worker mostly measures the cores."
+                f"- **Oversubscribed**: {len(over)} point(s) ran more threads on one host than {where} "
+                f"{summary['cores']} cores (up to {worst['threads_busiest_host']} threads on one host, "
+                f"{worst['processes']} processes in all, at `{worst['point']}`): workers, PS tasks and the chief "
+                "took turns on the cores, so PS points are slower here than on separate machines, and efficiency "
+                "above 1 worker mostly measures the cores."
             )
         projection = summary.get("projection") or []
         if projection:
@@ -439,6 +459,25 @@ def phase_per_step(events: pd.DataFrame, warmup_steps: int) -> dict[str, float]:
     total = out["input_ms"] + out["compute_ms"] + out["comm_ms"]
     out["comm_share"] = out["comm_ms"] / total if total > 0 else float("nan")
     return out
+
+
+def busiest_host(rank_results: list[Mapping[str, Any]]) -> dict[str, int]:
+    """The threads the point ran on its busiest host, that host's cores, and how many hosts it used.
+
+    Each rank says its host, its cores and the threads of the processes it started (under PS: its
+    worker's intra-op threads, one per PS task and one for the chief); results without a host
+    (saved before hosts were recorded) count as one host with every thread on it.
+    """
+    threads: dict[str, int] = {}
+    cores: dict[str, int] = {}
+    for result in rank_results:
+        host = str(result.get("host") or "")
+        threads[host] = threads.get(host, 0) + int(result.get("threads_here") or result.get("threads") or 1)
+        cores[host] = int(result.get("cores") or physical_cores())
+    if not threads:
+        return {"threads_busiest_host": 0, "cores_per_host": physical_cores(), "hosts": 0}
+    busiest = max(threads, key=lambda host: threads[host])
+    return {"threads_busiest_host": threads[busiest], "cores_per_host": cores[busiest], "hosts": len(threads)}
 
 
 def io_overhead_table(efficiency: pd.DataFrame) -> pd.DataFrame:

@@ -2,9 +2,10 @@
 
 - ``allreduce``: every MPI rank is a worker; gradients averaged by Horovod's grouped allreduce
   (what ``hvd.DistributedOptimizer`` does), the step written out so that each part is timed.
-- ``ps``: TensorFlow 2's ``ParameterServerStrategy`` on local processes. Rank 0's engine starts
-  ``ps`` parameter-server tasks and one server per worker (``tf.distribute.Server``, gRPC on
-  127.0.0.1), then a chief process that builds the model under ``strategy.scope()`` (variables on
+- ``ps``: TensorFlow 2's ``ParameterServerStrategy``. Each rank's engine starts a worker server
+  (``tf.distribute.Server``, gRPC) and its share of the ``ps`` parameter-server tasks (task ``j`` on
+  rank ``j % ranks``) on its own host (127.0.0.1 when all ranks share one), and rank 0's engine a
+  chief process that builds the model under ``strategy.scope()`` (variables on
   the PS tasks, round-robin or sharded by ``MinSizePartitioner``) and schedules steps on the workers
   with a ``ClusterCoordinator`` (between-graph replication, asynchronous updates). Everything runs
   in processes of its own (``workbench.workloads.ps_job``) so the engines stay clean for the
@@ -24,12 +25,14 @@ workers take inside the step, ``tf.timestamp``): ``input`` (next batch), ``compu
 
 from __future__ import annotations
 
+import socket
 import time
 from dataclasses import asdict
 from typing import Any
 
 import numpy as np
 
+from workbench.config import physical_cores
 from workbench.workloads.inception import (
     DATA_KINDS,
     PLACEMENTS,
@@ -92,13 +95,16 @@ def train_allreduce(run_path: str, settings: InceptionSettings) -> dict[str, Any
         "gradient_bytes": gradient_bytes,
         "parameters": int(model.count_params()),
         "threads": intra_op_threads(),
+        "threads_here": intra_op_threads(),
+        "host": socket.gethostname(),
+        "cores": physical_cores(),
         "settings": asdict(settings),
     }
 
 
 # -- parameter servers: a TensorFlow job in processes of its own ---------------------------------------------
 def train_ps(run_path: str, settings: InceptionSettings) -> dict[str, Any]:
-    """Run on every rank: rank 0 runs the whole PS job (servers + chief) with one worker per rank."""
+    """Run on every rank: each rank starts its worker (and its share of the PS tasks); rank 0 the chief."""
     from mpi4py import MPI
 
     from workbench.workloads.ps_job import run_job  # the PS job's own processes; ps_job never imports this module
@@ -108,11 +114,8 @@ def train_ps(run_path: str, settings: InceptionSettings) -> dict[str, Any]:
     # take about a third of a core per rank from the PS job's processes (measured: bench allreduce)
     stopped = stop_idle_horovod()
     comm = MPI.COMM_WORLD
-    rank, size = comm.Get_rank(), comm.Get_size()
-    if rank != 0:  # the rank stands for a worker process that rank 0 starts; it has nothing to run itself
-        return {"rank": rank, "size": size, "role": "placeholder", "workers": size, "horovod_stopped": stopped}
-    job = run_job(run_path, settings, workers=size)
-    return {"rank": 0, "size": size, "role": "launcher", "horovod_stopped": stopped, **job}
+    job = run_job(run_path, settings, comm)
+    return {"size": comm.Get_size(), "workers": comm.Get_size(), "horovod_stopped": stopped, **job}
 
 
 def train_on_rank(run_path: str, settings_dict: dict[str, Any]) -> dict[str, Any]:
