@@ -193,6 +193,7 @@ class PsVsAllreduce(Case):
             "processes": workers + ps + (1 if ps else 0),
             "threads_total": workers * threads + ps + (1 if ps else 0),
             **busiest_host(results),
+            "placed_shares": placed_shares(first.get("placement") or [], ps),
             "path": str(run.path),
         }
 
@@ -290,6 +291,9 @@ class PsVsAllreduce(Case):
                     "input_ms",
                     "processes",
                     "threads_total",
+                    "hosts",
+                    "gradient_mb",
+                    "placed_shares",
                 ],
             ),
             "cores": int(rows["cores_per_host"].min()) if len(rows) else physical_cores(),
@@ -304,6 +308,7 @@ class PsVsAllreduce(Case):
                 "classes": settings.classes,
                 "batch_per_worker": settings.batch,
                 "parameters": int(rows["parameters"].max()) if len(rows) else 0,
+                "gradient_mb": float(rows["gradient_mb"].max()) if len(rows) else 0.0,
             },
         }
 
@@ -478,6 +483,16 @@ def busiest_host(rank_results: list[Mapping[str, Any]]) -> dict[str, int]:
         return {"threads_busiest_host": 0, "cores_per_host": physical_cores(), "hosts": 0}
     busiest = max(threads, key=lambda host: threads[host])
     return {"threads_busiest_host": threads[busiest], "cores_per_host": cores[busiest], "hosts": len(threads)}
+
+
+def placed_shares(placement: list[Mapping[str, Any]], ps: int) -> list[float]:
+    """Each PS task's share of the trainable bytes, in task order ([] without PS tasks)."""
+    held = [0] * ps
+    for variable in placement:
+        if variable["trainable"] and 0 <= variable["ps"] < ps:
+            held[variable["ps"]] += variable["bytes"]
+    total = sum(held)
+    return [round(bytes_ / total, 4) for bytes_ in held] if total else []
 
 
 def io_overhead_table(efficiency: pd.DataFrame) -> pd.DataFrame:
