@@ -8,7 +8,8 @@
 #   benchmarks/measure_readme.sh projection-sweeps projection   # the projection's validation, ~15 minutes
 #   benchmarks/measure_readme.sh projection-nodes-sweeps projection-nodes   # ... across nodes, ~2 hours, root
 #   benchmarks/measure_readme.sh pop-scaling-nodes-50mbit pop-scaling-nodes-1gbit eval-frequency-nodes-50mbit \
-#       eval-frequency-nodes-1gbit   # the case studies on nodes, ~45 minutes, root
+#       eval-frequency-nodes-1gbit ps-vs-allreduce-nodes-1gbit ps-vs-allreduce-nodes-unshaped cpu-tuning-nodes
+#       # the case studies on nodes, ~85 minutes, root
 #
 # Run it on a quiet machine and nothing else beside it: these are timings.
 set -uo pipefail
@@ -114,6 +115,17 @@ for link in 50mbit 1gbit; do
     measure eval-frequency-nodes-$link workbench run eval-frequency --preset ci --backend mpi4py --nodes 1,2,4 \
         --cpus-per-node 0.4 --link $link --out artifacts/nodes-eval-frequency-0.4core-$link --json
 done
+# ps-vs-allreduce on the same nodes: each worker on a node of its own, the PS tasks dealt over the nodes, the chief on
+# node1; 1, 2 and 4 workers, 1 and 2 PS tasks (and 2 sharded at 4) and allreduce, on a slow link (1 Gbit/s: 87 MB of gradients take ~0.7 s,
+# longer than a step's compute) and the kernel's own (unshaped: the nodes' cores are the limit); ~15 minutes each
+for link in 1gbit unshaped; do
+    measure ps-vs-allreduce-nodes-$link workbench run ps-vs-allreduce --preset ci --data synthetic --ps 1,2 \
+        --sharded yes --nodes 1,2,4 --cpus-per-node 0.4 --link $link --out artifacts/nodes-ps-vs-allreduce-$link --json
+done
+# cpu-tuning on nodes of 0.8 of a core offering Slurm 2 slots each: 1 rank x 2 threads or 2 ranks x 1 thread per
+# node, on 1 and 2 nodes, each evaluation schedule (~10 minutes)
+measure cpu-tuning-nodes workbench run cpu-tuning --preset reduced --nodes 1,2 --cpus-per-node 0.8 --slots-per-node 2 \
+    --link 1gbit --out artifacts/nodes-cpu-tuning --json
 # pop-scaling's two more repetitions on the nodes of its case-study sweeps above (the first), for the projection
 for repetition in 2 3; do
     for link in 50mbit 1gbit; do

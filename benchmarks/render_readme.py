@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from workbench.events import BYTES_PER_MB
 from workbench.text import format_amount as number
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -985,6 +986,162 @@ def render_pop_scaling_nodes(saved: Mapping[str, Any]) -> str:
     return "\n\n".join([body, "\n".join(lines), sources_line(*sweeps)])
 
 
+#: The ps-vs-allreduce sweeps on the same nodes: a slow link first, then the kernel's own (unshaped).
+PS_NODE_SWEEPS = ("ps-vs-allreduce-nodes-1gbit", "ps-vs-allreduce-nodes-unshaped")
+#: The seed's systems with one GPU per node, like a node here: its fast network and its slow one.
+PS_SEED_SYSTEMS = ("Piz Daint (P100, Aries)", "p2.xlarge (K80, 1 per node)")
+
+
+def ps_link_traffic(result: Mapping[str, Any], point: Mapping[str, Any]) -> tuple[float | None, float]:
+    """(measured, modelled) MB per step each way on a point's busiest link: the bytes counted on every
+    node's link over the point (``link-bytes.json``; its start included) per step of each worker, and
+    ``ps_load.link_bytes_per_step`` from the gradients' size and the PS tasks' shares."""
+    from workbench.analysis.ps_load import link_bytes_per_step
+
+    method = result["method"]
+    steps = (method["warmup_steps"] + method["measured_steps"]) * method["repetitions"]
+    counted = (result.get("link_bytes") or {}).get(point["point"])
+    measured = max((max(node["sent"], node["received"]) for node in counted.values()), default=0) if counted else None
+    shares = point.get("placed_shares") or []
+    gradient_bytes = point["gradient_mb"] * BYTES_PER_MB
+    ran = point.get("steps_per_worker") if point["scheme"] == "ps" else None
+    modelled = max(link_bytes_per_step(point["scheme"], point["workers"], gradient_bytes, shares, ran))
+    return (measured / steps / BYTES_PER_MB if measured is not None else None), modelled / BYTES_PER_MB
+
+
+def render_ps_vs_allreduce_nodes(saved: Mapping[str, Any]) -> str:
+    """ps-vs-allreduce on 1, 2 and 4 nodes at each link: efficiency by workers for both schemes, and the
+    busiest link's bytes per step (measured and modelled) against the step: the PS bottleneck."""
+    sweeps = node_sweeps(saved, PS_NODE_SWEEPS)
+    rows, lines = [], []
+    for one in sweeps:
+        result = one["result"]
+        link, shape = node_cluster(one)
+        nodes = result.get("cluster", {}).get("nodes") or [{}]
+        rate = nodes[0].get("link_bits_per_s")
+        efficiency = {(r["scheme"], r["workers"], r["ps"]): r for r in result["efficiency"] if r["data"] == "synthetic"}
+        batch = result["model"]["batch_per_worker"]
+        points = sorted(
+            (p for p in result["points"] if p["data"] == "synthetic"),
+            key=lambda p: (p["workers"], p["scheme"] != "allreduce", p["ps"]),
+        )
+        by_key = {}
+        for point in points:
+            row = efficiency.get((point["scheme"], point["workers"], point["ps"]), {})
+            measured, modelled = ps_link_traffic(result, point)
+            step_s = point["workers"] * batch / row["images_per_s"] if row.get("images_per_s") else None
+            link_s = modelled * BYTES_PER_MB * 8 / rate if rate and point["workers"] > 1 else None
+            by_key[(point["scheme"], point["workers"], point["ps"])] = (row, measured, modelled, step_s, link_s)
+            rows.append(
+                [
+                    rate_words(link),
+                    str(point["workers"]),
+                    "allreduce" if point["scheme"] == "allreduce" else f"PS × {point['ps']}",
+                    f"{number(row.get('images_per_s'))} [{number(row.get('ci_low'))}, {number(row.get('ci_high'))}]"
+                    if row
+                    else "–",
+                    percent(row.get("efficiency")),
+                    f"{number(step_s)} s" if step_s else "–",
+                    f"{number(point['comm_ms'])} ms" if point["workers"] > 1 or point["ps"] else "–",
+                    number(measured) if measured is not None else "–",
+                    number(modelled),
+                    f"{number(link_s)} s" if link_s else "–",
+                ]
+            )
+        most = max(p["workers"] for p in points)
+        by_scheme = ", ".join(
+            f"{'allreduce' if scheme == 'allreduce' else f'PS × {ps}'} {percent(value[0].get('efficiency'))}"
+            for (scheme, workers, ps), value in by_key.items()
+            if workers == most
+        )
+        lines.append(f"- {shape}: efficiency at {most} nodes, {by_scheme}.")
+        one_ps = by_key.get(("ps", most, 1))
+        if one_ps and rate and one_ps[4] and one_ps[3]:
+            lines.append(
+                f"- {shape}: with one PS task at {most} nodes its node's link carries {number(one_ps[2])} MB each way"
+                f" per step ({number(one_ps[1])} MB counted), {number(one_ps[4])} s at {rate_words(link)} of a"
+                f" {number(one_ps[3])} s step."
+            )
+    seeds = [r for r in saved["result"].get("seed_efficiency", []) if r["system"] in PS_SEED_SYSTEMS]
+    for seed in sorted(seeds, key=lambda r: (PS_SEED_SYSTEMS.index(r["system"]), r["gpus"], r["data"])):
+        rows.append(
+            [f"seed 004: {seed['system']}", f"{seed['gpus']} GPUs", f"PS ({seed['data']})", "–"]
+            + [percent(seed["efficiency"])]
+            + ["–"] * 5
+        )
+    header = [
+        "link",
+        "nodes",
+        "scheme",
+        "images/s [95 % interval]",
+        "efficiency",
+        "step",
+        "push or allreduce / step",
+        "busiest link, MB/step each way: counted",
+        "modelled",
+        "modelled on the link",
+    ]
+    body = table(header, ["l", "r", "l", "l"] + ["r"] * 6, rows)
+    return "\n\n".join([body, "\n".join(lines), sources_line(*sweeps)])
+
+
+#: The cpu-tuning sweep on nodes whose share is split into ranks x threads (``measure_readme.sh``).
+CPU_NODE_SWEEPS = ("cpu-tuning-nodes",)
+
+
+def render_cpu_tuning_nodes(saved: Mapping[str, Any]) -> str:
+    """cpu-tuning on 1 and 2 nodes: ranks x threads per node with the node's share fixed, each evaluation schedule,
+    and the speedup over 1 node in training images/s and in wall time (the seed's "linear in images/s, not time")."""
+    result = saved["result"]
+    _link, shape = node_cluster(saved)
+    scaling = {(r["nodes"], r["eval"]): r for r in result.get("schedule_scaling") or []}
+    tuned = {(r["ranks"] // max(r["nodes"], 1), r["ranks"]) for r in result.get("schedule_scaling") or []}
+    rows = []
+    for r in result["per_node"]:
+        speedup = scaling.get((r["nodes"], r["eval"])) if (r["ranks_per_node"], r["ranks"]) in tuned else None
+        rows.append(
+            [
+                str(r["nodes"]),
+                f"{r['ranks_per_node']} × {r['intra']}",
+                r["eval"].replace("_", " "),
+                f"{number(r['images_per_s'])} [{number(r['ci_low'])}, {number(r['ci_high'])}]",
+                fixed(r["wall_s"], 2),
+                share(r["eval_share"]),
+                str(r["eval_interval"]),
+                f"{times(speedup['train_speedup'])} / {times(speedup['time_speedup'])}" if speedup else "",
+            ]
+        )
+    seed = result["seed"]
+    rows.append(
+        [
+            "seed 002: 1 (Xeon 8260L)",
+            seed["ranks_x_threads_best"].replace(" ranks x ", " × ").replace(" threads", ""),
+            "–",
+            f"{number(seed['ranks_x_threads_images_per_s'])} (256×256 images)",
+            "–",
+            "–",
+            "–",
+            "",
+        ]
+    )
+    rows.append(
+        ["seed 002: 8 (Omni-Path)", "–", "every epoch → every 15", "–", "–", "–", "–", "linear / sublinear → 8×"]
+    )
+    header = [
+        "nodes",
+        "ranks × threads per node",
+        "evaluation",
+        "images/s [95 % interval]",
+        "wall s",
+        "evaluation share",
+        "evaluate every",
+        "vs 1 node: images/s while training / wall time",
+    ]
+    lines = [line for line in case_text(saved).splitlines() if "node" in line]
+    body = table(header, ["r", "l", "l", "l", "r", "r", "r", "r"], rows)
+    return "\n\n".join([f"{shape}:", body, "\n".join(lines), sources_line(saved)])
+
+
 def _pop_unchanged(point: Mapping[str, Any]) -> bool:
     """A pop-scaling point with no change: the sequential test, 1 input worker, online data, 64 MB fusion."""
     return (point["test"], point["workers"], point["data"], point["fusion_mb"]) == ("rank0", 1, "online", 64)
@@ -1461,6 +1618,8 @@ RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "pop-scaling-reduced": render_pop_scaling,
     "pop-scaling-nodes": render_pop_scaling_nodes,
     "eval-frequency-nodes": render_eval_frequency_nodes,
+    "ps-vs-allreduce-nodes": render_ps_vs_allreduce_nodes,
+    "cpu-tuning-nodes": render_cpu_tuning_nodes,
     "projection": render_projection,
     "projection-seeds": render_projection_seeds,
     "projection-nodes": render_projection_nodes,
@@ -1477,6 +1636,7 @@ SOURCES: dict[str, str] = {
     "headline": "overhead",
     "pop-scaling-nodes": POP_NODE_SWEEPS[0],
     "eval-frequency-nodes": EVAL_NODE_SWEEPS[0],
+    "ps-vs-allreduce-nodes": PS_NODE_SWEEPS[0],
 }
 
 

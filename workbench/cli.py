@@ -153,6 +153,14 @@ def case_parser(case: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("--link", default=None, help="with --nodes: each node's link rate, e.g. 1gbit or 10mbit")
     parser.add_argument(
+        "--slots-per-node",
+        type=int,
+        default=None,
+        metavar="S",
+        help="with --nodes: the CPUs Slurm offers on each node (default: one per started core share), for "
+        "several ranks or threads per node sharing its share",
+    )
+    parser.add_argument(
         "--preset",
         choices=tuple(case.presets),
         default=case.default_preset,
@@ -222,9 +230,10 @@ def _node_counts(options: argparse.Namespace) -> tuple[int, ...] | None:
     from workbench.experiment import parse_counts
 
     if options.nodes is None:
-        if options.cpus_per_node is not None or options.link is not None:
+        if options.cpus_per_node is not None or options.link is not None or options.slots_per_node is not None:
             raise ValueError(
-                "--cpus-per-node and --link shape a miniature cluster: give --nodes too, e.g. --nodes 1,2,4"
+                "--cpus-per-node, --link and --slots-per-node shape a miniature cluster: give --nodes too, "
+                "e.g. --nodes 1,2,4"
             )
         return None
     if options.minicluster or options.ranks is not None:
@@ -266,6 +275,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             counts,
             cpus_per_node=options.cpus_per_node,
             link=options.link,
+            slots_per_node=options.slots_per_node,
             preset=options.preset,
             out=options.out,
             resume=options.resume,

@@ -120,6 +120,16 @@ class CaseOption:
     choices: tuple[str, ...] | None = None
 
 
+def parse_yes_no(text: str) -> bool:
+    """A case option's yes or no (``--sharded yes``)."""
+    answer = text.strip().lower()
+    if answer in ("yes", "true", "1", "on"):
+        return True
+    if answer in ("no", "false", "0", "off"):
+        return False
+    raise ValueError(f"{text!r}: answer yes or no")
+
+
 def parse_counts(text: str, *, at_least: int = 1, example: str = "1,4,16") -> tuple[int, ...]:
     """A case option's list of whole numbers >= 1 (``--threads 1,4``), at least ``at_least`` of them."""
     try:
@@ -149,6 +159,9 @@ class Case:
     #: A point that fails is a result here (a thread setting that crashes, as the seed's white heatmap
     #: cells): the sweep goes on with a fresh cluster, and the failure is in the result's ``failed`` table.
     failures_are_results: ClassVar[bool] = False
+    #: Its points place several ranks on a node: a sweep over a miniature cluster's nodes gives it the
+    #: node counts as its ``nodes`` setting, and each point's ``nodes`` parameter is where it runs.
+    places_ranks_per_node: ClassVar[bool] = False
 
     # -- planning
     def settings(self, preset: str, overrides: Mapping[str, Any] | None = None) -> Any:

@@ -108,19 +108,26 @@ def _share(name: str, value: Any) -> float:
 
 @dataclass(frozen=True)
 class NodeSpec:
-    """One node: its name, its share of a core (0.4 = 40 % of one core) and its link rate in bit/s."""
+    """One node: its name, its share of a core (0.4 = 40 % of one core), its link rate in bit/s, and the
+    CPUs Slurm offers on it (``slots``; None: one per started core share)."""
 
     name: str
     cpus: float
     link_bits_per_s: int | None = None
+    slots: int | None = None
 
     @property
     def slurm_cpus(self) -> int:
-        """CPUs Slurm offers on the node: one rank per started core share."""
-        return max(1, math.ceil(self.cpus - 1e-9))
+        """CPUs Slurm offers on the node: its slots, else one rank per started core share.
+
+        More slots than the share lets several ranks (or a rank's threads) share the node's quota, as the
+        cores of a real node are shared: ranks x threads per node at a fixed node (the cpu-tuning case).
+        """
+        return self.slots or max(1, math.ceil(self.cpus - 1e-9))
 
     def describe(self) -> str:
-        return f"{self.name}: {self.cpus:g} core, link {format_rate(self.link_bits_per_s)}"
+        slots = f", {self.slots} slots" if self.slots else ""
+        return f"{self.name}: {self.cpus:g} core{slots}, link {format_rate(self.link_bits_per_s)}"
 
 
 @dataclass(frozen=True)
@@ -138,10 +145,19 @@ class MiniClusterSpec:
         link: str | None = "1gbit",
         node_cpus: dict[str, float | str] | None = None,
         node_links: dict[str, str | None] | None = None,
+        slots_per_node: int | None = None,
     ) -> MiniClusterSpec:
-        """``nodes`` alike, then per-node changes by name (``node_cpus={"node2": 0.2}``: one slower node)."""
+        """``nodes`` alike, then per-node changes by name (``node_cpus={"node2": 0.2}``: one slower node).
+
+        ``slots_per_node``: the CPUs Slurm offers on each node, whatever its share (default: one per
+        started core share): 2 slots on 0.8 of a core hold 2 ranks of 1 thread or 1 rank of 2.
+        """
         if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
             raise MiniClusterError(f"nodes={nodes!r}: use a whole number >= 1")
+        if slots_per_node is not None and (
+            isinstance(slots_per_node, bool) or not isinstance(slots_per_node, int) or not 1 <= slots_per_node <= 64
+        ):
+            raise MiniClusterError(f"slots_per_node={slots_per_node!r}: use a whole number from 1 to 64")
         names = [f"node{index}" for index in range(1, nodes + 1)]
         for name in [*(node_cpus or {}), *(node_links or {})]:
             if name not in names:
@@ -155,7 +171,7 @@ class MiniClusterSpec:
                     f"{name} with {cpus:g} cores: use a share between 0.01 and this machine's {physical_cores()} cores"
                 )
             rate = parse_rate(node_links[name]) if node_links and name in node_links else default_rate
-            specs.append(NodeSpec(name, cpus, rate))
+            specs.append(NodeSpec(name, cpus, rate, slots_per_node))
         spec = cls(tuple(specs))
         total = sum(node.cpus for node in spec.nodes)
         if total > physical_cores() - LOGIN_SHARE + 1e-9:

@@ -62,16 +62,21 @@ def node_sweep(
     overrides: Mapping[str, Any] | None = None,
     mini: Any = None,
     measure_link: bool = True,
+    slots_per_node: int | None = None,
 ) -> Any:
     """Run ``case`` at ``counts`` nodes of one miniature cluster; returns the ``ExperimentResult``.
 
-    ``mini``: a running ``MiniCluster`` to use as it is (at least ``max(counts)`` nodes; ``cpus_per_node``
-    and ``link`` must then be None). Without it one is brought up, and taken down at the end.
-    ``measure_link=False`` skips measuring the link afterwards (``nodes.json``, which the projection
+    ``mini``: a running ``MiniCluster`` to use as it is (at least ``max(counts)`` nodes; ``cpus_per_node``,
+    ``link`` and ``slots_per_node`` must then be None). Without it one is brought up, and taken down at the
+    end. ``measure_link=False`` skips measuring the link afterwards (``nodes.json``, which the projection
     across nodes needs): a sweep only looked at, or a test of the case itself.
+
+    One rank per node, so the counts are the sweep's rank counts; a case that places several ranks on a
+    node (``Case.places_ranks_per_node``: cpu-tuning's ranks x threads per node) is given the counts as
+    its ``nodes`` setting instead, and each of its points says on how many nodes it runs.
     """
     from workbench import minicluster
-    from workbench.experiment import Experiment
+    from workbench.experiment import Experiment, get_case
     from workbench.hostspeed import HostSpeedProbe
 
     counts = tuple(sorted({int(n) for n in counts}))
@@ -81,22 +86,32 @@ def node_sweep(
             counts[-1],
             cpus_per_node=DEFAULT_CPUS_PER_NODE if cpus_per_node is None else cpus_per_node,
             link=link or DEFAULT_LINK,
+            slots_per_node=slots_per_node,
         )
         mini = minicluster.MiniCluster.up(spec, reuse=True)
-    elif cpus_per_node is not None or link is not None or len(mini.node_names) < counts[-1]:
+    elif (
+        cpus_per_node is not None or link is not None or slots_per_node is not None or len(mini.node_names) < counts[-1]
+    ):
         raise ValueError(
-            f"a running miniature cluster ({len(mini.node_names)} nodes) is used as it is: give no cpus_per_node or"
-            f" link, and at most {len(mini.node_names)} nodes"
+            f"a running miniature cluster ({len(mini.node_names)} nodes) is used as it is: give no cpus_per_node,"
+            f" link or slots_per_node, and at most {len(mini.node_names)} nodes"
         )
     try:
+        case = get_case(case)
+        overrides = dict(overrides or {})
+        ranks, rank_counts = counts[-1], counts
+        if case.places_ranks_per_node:
+            overrides.setdefault("nodes", counts)
+            settings = case.settings(preset or case.default_preset, overrides)
+            ranks, rank_counts = max(point.ranks for point in case.points(settings, counts[-1])), None
         experiment = Experiment(
             case,
             preset=preset,
-            ranks=counts[-1],
+            ranks=ranks,
             out=out,
-            cluster_config=mini.cluster_config(counts[-1]),
-            rank_counts=counts,
-            **dict(overrides or {}),
+            cluster_config=mini.cluster_config(ranks),
+            rank_counts=rank_counts,
+            **overrides,
         )
         counter = LinkBytes(mini, experiment.out, then=on_point)
         # the host's speed over the sweep (host-speed.txt): each run's window read back, the machine's drift divided out
@@ -178,7 +193,8 @@ def one_node_step(runs: Any) -> tuple[float, float] | None:
     from workbench.analysis import projection as pj
     from workbench.store import Run
 
-    single = runs[runs["ranks"] == 1] if len(runs) else runs
+    ranks = next((runs[column] for column in ("ranks", "workers") if column in runs), None)  # ps-vs-allreduce: workers
+    single = runs[ranks == 1] if len(runs) and ranks is not None else runs.iloc[:0]
     best: tuple[int, float, float] | None = None
     for path in single.get("path", []):
         run = Run.load(path)
@@ -314,8 +330,13 @@ def describe_nodes(nodes: Sequence[Mapping[str, Any]]) -> str:
     """``0.2 core, 1 Gbit/s per node`` (or each node's, when they differ)."""
     from workbench.minicluster import format_rate
 
-    shapes = {(node["cpus"], node.get("link_bits_per_s")) for node in nodes}
+    def slots(node: Mapping[str, Any]) -> str:
+        return f" ({node['slots']} slots)" if node.get("slots") else ""
+
+    shapes = {(node["cpus"], node.get("link_bits_per_s"), slots(node)) for node in nodes}
     if len(shapes) == 1:
-        cpus, rate = shapes.pop()
-        return f"{cpus:g} core, {format_rate(rate)} per node"
-    return "; ".join(f"{n['name']} {n['cpus']:g} core, {format_rate(n.get('link_bits_per_s'))}" for n in nodes)
+        cpus, rate, offered = shapes.pop()
+        return f"{cpus:g} core{offered}, {format_rate(rate)} per node"
+    return "; ".join(
+        f"{n['name']} {n['cpus']:g} core{slots(n)}, {format_rate(n.get('link_bits_per_s'))}" for n in nodes
+    )

@@ -102,10 +102,13 @@ def test_a_sweep_over_node_counts_records_its_nodes_and_link_and_is_projected_fr
     assert all(abs(error) < 0.5 for error in errors), errors
 
 
-def test_pop_scaling_on_two_nodes_records_both_hosts_and_its_pop_metrics(mini, tmp_path):
+def test_pop_scaling_on_two_nodes_records_both_hosts_and_its_pop_metrics(restored, tmp_path):
     """The pop-scaling case's ci point on 1 and 2 nodes: POP metrics per count, the sequential test's cost."""
     from workbench.nodes import node_sweep
 
+    mini = restored
+    for node in ("node1", "node2"):  # the idle nodes' share: the ResNet's steps take half the time
+        mini.set_cpus(node, 0.8)
     out = tmp_path / "nodes-pop"
     result = node_sweep("pop-scaling", (1, 2), preset="ci", out=out, mini=mini, measure_link=False)
     assert mini.healthy(), "node_sweep took down the cluster it was given"
@@ -124,13 +127,16 @@ def test_pop_scaling_on_two_nodes_records_both_hosts_and_its_pop_metrics(mini, t
     assert result.summary["test_phase_fraction"]["1"] > 0
 
 
-def test_parameter_servers_on_two_nodes_send_their_traffic_over_the_link(mini, tmp_path):
+def test_parameter_servers_on_two_nodes_send_their_traffic_over_the_link(restored, tmp_path):
     """The ps-vs-allreduce case's PS point on 2 nodes: a worker per node, the PS task on node1, the pulls
     and pushes of node2's worker counted on node2's link."""
     from workbench.nodes import node_sweep, read_link_bytes
 
+    mini = restored
+    for node in ("node1", "node2"):  # the idle nodes' share: node1's four processes start TensorFlow sooner
+        mini.set_cpus(node, 0.8)
     out = tmp_path / "nodes-ps"
-    overrides = {"schemes": ("ps",), "data": ("synthetic",)}
+    overrides = {"schemes": ("ps",), "data": ("synthetic",), "repetitions": 1}
     result = node_sweep(
         "ps-vs-allreduce", (2,), preset="ci", out=out, mini=mini, measure_link=False, overrides=overrides
     )
@@ -152,3 +158,25 @@ def test_parameter_servers_on_two_nodes_send_their_traffic_over_the_link(mini, t
     print(f"\nnode2's link: {node2['received'] / 1e6:.0f} MB in, {node2['sent'] / 1e6:.0f} MB out, {steps[1]} steps")
     assert node2["received"] >= 0.9 * steps[1] * gradient_bytes, (node2, steps.to_dict(), gradient_bytes)
     assert node2["sent"] >= 0.9 * steps[1] * gradient_bytes, (node2, steps.to_dict(), gradient_bytes)
+
+
+def test_cpu_tuning_on_two_nodes_places_each_points_ranks_on_its_nodes(restored, tmp_path):
+    """The cpu-tuning case's node plan on 2 nodes (1 rank x 1 thread per node: the fixture's nodes have one
+    slot each): both evaluation schedules, each rank on its own node, the fix measured on nodes."""
+    from workbench.nodes import node_sweep
+
+    mini = restored
+    for node in ("node1", "node2"):  # the idle nodes' share: TensorFlow starts sooner
+        mini.set_cpus(node, 0.8)
+    out = tmp_path / "nodes-cpu"
+    overrides = {"per_node": ((1, 1),)}
+    result = node_sweep("cpu-tuning", (2,), preset="ci", out=out, mini=mini, measure_link=False, overrides=overrides)
+    assert mini.healthy(), "node_sweep took down the cluster it was given"
+    runs = result.tables["runs"]
+    assert sorted(runs["eval"]) == ["fixed", "per_epoch"] and set(runs["nodes"]) == {2} and runs["on_nodes"].all()
+    for path in runs["path"]:
+        assert set(Run.load(path).rank_meta["host"]) == {"node1", "node2"}
+    (fix,) = result.summary["evaluation"]
+    assert (fix["ranks"], fix["nodes"]) == (2, 2) and fix["interval_per_epoch"] < fix["interval_fixed"]
+    assert fix["speedup_eval_fix"] > 0 and len(result.summary["per_node"]) == 2
+    assert "2 rank(s) on 2 nodes: evaluating once per epoch" in result.text()

@@ -162,3 +162,76 @@ def test_image_size_is_a_preset_and_a_bad_one_is_one_clear_error():
     assert CASE.presets["reduced"].image_size == CASE.presets["ci"].image_size == 28
     with pytest.raises(ValueError, match="image_size=30 is not possible: use a multiple of 4"):
         Experiment(CASE, preset="ci", image_size=30)
+
+
+def test_on_nodes_the_plan_is_ranks_x_threads_per_node_at_each_count():
+    from workbench.cases.cpu_tuning import parse_per_node
+
+    assert parse_per_node("1x2, 2X1") == ((1, 2), (2, 1))
+    with pytest.raises(ValueError, match="write ranks x threads per node"):
+        parse_per_node("2 by 1")
+    settings = CASE.settings("ci", {"nodes": (1, 2), "per_node": ((1, 2), (2, 1))})
+    points = CASE.points(settings, 2)
+    assert sorted((p["nodes"], p.ranks, p["intra"], p["eval"]) for p in points) == [
+        (1, 1, 2, "fixed"),
+        (1, 1, 2, "per_epoch"),
+        (1, 2, 1, "fixed"),
+        (1, 2, 1, "per_epoch"),
+        (2, 2, 2, "fixed"),
+        (2, 2, 2, "per_epoch"),
+        (2, 4, 1, "fixed"),
+        (2, 4, 1, "per_epoch"),
+    ]
+    two_on_one = next(p for p in points if p["nodes"] == 1 and p.ranks == 2 and p["eval"] == "fixed")
+    # Slurm is asked for the point's own nodes: 2 ranks on 1 node, not spread over 2
+    assert CASE.cluster_overrides(settings, two_on_one) == {"threads_per_rank": 1, "inter_op_threads": 1, "nodes": 1}
+    assert CASE.places_ranks_per_node
+    with pytest.raises(ValueError, match="per_node"):
+        CASE.settings("ci", {"per_node": ((0, 2),)})
+
+
+def node_row(nodes: int, per_node: int, threads: int, evaluation: str, images: float, train: float, wall: float):
+    return row(
+        on_nodes=True,
+        nodes=nodes,
+        ranks=nodes * per_node,
+        ranks_per_node=per_node,
+        intra=threads,
+        eval=evaluation,
+        images_per_s=images,
+        ci_low=images - 1,
+        ci_high=images + 1,
+        train_images_per_s=train,
+        wall_s=wall,
+    )
+
+
+def test_on_nodes_the_node_is_tuned_first_then_scaled():
+    from workbench.cases.cpu_tuning import per_node_table, per_node_text, schedule_scaling
+
+    table = pd.DataFrame(
+        [
+            node_row(1, 1, 2, "fixed", 40.0, 44.0, 10.0),
+            node_row(1, 2, 1, "fixed", 50.0, 55.0, 8.0),  # the node's best split: 2 ranks x 1 thread
+            node_row(1, 2, 1, "per_epoch", 45.0, 55.0, 9.0),
+            node_row(2, 2, 1, "fixed", 95.0, 108.0, 8.4),
+            node_row(2, 2, 1, "per_epoch", 63.0, 107.0, 12.9),
+            node_row(2, 1, 2, "fixed", 70.0, 80.0, 11.0),
+        ]
+    )
+    scaling = schedule_scaling(table).set_index(["eval", "nodes"])
+    assert list(scaling.index) == [("fixed", 1), ("fixed", 2), ("per_epoch", 1), ("per_epoch", 2)]
+    assert scaling.loc[("fixed", 2), "time_speedup"] == pytest.approx(1.9)  # 95 / 50
+    assert scaling.loc[("per_epoch", 2), "train_speedup"] == pytest.approx(107 / 55)
+    assert scaling.loc[("per_epoch", 2), "time_speedup"] == pytest.approx(1.4)  # 63 / 45: time does not scale
+    assert scaling.loc[("fixed", 2), "ranks"] == 4
+    per_node = per_node_table(table)
+    assert len(per_node) == 6 and list(per_node["nodes"]) == [1, 1, 1, 2, 2, 2]
+    lines = per_node_text(per_node.to_dict("records"), schedule_scaling(table).to_dict("records"))
+    assert lines[0].startswith("- 1 node(s), the node's share fixed: 2 rank(s) x 1 thread(s) per node give 50")
+    assert lines[0].endswith("1.25x 1 x 2.")
+    assert "- 2 nodes over 1, evaluation per epoch: **1.95x** the images/s while training, 1.40x in wall time." in lines
+    fix = evaluation_fix(table).set_index(["ranks", "nodes"])
+    assert set(fix.index) == {(2, 1), (4, 2)}  # 2 ranks on 1 node and 4 on 2: each its own before/after
+    assert fix.loc[(4, 2), "speedup_eval_fix"] == pytest.approx(12.9 / 8.4)
+    assert per_node_table(pd.DataFrame([row()])).empty  # one machine: no node table

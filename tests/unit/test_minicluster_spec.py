@@ -375,3 +375,17 @@ def test_run_on_the_minicluster_gives_the_sweep_its_nodes(capsys, monkeypatch):
     assert (config.launcher, config.n, config.nodes, config.controller_ip) == ("slurm", 4, 4, "10.213.0.1")
     assert max(point.ranks for point in experiment.plan()) == 4
     assert experiment.point_config(2).nodes == 2 and experiment.point_config(2).launcher == "slurm"
+
+
+def test_slots_let_several_ranks_share_a_nodes_share():
+    from workbench.nodes import describe_nodes
+
+    spec = MiniClusterSpec.make(2, cpus_per_node=0.8, link="1gbit", slots_per_node=2)
+    assert [node.slurm_cpus for node in spec.nodes] == [2, 2]
+    assert spec.max_ranks() == 4 and spec.max_ranks(threads_per_rank=2) == 2
+    assert spec.nodes[0].describe() == "node1: 0.8 core, 2 slots, link 1gbit"
+    assert describe_nodes(spec.to_json()) == "0.8 core (2 slots), 1gbit per node"
+    assert MiniClusterSpec.from_json(spec.to_json()) == spec
+    assert describe_nodes(MiniClusterSpec.make(2, cpus_per_node=0.4).to_json()) == "0.4 core, 1gbit per node"
+    with pytest.raises(MiniClusterError, match="slots_per_node=0: use a whole number from 1 to 64"):
+        MiniClusterSpec.make(2, slots_per_node=0)

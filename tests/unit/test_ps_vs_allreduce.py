@@ -194,3 +194,47 @@ def test_the_pull_is_the_extra_forward_backward_under_ps():
     assert "~60 ms reading the variables" in step_parts_text(row)
     faster = step_parts_text({**row.to_dict(), "ps_compute_ms": 190.0, "pull_ms": 0.0})
     assert "does not show in this measurement" in faster
+
+
+def test_bytes_on_each_link_per_step_by_scheme_hand_computed():
+    from workbench.analysis.ps_load import link_bytes_per_step
+
+    # one PS on node 0 of 4: it serves 3 remote workers; the others pull and push everything
+    assert link_bytes_per_step("ps", 4, 100.0, [1.0]) == pytest.approx([300, 100, 100, 100])
+    # two PS tasks, 60/40: node 0 serves 3 x 60 and its worker fetches the 40 on node 1; node 1 the reverse
+    assert link_bytes_per_step("ps", 4, 100.0, [0.6, 0.4]) == pytest.approx([220, 180, 100, 100])
+    # two workers: whatever the split, each link carries one copy each way
+    assert link_bytes_per_step("ps", 2, 100.0, [0.5, 0.25, 0.25]) == pytest.approx([100, 100])
+    assert link_bytes_per_step("ps", 1, 100.0, [1.0]) == pytest.approx([0])
+    assert link_bytes_per_step("allreduce", 4, 100.0) == pytest.approx([150] * 4)  # 2G(W-1)/W
+    # the worker beside the PS ran 9 of 24 steps: the PS's link carries the other 15, 2.5 mean steps' worth
+    assert link_bytes_per_step("ps", 4, 100.0, [1.0], [9, 6, 4, 5]) == pytest.approx([250, 100, 400 / 6, 500 / 6])
+    with pytest.raises(ValueError, match="one count per worker"):
+        link_bytes_per_step("ps", 4, 100.0, [1.0], [9, 6])
+    with pytest.raises(ValueError, match="needs each PS task's share"):
+        link_bytes_per_step("ps", 2, 100.0)
+
+
+def test_each_ps_tasks_share_of_the_trainable_bytes():
+    from workbench.cases.ps_vs_allreduce import placed_shares
+
+    placement = [
+        {"ps": 0, "bytes": 300, "trainable": True},
+        {"ps": 1, "bytes": 100, "trainable": True},
+        {"ps": 1, "bytes": 999, "trainable": False},  # moving statistics: no gradient is pushed for them
+    ]
+    assert placed_shares(placement, 2) == [0.75, 0.25]
+    assert placed_shares([], 0) == []
+
+
+def test_round_robin_is_what_tensorflow_dealt_where_a_run_recorded_it():
+    from workbench.analysis.ps_load import imbalance, placements
+
+    sizes = [10, 1, 10, 1]
+    computed = placements(sizes, 2).set_index(["placement", "ps"])
+    assert computed.loc[("round-robin", 0), "bytes"] == 20  # i mod 2 over these four
+    # TensorFlow dealt the moving statistics between them too: each kernel landed on task 0
+    dealt = placements(sizes, 2, dealt=[0, 1, 0, 1]).set_index(["placement", "ps"])
+    assert dealt.loc[("round-robin", 0), "bytes"] == 20 and dealt.loc[("round-robin", 1), "bytes"] == 2
+    spread = placements(sizes, 2, dealt=[0, 0, 1, 1])
+    assert imbalance(spread).set_index("placement").loc["round-robin", "imbalance"] == pytest.approx(1.0)

@@ -17,6 +17,7 @@ interval from the measured iterations).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -88,9 +89,15 @@ class CpuTuningSettings:
         "horovod-cycle-5ms",
     )
     mpi: tuple[str, ...] = ("openmpi", "mpich", "gloo")
+    #: On a miniature cluster's nodes (``--nodes``): the node counts, and the ranks x threads per node swept
+    #: at each with the node's share fixed; both evaluation schedules at every point. Empty: one machine.
+    nodes: tuple[int, ...] = ()
+    per_node: tuple[tuple[int, int], ...] = ((1, 2), (2, 1))
 
     def __post_init__(self) -> None:
         self.workload(config(1, 1))  # one clear error for a bad size or count, before any rank starts
+        if any(ranks < 1 or threads < 1 for ranks, threads in self.per_node) or not self.per_node:
+            raise ValueError(f"per_node={self.per_node!r}: give ranks x threads per node, each >= 1, e.g. 1x2,2x1")
 
     def workload(self, point: Point) -> SganSettings:
         return SganSettings(
@@ -112,6 +119,25 @@ def config(
     ranks: int, intra: int, inter: int = 1, runtime: str = "default", evaluation: str = "fixed", mpi: str = "openmpi"
 ) -> Point:
     return Point.of(ranks, {"intra": intra, "inter": inter, "set": runtime, "eval": evaluation, "mpi": mpi})
+
+
+def node_config(nodes: int, ranks_per_node: int, threads: int, evaluation: str) -> Point:
+    """A point on ``nodes`` nodes of a miniature cluster, ``ranks_per_node`` ranks of ``threads`` threads on each."""
+    params = {"intra": threads, "inter": 1, "set": "default", "eval": evaluation, "mpi": "openmpi", "nodes": nodes}
+    return Point.of(nodes * ranks_per_node, params)
+
+
+def parse_per_node(text: str) -> tuple[tuple[int, int], ...]:
+    """``--per-node 1x2,2x1`` -> ((1, 2), (2, 1)): ranks x threads per node, checked."""
+    pairs = []
+    for item in (part.strip() for part in text.split(",") if part.strip()):
+        match = re.fullmatch(r"(\d+)\s*[xX*]\s*(\d+)", item)
+        if not match or int(match[1]) < 1 or int(match[2]) < 1:
+            raise ValueError(f"--per-node {text!r}: write ranks x threads per node, e.g. 1x2,2x1")
+        pairs.append((int(match[1]), int(match[2])))
+    if not pairs:
+        raise ValueError(f"--per-node {text!r}: write ranks x threads per node, e.g. 1x2,2x1")
+    return tuple(pairs)
 
 
 class CpuTuning(Case):
@@ -147,11 +173,22 @@ class CpuTuning(Case):
         CaseOption("--inter", "inter", "inter-op threads to sweep, e.g. 1,2", parse_counts),
         CaseOption("--iterations", "iterations", "training iterations per point", int),
         CaseOption("--image-size", "image_size", "pixels a side of the images (28, or a multiple of 4 above)", int),
+        CaseOption(
+            "--per-node", "per_node", "with --nodes: ranks x threads per node to sweep, e.g. 1x2,2x1", parse_per_node
+        ),
     )
     workload = staticmethod(train_on_rank)
     failures_are_results = True  # a thread setting that crashes or hangs is a grey heatmap cell, with why
+    places_ranks_per_node = True  # on nodes: ranks x threads per node at each node count
 
     def points(self, settings: CpuTuningSettings, max_ranks: int) -> list[Point]:
+        if settings.nodes:  # on a cluster's nodes: the node's share fixed, split into ranks x threads
+            return [
+                node_config(nodes, ranks, threads, evaluation)
+                for nodes in settings.nodes
+                for ranks, threads in settings.per_node
+                for evaluation in ("per_epoch", "fixed")
+            ]
         cores = physical_cores()
         per_rank = max(1, cores // max_ranks)
         wanted = [config(1, intra, inter) for inter in settings.inter for intra in settings.intra]  # the heatmap
@@ -179,6 +216,8 @@ class CpuTuning(Case):
             env["PYTHONPATH"] = str(mpich_horovod_prefix())
         if env:
             fields["env"] = env
+        if "nodes" in point.as_dict():
+            fields["nodes"] = point["nodes"]  # the point's ranks on these nodes only, ranks_per_node each
         return fields
 
     def row(self, run: Run, point: Point, settings: CpuTuningSettings) -> dict[str, Any]:
@@ -195,9 +234,14 @@ class CpuTuning(Case):
         )
         wall = float(first.get("wall_s", float("nan")))
         eval_s = float(first.get("eval_s", 0.0))
+        on_nodes = "nodes" in point.as_dict()  # a point of a sweep over a miniature cluster's nodes
+        nodes = int(point["nodes"]) if on_nodes else 1
         return {
             "run_id": run.run_id,
             "ranks": point.ranks,
+            "on_nodes": on_nodes,
+            "nodes": nodes,
+            "ranks_per_node": point.ranks // nodes,
             "intra": point["intra"],
             "inter": point["inter"],
             "set": point["set"],
@@ -239,6 +283,7 @@ class CpuTuning(Case):
             "evaluation": evaluation_fix(table),
             "schedule_scaling": schedule_scaling(table),
             "speedup_steps": speedup_steps(table),
+            "per_node": per_node_table(table),
         }
 
     def summary(self, rows: pd.DataFrame, tables: Mapping[str, pd.DataFrame], settings: CpuTuningSettings) -> dict:
@@ -296,6 +341,8 @@ class CpuTuning(Case):
             "mpi_ab": analysis.json_records(tables["mpi_ab"]),
             "evaluation": analysis.json_records(evaluation),
             "speedup_eval_fix": float(largest["speedup_eval_fix"].iloc[0]) if len(largest) else None,
+            "per_node": analysis.json_records(tables["per_node"]),
+            "schedule_scaling": analysis.json_records(tables["schedule_scaling"]),
             "seed": SEED,
             "mpich_missing": None if mpich_built() else "Horovod for MPICH is not built: run make horovod-mpich",
         }
@@ -339,16 +386,18 @@ class CpuTuning(Case):
                     f"{row['horovod_size']} rank(s), so the ranks trained alone (no gradient exchange): not a "
                     "valid comparison; Gloo needs horovodrun --gloo."
                 )
+        lines += per_node_text(summary.get("per_node") or [], summary.get("schedule_scaling") or [])
         for row in summary["evaluation"]:
+            where = f"{row['ranks']} rank(s)" + (f" on {row['nodes']} nodes" if row.get("nodes", 1) > 1 else "")
             if row["interval_per_epoch"] == row["interval_fixed"]:
                 lines.append(
-                    f"- {row['ranks']} rank(s): once per epoch is every {row['interval_fixed']} iterations, the same "
+                    f"- {where}: once per epoch is every {row['interval_fixed']} iterations, the same "
                     f"schedule as the fix; the two runs differ by {abs(row['speedup_eval_fix'] - 1):.0%} in wall "
                     "time: the noise between identical runs here."
                 )
                 continue
             lines.append(
-                f"- {row['ranks']} rank(s): evaluating once per epoch (every {row['interval_per_epoch']} iterations) "
+                f"- {where}: evaluating once per epoch (every {row['interval_per_epoch']} iterations) "
                 f"took {row['eval_share_per_epoch']:.0%} of the time; every {row['interval_fixed']} iterations "
                 f"{row['eval_share_fixed']:.0%}: **{row['speedup_eval_fix']:.2f}x** faster, while training "
                 f"images/s changed {row['train_change']:+.0%} (images/s scale, time does not)."
@@ -501,13 +550,26 @@ def speedup_steps(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def schedule_scaling(table: pd.DataFrame) -> pd.DataFrame:
-    """Per evaluation schedule: speedup over 1 rank in images/s while training and in images per second of wall time."""
-    columns = ["ranks", "eval", "train_speedup", "time_speedup"]
+    """Per evaluation schedule: speedup over 1 rank in images/s while training and in images per second of wall time.
+
+    On nodes (``on_nodes``): the seed's order, the node tuned first, then scaled. The
+    ranks x threads per node fastest on one node (fixed evaluation), at every node count, over its 1-node run.
+    """
+    columns = ["ranks", "nodes", "eval", "train_speedup", "time_speedup"]
     chosen = table[(table["set"] == "default") & (table["mpi"] == "openmpi") & (table["inter"] == 1)]
-    chosen = chosen[chosen["intra"] == (physical_cores() // chosen["ranks"]).clip(lower=1)]
+    if "on_nodes" in chosen and chosen["on_nodes"].any():
+        tuned = chosen[(chosen["nodes"] == 1) & (chosen["eval"] == "fixed")].dropna(subset=["images_per_s"])
+        if tuned.empty:
+            return pd.DataFrame(columns=columns)
+        best = tuned.loc[tuned["images_per_s"].idxmax()]
+        chosen = chosen[(chosen["ranks_per_node"] == best["ranks_per_node"]) & (chosen["intra"] == best["intra"])]
+        baseline = chosen["nodes"] == 1
+    else:
+        chosen = chosen[chosen["intra"] == (physical_cores() // chosen["ranks"]).clip(lower=1)]
+        baseline = chosen["ranks"] == 1
     rows = []
     for schedule, group in chosen.groupby("eval", sort=True):
-        one = group[group["ranks"] == 1]
+        one = group[baseline.loc[group.index]]
         if one.empty:
             continue
         one = one.iloc[0]
@@ -515,6 +577,7 @@ def schedule_scaling(table: pd.DataFrame) -> pd.DataFrame:
             rows.append(
                 [
                     int(row.ranks),
+                    int(getattr(row, "nodes", 1)),
                     schedule,
                     row.train_images_per_s / one["train_images_per_s"],
                     row.images_per_s / one["images_per_s"],
@@ -523,10 +586,57 @@ def schedule_scaling(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
+def per_node_table(table: pd.DataFrame) -> pd.DataFrame:
+    """On nodes: each node count's ranks x threads per node, both schedules (empty on one machine)."""
+    columns = [
+        "nodes",
+        "ranks_per_node",
+        "intra",
+        "eval",
+        "ranks",
+        "images_per_s",
+        "ci_low",
+        "ci_high",
+        "wall_s",
+        "eval_share",
+        "eval_interval",
+    ]
+    if "on_nodes" not in table or not table["on_nodes"].any():
+        return pd.DataFrame(columns=columns)
+    rows = table[table["on_nodes"] & (table["set"] == "default") & (table["mpi"] == "openmpi")]
+    return rows.sort_values(["nodes", "ranks_per_node", "eval"])[columns].reset_index(drop=True)
+
+
+def per_node_text(per_node: list[Mapping[str, Any]], scaling: list[Mapping[str, Any]]) -> list[str]:
+    """The node sweep's lines: the best split of each node count, and time against images/s as nodes are added."""
+    lines = []
+    for nodes in sorted({row["nodes"] for row in per_node}):
+        fixed = [r for r in per_node if r["nodes"] == nodes and r["eval"] == "fixed" and r["images_per_s"]]
+        if len(fixed) < 2:
+            continue
+        ranked = sorted(fixed, key=lambda r: -r["images_per_s"])
+        best, other = ranked[0], ranked[-1]
+        lines.append(
+            f"- {nodes} node(s), the node's share fixed: {best['ranks_per_node']} rank(s) x {best['intra']} thread(s) "
+            f"per node give {format_interval(best['images_per_s'], best['ci_low'], best['ci_high'], 'images/s')}, "
+            f"{best['images_per_s'] / other['images_per_s']:.2f}x {other['ranks_per_node']} x {other['intra']}."
+        )
+    largest = max((row["nodes"] for row in scaling), default=1)
+    for row in scaling:
+        if row["nodes"] == largest and largest > 1:
+            lines.append(
+                f"- {largest} nodes over 1, evaluation {row['eval'].replace('_', ' ')}: **{row['train_speedup']:.2f}x**"
+                f" the images/s while training, {row['time_speedup']:.2f}x in wall time."
+            )
+    return lines
+
+
 def evaluation_fix(table: pd.DataFrame) -> pd.DataFrame:
-    """Per rank count: per-epoch evaluation (grows with ranks) vs fixed, in wall time and evaluation share."""
+    """Per rank count (and node count, with its ranks x threads): per-epoch evaluation (grows with ranks) vs
+    fixed, in wall time and evaluation share."""
     columns = [
         "ranks",
+        "nodes",
         "interval_per_epoch",
         "interval_fixed",
         "eval_share_per_epoch",
@@ -537,8 +647,10 @@ def evaluation_fix(table: pd.DataFrame) -> pd.DataFrame:
         "train_change",
     ]
     chosen = table[(table["set"] == "default") & (table["mpi"] == "openmpi")]
+    if "nodes" not in chosen:
+        chosen = chosen.assign(nodes=1)
     rows = []
-    for ranks, group in chosen.groupby("ranks"):
+    for (ranks, nodes), group in chosen.groupby(["ranks", "nodes"]):
         before = group[group["eval"] == "per_epoch"]
         if before.empty:
             continue
@@ -552,6 +664,7 @@ def evaluation_fix(table: pd.DataFrame) -> pd.DataFrame:
         rows.append(
             [
                 int(ranks),
+                int(nodes),
                 int(before["eval_interval"]),
                 int(after["eval_interval"]),
                 before["eval_share"],

@@ -29,7 +29,7 @@ from workbench.analysis import ps_load
 from workbench.analysis.method import BenchmarkMethod
 from workbench.config import physical_cores
 from workbench.events import BYTES_PER_MB, NS_PER_S
-from workbench.experiment import Case, CaseOption, ExperimentResult, Point, parse_counts
+from workbench.experiment import Case, CaseOption, ExperimentResult, Point, parse_counts, parse_yes_no
 from workbench.store import Run
 from workbench.text import format_interval
 from workbench.workloads.ps_vs_allreduce import InceptionSettings, train_on_rank
@@ -131,6 +131,12 @@ class PsVsAllreduce(Case):
     options = (
         CaseOption("--ps", "ps_counts", "parameter-server task counts to search, e.g. 1,2", parse_counts),
         CaseOption("--data", "data", "data to train on: synthetic, real or both", parse_data),
+        CaseOption(
+            "--sharded",
+            "sharded_point",
+            "yes: one more PS point at the most workers, the variables sharded over the most PS tasks",
+            parse_yes_no,
+        ),
         CaseOption("--measured-steps", "measured_steps", "steps timed per repetition (after warm-up)", int),
         CaseOption("--repetitions", "repetitions", "repetitions of each measurement", int),
         CaseOption("--warmup-steps", "warmup_steps", "steps left out before timing", int),
@@ -194,6 +200,8 @@ class PsVsAllreduce(Case):
             "threads_total": workers * threads + ps + (1 if ps else 0),
             **busiest_host(results),
             "placed_shares": placed_shares(first.get("placement") or [], ps),
+            # the coordinator hands a step to whichever worker is free: under PS they differ
+            "steps_per_worker": first.get("steps_per_worker") or [first.get("steps", 0)] * workers,
             "path": str(run.path),
         }
 
@@ -211,10 +219,13 @@ class PsVsAllreduce(Case):
             load = ps_load.load_table(tasks, sizes, row.ps, f"measured: {row.placement}")
             placement_rows.append(load.assign(point=row.point, workers=row.workers, data=row.data))
             if row.placement == "round-robin" and (sizes_run is None or row.ps > sizes_run[1]):
-                whole = {}
+                # the round-robin row is what TensorFlow dealt (see ps_load.placements), the others computed
+                whole: dict[str, int] = {}
+                dealt: dict[str, int] = {}
                 for p in placed:
                     whole[p["variable"]] = whole.get(p["variable"], 0) + p["bytes"]
-                sizes_run = (list(whole.values()), row.ps)
+                    dealt.setdefault(p["variable"], p["ps"])
+                sizes_run = (list(whole.values()), row.ps, list(dealt.values()))
         load = pd.concat(placement_rows, ignore_index=True) if placement_rows else pd.DataFrame()
         compared = ps_load.placements(*sizes_run) if sizes_run else pd.DataFrame()
         return {
@@ -294,6 +305,7 @@ class PsVsAllreduce(Case):
                     "hosts",
                     "gradient_mb",
                     "placed_shares",
+                    "steps_per_worker",
                 ],
             ),
             "cores": int(rows["cores_per_host"].min()) if len(rows) else physical_cores(),

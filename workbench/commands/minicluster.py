@@ -35,6 +35,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     up.add_argument("--cpus-per-node", type=float, default=0.4, help="each node's share of a core (default 0.4)")
     up.add_argument("--link", default="1gbit", help="each node's link rate as tc writes it: 800mbit, 1gbit, none")
     up.add_argument(
+        "--slots-per-node",
+        type=int,
+        default=None,
+        help="the CPUs Slurm offers on each node (default: one per started core share)",
+    )
+    up.add_argument(
         "--node-cpus", action="append", metavar="NODE=C", help="one node's share, e.g. node2=0.2 (a slow node)"
     )
     up.add_argument(
@@ -55,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
             link=args.link,
             node_cpus=_per_node(args.node_cpus, "--node-cpus"),  # make() reads "0.2", or names what is wrong
             node_links=_per_node(args.node_link, "--node-link"),
+            slots_per_node=args.slots_per_node,
         )
         cluster = MiniCluster.up(spec)
         if args.json:
