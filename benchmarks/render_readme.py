@@ -1009,6 +1009,13 @@ def ps_link_traffic(result: Mapping[str, Any], point: Mapping[str, Any]) -> tupl
     return (measured / steps / BYTES_PER_MB if measured is not None else None), modelled / BYTES_PER_MB
 
 
+def ps_label(point: Mapping[str, Any]) -> str:
+    """``allreduce``, ``PS × 2``, ``PS × 2, sharded``."""
+    if point["scheme"] == "allreduce":
+        return "allreduce"
+    return f"PS × {point['ps']}" + (", sharded" if point["placement"] == "sharded" else "")
+
+
 def render_ps_vs_allreduce_nodes(saved: Mapping[str, Any]) -> str:
     """ps-vs-allreduce on 1, 2 and 4 nodes at each link: efficiency by workers for both schemes, and the
     busiest link's bytes per step (measured and modelled) against the step: the PS bottleneck."""
@@ -1019,24 +1026,29 @@ def render_ps_vs_allreduce_nodes(saved: Mapping[str, Any]) -> str:
         link, shape = node_cluster(one)
         nodes = result.get("cluster", {}).get("nodes") or [{}]
         rate = nodes[0].get("link_bits_per_s")
-        efficiency = {(r["scheme"], r["workers"], r["ps"]): r for r in result["efficiency"] if r["data"] == "synthetic"}
+        efficiency = {
+            (r["scheme"], r["workers"], r["ps"], r["placement"]): r
+            for r in result["efficiency"]
+            if r["data"] == "synthetic"
+        }
         batch = result["model"]["batch_per_worker"]
         points = sorted(
             (p for p in result["points"] if p["data"] == "synthetic"),
-            key=lambda p: (p["workers"], p["scheme"] != "allreduce", p["ps"]),
+            key=lambda p: (p["workers"], p["scheme"] != "allreduce", p["ps"], p["placement"] == "sharded"),
         )
         by_key = {}
         for point in points:
-            row = efficiency.get((point["scheme"], point["workers"], point["ps"]), {})
+            key = (point["scheme"], point["workers"], point["ps"], point["placement"])
+            row = efficiency.get(key, {})
             measured, modelled = ps_link_traffic(result, point)
             step_s = point["workers"] * batch / row["images_per_s"] if row.get("images_per_s") else None
             link_s = modelled * BYTES_PER_MB * 8 / rate if rate and point["workers"] > 1 else None
-            by_key[(point["scheme"], point["workers"], point["ps"])] = (row, measured, modelled, step_s, link_s)
+            by_key[key] = (row, measured, modelled, step_s, link_s)
             rows.append(
                 [
                     rate_words(link),
                     str(point["workers"]),
-                    "allreduce" if point["scheme"] == "allreduce" else f"PS × {point['ps']}",
+                    ps_label(point),
                     f"{number(row.get('images_per_s'))} [{number(row.get('ci_low'))}, {number(row.get('ci_high'))}]"
                     if row
                     else "–",
@@ -1050,12 +1062,12 @@ def render_ps_vs_allreduce_nodes(saved: Mapping[str, Any]) -> str:
             )
         most = max(p["workers"] for p in points)
         by_scheme = ", ".join(
-            f"{'allreduce' if scheme == 'allreduce' else f'PS × {ps}'} {percent(value[0].get('efficiency'))}"
-            for (scheme, workers, ps), value in by_key.items()
-            if workers == most
+            f"{ps_label({'scheme': scheme, 'ps': ps, 'placement': placement})} {percent(value[0].get('efficiency'))}"
+            for (scheme, workers, ps, placement), value in by_key.items()
+            if workers == most and placement != "sharded"
         )
         lines.append(f"- {shape}: efficiency at {most} nodes, {by_scheme}.")
-        one_ps = by_key.get(("ps", most, 1))
+        one_ps = by_key.get(("ps", most, 1, "round-robin"))
         if one_ps and rate and one_ps[4] and one_ps[3]:
             lines.append(
                 f"- {shape}: with one PS task at {most} nodes its node's link carries {number(one_ps[2])} MB each way"
@@ -1542,6 +1554,47 @@ def nodes_headline(pop: Mapping[str, Any], evaluation: Mapping[str, Any]) -> str
     )
 
 
+def schemes_headline(fast: Mapping[str, Any], slow: Mapping[str, Any], cpu: Mapping[str, Any]) -> str:
+    """The README's line on ps-vs-allreduce (a fast link against a slow one) and cpu-tuning on nodes."""
+
+    def at_most(saved: Mapping[str, Any], scheme: str) -> Mapping[str, Any]:
+        """The scheme's row at the most workers (the fewest PS tasks, round-robin)."""
+        rows = [r for r in saved["result"]["efficiency"] if r["scheme"] == scheme and r["data"] == "synthetic"]
+        most = [r for r in rows if r["workers"] == max(r["workers"] for r in rows) and r["placement"] != "sharded"]
+        return min(most, key=lambda r: r["ps"])
+
+    ps_fast, ps_slow = at_most(fast, "ps"), at_most(slow, "ps")
+    ring_fast, ring_slow = at_most(fast, "allreduce"), at_most(slow, "allreduce")
+    one_ps = next(
+        p
+        for p in slow["result"]["points"]
+        if (p["scheme"], p["workers"], p["ps"], p["data"]) == ("ps", ps_slow["workers"], 1, "synthetic")
+    )
+    counted, modelled = ps_link_traffic(slow["result"], one_ps)
+    seed = {
+        r["system"]: r["efficiency"]
+        for r in slow["result"]["seed_efficiency"]
+        if (r["gpus"], r["data"]) == (64, "synthetic")
+    }
+    per_node = cpu["result"]["per_node"]
+    rate = {(r["nodes"], r["ranks_per_node"]): r["images_per_s"] for r in per_node if r["eval"] == "fixed"}
+    most = max(r["nodes"] for r in per_node)
+    scaling = {r["eval"]: r["time_speedup"] for r in cpu["result"]["schedule_scaling"] if r["nodes"] == most}
+    every = max(r["eval_interval"] for r in per_node)
+    node = node_cluster(cpu)[1].split(" (")[0]
+    return (
+        f"- **Parameter servers and CPU tuning on nodes:** on {ps_slow['workers']} nodes the efficiency of parameter"
+        f" servers fell from {percent(ps_fast['efficiency'])} on fast links (unshaped) to"
+        f" {percent(ps_slow['efficiency'])} on 1 Gbit/s ones, allreduce's from {percent(ring_fast['efficiency'])} to"
+        f" {percent(ring_slow['efficiency'])} (the seed at 64 GPUs: {percent(seed[PS_SEED_SYSTEMS[0]])} on Piz"
+        f" Daint, {percent(seed[PS_SEED_SYSTEMS[1]])} on p2.xlarge); one PS task's node carried {number(counted)} MB"
+        f" a step each way ({number(modelled)} MB modelled); on a node of {node}, 1 rank × 2 threads trained"
+        f" {times(rate[(1, 1)] / rate[(1, 2)])} the images/s of 2 ranks × 1 thread, and evaluating every {every}"
+        f" iterations kept {most} nodes' wall-time speedup with their images/s ({times(scaling['fixed'])}, against"
+        f" {times(scaling['per_epoch'])} evaluating once per epoch)."
+    )
+
+
 def render_headline(saved: Mapping[str, Any]) -> str:
     """The README's three lines of key figures, each from the saved result its docs page renders in full."""
     overhead = saved["result"]
@@ -1583,12 +1636,14 @@ def render_headline(saved: Mapping[str, Any]) -> str:
         f"TCP stream ({number(mini_link['mpi_busbw_mbps']['1'])} MB/s with Open MPI's default of one TCP socket per "
         "peer, hence the workbench's 4).",
         nodes_headline(load(POP_NODE_SWEEPS[1]), load(EVAL_NODE_SWEEPS[1])),
+        schemes_headline(load(PS_NODE_SWEEPS[1]), load(PS_NODE_SWEEPS[0]), load(CPU_NODE_SWEEPS[0])),
     ]
     sources = (
         "overhead, analysis-categorical, analysis-split-100m, browser, live, live-1024, dashboard-cost,"
         " eval-frequency-reduced,"
         " input-pipeline-reduced,"
-        f" projection, minicluster, {POP_NODE_SWEEPS[1]}, {EVAL_NODE_SWEEPS[1]}"
+        f" projection, minicluster, {POP_NODE_SWEEPS[1]}, {EVAL_NODE_SWEEPS[1]}, {', '.join(PS_NODE_SWEEPS)},"
+        f" {CPU_NODE_SWEEPS[0]}"
     )
     return (
         "\n".join(lines)

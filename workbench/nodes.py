@@ -146,7 +146,8 @@ class LinkBytes:
             self.started = self.mini.link_bytes()
         elif status == "done" and self.started:
             now = self.mini.link_bytes()
-            nodes = self.mini.node_names[: point.ranks]
+            # one rank per node, unless the point says on how many nodes its ranks run
+            nodes = self.mini.node_names[: int(point.as_dict().get("nodes", point.ranks))]
             self.counted[point.key] = {
                 node: {way: now[node][way] - self.started[node][way] for way in ("sent", "received")}
                 for node in nodes

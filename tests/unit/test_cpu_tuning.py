@@ -235,3 +235,19 @@ def test_on_nodes_the_node_is_tuned_first_then_scaled():
     assert set(fix.index) == {(2, 1), (4, 2)}  # 2 ranks on 1 node and 4 on 2: each its own before/after
     assert fix.loc[(4, 2), "speedup_eval_fix"] == pytest.approx(12.9 / 8.4)
     assert per_node_table(pd.DataFrame([row()])).empty  # one machine: no node table
+
+
+def test_a_sweep_without_a_one_rank_point_is_summarised_in_words():
+    """On 2 nodes only (or any sweep from 2 ranks up) there is no one-rank baseline: said, not raised."""
+    rows = pd.DataFrame(
+        [
+            node_row(2, 1, 1, "fixed", 95.0, 108.0, 8.4) | {"evaluations": 2, "tf_threads": 1, "accuracy": 0.5},
+            node_row(2, 1, 1, "per_epoch", 63.0, 107.0, 12.9) | {"evaluations": 5, "tf_threads": 1, "accuracy": 0.5},
+        ]
+    ).assign(run_id="r", path="p", threads_total=4, eval_interval=[15, 7])
+    settings = CASE.settings("ci", {"nodes": (2,), "per_node": ((1, 1),)})
+    tables = CASE.tables(rows, {}, settings)
+    summary = CASE.summary(rows, tables, settings)
+    assert summary["speedup_total"] is None
+    text = CASE.text({**summary, "method_text": "Method."})
+    assert "no one-rank point to compare" in text and "2 rank(s) on 2 nodes: evaluating once per epoch" in text

@@ -352,7 +352,7 @@ class CpuTuning(Case):
         for key, reason in (summary.get("failed_points") or {}).items():
             lines.append(f"- Point `{key}` failed (a grey cell in the heatmaps): {reason}")
         base, tuned = summary.get("baseline_one_rank"), summary.get("best_one_rank")
-        if base and tuned:
+        if base and tuned and not summary.get("per_node"):  # on nodes the per-node lines say it, per node's share
             lines.append(
                 f"- One rank: {tuned['intra']} intra-op x {tuned['inter']} inter-op threads give "
                 f"**{format_amount(tuned['images_per_s'])} images/s**, {summary['speedup_tuned_vs_default']:.2f}x the "
@@ -362,10 +362,12 @@ class CpuTuning(Case):
             )
         best = summary.get("best")
         if best:
+            total = summary.get("speedup_total")  # None without a one-rank point to compare with
+            against = f"{total:.2f}x the one-rank baseline; " if total is not None else "no one-rank point to compare; "
             lines.append(
                 f"- Best overall: {best['ranks']} rank(s) x {best['intra']} thread(s), set `{best['set']}`, "
                 f"{best['mpi']}: **{format_amount(best['images_per_s'])} images/s** "
-                f"({summary['speedup_total']:.2f}x the one-rank baseline; the seed: 16x on 8 nodes)."
+                f"({against}the seed: 16x on 8 nodes)."
             )
         for row in summary["runtime_sets"]:
             verdict = (
