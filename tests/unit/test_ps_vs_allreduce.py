@@ -238,3 +238,22 @@ def test_round_robin_is_what_tensorflow_dealt_where_a_run_recorded_it():
     assert dealt.loc[("round-robin", 0), "bytes"] == 20 and dealt.loc[("round-robin", 1), "bytes"] == 2
     spread = placements(sizes, 2, dealt=[0, 0, 1, 1])
     assert imbalance(spread).set_index("placement").loc["round-robin", "imbalance"] == pytest.approx(1.0)
+
+
+def test_each_rank_starts_its_worker_and_its_share_of_the_ps_tasks():
+    from workbench.workloads.ps_job import cluster_spec, roles_of_rank
+
+    assert [roles_of_rank(rank, 2, 3) for rank in (0, 1)] == [
+        [("worker", 0), ("ps", 0), ("ps", 2)],
+        [("worker", 1), ("ps", 1)],
+    ]
+    assert roles_of_rank(3, 4, 1) == [("worker", 3)]  # one PS task: on rank 0's host only
+    placed = [
+        {"address": "10.0.0.11", "roles": roles_of_rank(0, 2, 3), "ports": [7000, 7001, 7002, 7003]},
+        {"address": "10.0.0.12", "roles": roles_of_rank(1, 2, 3), "ports": [8000, 8001]},
+    ]
+    assert cluster_spec(placed) == {
+        "chief": ["10.0.0.11:7003"],  # rank 0's last port
+        "worker": ["10.0.0.11:7000", "10.0.0.12:8000"],
+        "ps": ["10.0.0.11:7001", "10.0.0.12:8001", "10.0.0.11:7002"],
+    }
