@@ -257,3 +257,16 @@ def test_each_rank_starts_its_worker_and_its_share_of_the_ps_tasks():
         "worker": ["10.0.0.11:7000", "10.0.0.12:8000"],
         "ps": ["10.0.0.11:7001", "10.0.0.12:8001", "10.0.0.11:7002"],
     }
+
+
+def test_the_busiest_host_counts_the_threads_of_every_process_started_there():
+    from workbench.cases.ps_vs_allreduce import busiest_host
+
+    # two nodes: rank 0 runs its worker (1 thread), a PS task and the chief; rank 1 its worker alone
+    on_nodes = [
+        {"rank": 0, "host": "node1", "cores": 1, "threads_here": 3},
+        {"rank": 1, "host": "node2", "cores": 1, "threads_here": 1},
+    ]
+    assert busiest_host(on_nodes) == {"threads_busiest_host": 3, "cores_per_host": 1, "hosts": 2}
+    one_machine = [{**r, "host": "vm", "cores": 2} for r in on_nodes]
+    assert busiest_host(one_machine) == {"threads_busiest_host": 4, "cores_per_host": 2, "hosts": 1}

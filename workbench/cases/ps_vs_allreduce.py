@@ -385,9 +385,10 @@ class PsVsAllreduce(Case):
         if over:
             worst = max(over, key=lambda r: r["threads_busiest_host"])
             where = "this machine's" if summary.get("hosts", 1) == 1 else "a host's"
+            cores = f"{summary['cores']} core{'' if summary['cores'] == 1 else 's'}"
             lines.append(
-                f"- **Oversubscribed**: {len(over)} point(s) ran more threads on one host than {where} "
-                f"{summary['cores']} cores (up to {worst['threads_busiest_host']} threads on one host, "
+                f"- **Oversubscribed**: {len(over)} point(s) ran more threads on one host than {where} {cores} "
+                f"(up to {worst['threads_busiest_host']} threads on one host, "
                 f"{worst['processes']} processes in all, at `{worst['point']}`): workers, PS tasks and the chief "
                 "took turns on the cores, so PS points are slower here than on separate machines, and efficiency "
                 "above 1 worker mostly measures the cores."
