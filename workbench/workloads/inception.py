@@ -111,7 +111,8 @@ def make_dataset(settings: InceptionSettings, seed: int | None) -> Any:
 
 
 def threads_for_workers(settings: InceptionSettings, workers: int) -> int:
-    """Intra-op threads per worker: the setting, else the cores shared out (at least one)."""
+    """Intra-op threads per worker: the setting, else the cores shared out between the ``workers`` on
+    this host (at least one)."""
     from workbench.config import physical_cores
 
     return settings.threads_per_worker or max(1, physical_cores() // workers)

@@ -14,8 +14,8 @@ The chief (``python -m workbench.workloads.ps_job chief SPEC``) builds Inception
 ``ParameterServerStrategy`` and schedules steps with a ``ClusterCoordinator``. Each step takes
 ``tf.timestamp`` on the worker before the batch, after it, after forward/backward and after the
 update; the chief writes those as the worker's spans, in the lane of the worker's rank and with its
-host. Workers are told apart by a file each reads from its working folder (``identity``: its task and
-host) when its dataset is made: the coordinator does not say which worker ran a step.
+host. Workers are told apart by a file each reads from its working folder (``identity``: its task)
+when its dataset is made: the coordinator does not say which worker ran a step.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ SERVER_START_TIMEOUT_S = 120.0
 #: Names the network interface whose address the ranks' servers use (e.g. ``ib0``) where the route
 #: to rank 0's host is not the one to use.
 INTERFACE_VARIABLE = "WORKBENCH_PS_INTERFACE"
-#: Read by each worker's dataset from its working folder: "<task> <host>".
+#: Read by each worker's dataset from its working folder: its task number.
 IDENTITY_FILE = "identity"
 #: How often a rank waiting for the chief looks whether it has ended (a blocking MPI wait would spin).
 WAIT_POLL_S = 0.2
@@ -106,10 +106,10 @@ def _outward_address() -> str:
     return LOOPBACK
 
 
-def job_addresses(comm: Any) -> list[str]:
-    """Each rank's address for its servers: 127.0.0.1 when every rank shares one host; otherwise the
-    address of the interface ``WORKBENCH_PS_INTERFACE`` names, else the one routing to rank 0's host."""
-    hosts = comm.allgather(socket.gethostname())
+def job_addresses(comm: Any, hosts: list[str]) -> list[str]:
+    """Each rank's address for its servers (``hosts``: each rank's host name): 127.0.0.1 when every rank
+    shares one host; otherwise the address of the interface ``WORKBENCH_PS_INTERFACE`` names, else the one
+    routing to rank 0's host."""
     if len(set(hosts)) == 1:
         return [LOOPBACK] * len(hosts)
     interface = os.environ.get(INTERFACE_VARIABLE)
@@ -164,7 +164,7 @@ def _start_servers(
         role = f"{job}{task}"
         home = folder / role  # a worker's dataset reads its identity from here (see run_chief)
         home.mkdir(exist_ok=True)
-        (home / IDENTITY_FILE).write_text(f"{task} {socket.gethostname()}")
+        (home / IDENTITY_FILE).write_text(str(task))
         with open(folder / f"{role}.log", "wb") as log:
             servers[role] = subprocess.Popen(
                 [*command, job, str(task)], stdout=log, stderr=subprocess.STDOUT, env=_environment(), cwd=home
@@ -227,6 +227,7 @@ def run_job(run_path: str, settings: InceptionSettings, comm: Any = None) -> dic
     Every rank raises when any rank's servers did not start; rank 0 raises when the chief failed.
     """
     from workbench.config import physical_cores
+    from workbench.workloads.inception import threads_for_workers
 
     if comm is None:
         from mpi4py import MPI
@@ -238,10 +239,10 @@ def run_job(run_path: str, settings: InceptionSettings, comm: Any = None) -> dic
     folder = Path(run_path) / "ps_job"
     folder.mkdir(parents=True, exist_ok=True)
     host = socket.gethostname()
-    address = job_addresses(comm)[rank]
-    roles = roles_of_rank(rank, ranks, settings.ps)
     hosts = comm.allgather(host)
-    threads = settings.threads_per_worker or max(1, physical_cores() // hosts.count(host))
+    address = job_addresses(comm, hosts)[rank]
+    roles = roles_of_rank(rank, ranks, settings.ps)
+    threads = threads_for_workers(settings, hosts.count(host))  # this host's cores shared by its workers
     ports = free_ports(len(roles) + (rank == 0), address)
     placed = comm.allgather(
         {"rank": rank, "host": host, "address": address, "roles": roles, "ports": ports, "threads": threads}
@@ -354,7 +355,7 @@ def run_chief(spec: dict[str, Any]) -> dict[str, Any]:
     def dataset_fn() -> Any:
         # read once by each worker's dataset, in the worker's process: the file in its working folder
         # says which worker task it is (a relative path, resolved where the op runs)
-        task = tf.strings.to_number(tf.strings.split(tf.io.read_file(IDENTITY_FILE))[0], tf.int64)
+        task = tf.strings.to_number(tf.io.read_file(IDENTITY_FILE), tf.int64)
         return make_dataset(settings, None).map(  # None: each worker its own shuffle
             lambda x, y: (x, y, task)
         )

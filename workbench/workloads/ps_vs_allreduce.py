@@ -95,7 +95,6 @@ def train_allreduce(run_path: str, settings: InceptionSettings) -> dict[str, Any
         "gradient_bytes": gradient_bytes,
         "parameters": int(model.count_params()),
         "threads": intra_op_threads(),
-        "threads_here": intra_op_threads(),
         "host": socket.gethostname(),
         "cores": physical_cores(),
         "settings": asdict(settings),
