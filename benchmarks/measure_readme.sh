@@ -6,7 +6,7 @@
 #   benchmarks/measure_readme.sh            # all of them, about 40 minutes on 2 cores
 #   benchmarks/measure_readme.sh overhead   # only the named ones
 #   benchmarks/measure_readme.sh projection-sweeps projection   # the projection's validation, ~15 minutes
-#   benchmarks/measure_readme.sh projection-nodes-sweeps projection-nodes   # ... across nodes, ~2 hours, root
+#   benchmarks/measure_readme.sh projection-nodes-sweeps projection-nodes   # ... across nodes, ~2 h 20 min, root
 #   benchmarks/measure_readme.sh pop-scaling-nodes-50mbit pop-scaling-nodes-1gbit eval-frequency-nodes-50mbit \
 #       eval-frequency-nodes-1gbit ps-vs-allreduce-nodes-1gbit ps-vs-allreduce-nodes-unshaped cpu-tuning-nodes
 #       # the case studies on nodes, ~85 minutes, root
@@ -131,6 +131,15 @@ for repetition in 2 3; do
     for link in 50mbit 1gbit; do
         sweep projection-nodes-sweeps workbench run pop-scaling --preset reduced --nodes 1,2,4 --cpus-per-node 0.4 \
             --link $link --out artifacts/nodes-pop-scaling-$link-r$repetition --json
+    done
+done
+# ps-vs-allreduce for the projection: allreduce and one PS task beside worker 0, 1, 2 and 4 nodes of 0.4 core, three
+# repetitions on each link (~8 minutes a sweep); the case study's sweeps above have one repetition and more points
+for repetition in 1 2 3; do
+    for link in 1gbit unshaped; do
+        sweep projection-nodes-sweeps workbench run ps-vs-allreduce --preset ci --data synthetic --ps 1 --sharded no \
+            --measured-steps 6 --repetitions 2 --nodes 1,2,4 --cpus-per-node 0.4 --link $link \
+            --out artifacts/nodes-ps-vs-allreduce-$link-r$repetition --json
     done
 done
 measure projection-nodes workbench bench projection --nodes --json

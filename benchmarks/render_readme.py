@@ -26,6 +26,7 @@ import math
 import os
 import re
 import socket
+import statistics
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -1595,6 +1596,25 @@ def schemes_headline(fast: Mapping[str, Any], slow: Mapping[str, Any], cpu: Mapp
     )
 
 
+def projection_nodes_headline(saved: Mapping[str, Any]) -> str:
+    """The README's line on the projection across nodes: over all points, then each case's median and max."""
+    result = saved["result"]
+    rows = result["validation"]
+    counts = sorted({r["ranks"] for r in rows})
+    by_case: dict[str, list[float]] = {}
+    for r in rows:
+        by_case.setdefault(r["case"], []).append(abs(r["error"]))
+    cases = "; ".join(
+        f"{case} {share(statistics.median(errors))} and {share(max(errors))}" for case, errors in by_case.items()
+    )
+    return (
+        f"- **The projection across nodes:** each node count projected from its sweep's 1-node run is within"
+        f" {share(result['median_error'])} (median) and {share(result['max_error'])} (max) of the measured medians"
+        f" of {result['runs']} points on {counts[0]}–{counts[-1]} nodes (the goal: 5 % and 10 %); by case, median"
+        f" and max: {cases}."
+    )
+
+
 def render_headline(saved: Mapping[str, Any]) -> str:
     """The README's three lines of key figures, each from the saved result its docs page renders in full."""
     overhead = saved["result"]
@@ -1637,13 +1657,14 @@ def render_headline(saved: Mapping[str, Any]) -> str:
         "peer, hence the workbench's 4).",
         nodes_headline(load(POP_NODE_SWEEPS[1]), load(EVAL_NODE_SWEEPS[1])),
         schemes_headline(load(PS_NODE_SWEEPS[1]), load(PS_NODE_SWEEPS[0]), load(CPU_NODE_SWEEPS[0])),
+        projection_nodes_headline(load("projection-nodes")),
     ]
     sources = (
         "overhead, analysis-categorical, analysis-split-100m, browser, live, live-1024, dashboard-cost,"
         " eval-frequency-reduced,"
         " input-pipeline-reduced,"
         f" projection, minicluster, {POP_NODE_SWEEPS[1]}, {EVAL_NODE_SWEEPS[1]}, {', '.join(PS_NODE_SWEEPS)},"
-        f" {CPU_NODE_SWEEPS[0]}"
+        f" {CPU_NODE_SWEEPS[0]}, projection-nodes"
     )
     return (
         "\n".join(lines)

@@ -378,6 +378,10 @@ def _cmd_project(args: argparse.Namespace) -> int:
         fusion_threshold_mb=args.fusion_threshold_mb,
         epoch_samples=args.epoch_samples,
         servers=args.servers,
+        server_shares=args.server_shares,
+        servers_on_workers=args.servers_on_workers,
+        asynchronous=args.asynchronous,
+        server_exchange_s=args.server_exchange,
         overlap=args.overlap,
         system=system,
         nodes=args.nodes,
@@ -588,6 +592,30 @@ def build_parser() -> argparse.ArgumentParser:
     project.add_argument("--html", default=None, metavar="FILE", help="also write the HTML report to FILE")
     project.add_argument(
         "--servers", type=int, default=None, help="--scheme ps: parameter servers (default 1 per node)"
+    )
+    project.add_argument(
+        "--server-shares",
+        default=None,
+        metavar="LIST",
+        help="--scheme ps: each server's share of the variables, e.g. 0.999,0.001 (default: even)",
+    )
+    project.add_argument(
+        "--servers-on-workers",
+        action="store_true",
+        help="--scheme ps: server j runs on worker node j mod nodes (default: hosts of their own)",
+    )
+    project.add_argument(
+        "--asynchronous",
+        action="store_true",
+        help="--scheme ps: workers step on their own (ClusterCoordinator), no barrier between steps",
+    )
+    project.add_argument(
+        "--server-exchange",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="--asynchronous: node seconds one step's pull and push take through the RPCs (a 1-node PS run's"
+        " step less the allreduce run's)",
     )
     project.add_argument(
         "--overlap", type=float, default=0.0, help="share of a step's compute the collective hides behind (0-1)"

@@ -39,13 +39,19 @@ def work_unit(iterations: int = UNIT_ITERATIONS) -> int:
     return total
 
 
-def sample(path: str | Path, interval_s: float = INTERVAL_S, rounds: int | None = None) -> None:
-    """Append ``time_ns core cpu_ns`` lines to ``path``: each round one work unit pinned to each core in turn."""
+def sample(
+    path: str | Path, interval_s: float = INTERVAL_S, rounds: int | None = None, parent: int | None = None
+) -> None:
+    """Append ``time_ns core cpu_ns`` lines to ``path``: each round one work unit pinned to each core in turn.
+
+    ``parent``: stop once that process is gone (this one handed to another parent), so a sweep killed
+    without the chance to stop its probe does not leave it sampling for ever.
+    """
     allowed = os.sched_getaffinity(0)
     done = 0
     try:
         with open(path, "a", buffering=1) as out:
-            while rounds is None or done < rounds:
+            while (rounds is None or done < rounds) and (parent is None or os.getppid() == parent):
                 for core in sorted(allowed):
                     os.sched_setaffinity(0, {core})
                     started = time.thread_time_ns()
@@ -68,7 +74,16 @@ class HostSpeedProbe:
 
     def __enter__(self) -> HostSpeedProbe:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        command = [sys.executable, "-m", "workbench.hostspeed", str(self.path), "--interval", str(self.interval_s)]
+        command = [
+            sys.executable,
+            "-m",
+            "workbench.hostspeed",
+            str(self.path),
+            "--interval",
+            str(self.interval_s),
+            "--parent",
+            str(os.getpid()),
+        ]
         self._process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
         return self
 
@@ -109,9 +124,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("path", help="the samples file to append to")
     parser.add_argument("--interval", type=float, default=INTERVAL_S, help="seconds between rounds")
     parser.add_argument("--rounds", type=int, default=None, help="stop after this many rounds (default: never)")
+    parser.add_argument("--parent", type=int, default=None, help="stop once this process is gone (the sweep's)")
     args = parser.parse_args(argv)
     try:
-        sample(args.path, args.interval, args.rounds)
+        sample(args.path, args.interval, args.rounds, args.parent)
     except KeyboardInterrupt:
         pass
     return 0

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -60,3 +64,26 @@ def test_the_probe_samples_while_its_block_runs_and_stops_after(tmp_path):
     assert count >= 4
     time.sleep(0.2)
     assert len(hostspeed.read_samples(probe.path)) == count  # nothing written after
+
+
+def test_the_probe_stops_by_itself_when_the_sweep_that_started_it_is_killed(tmp_path):
+    """A sweep killed by SIGKILL or an unhandled SIGTERM cannot stop its probe: the probe notices its parent gone."""
+    path = tmp_path / hostspeed.SAMPLES_FILE
+    # a shell stands in for the sweep: it starts the probe with its own pid as the parent, prints the probe's pid
+    # and exits at once, so the probe is handed to another parent
+    script = f"{sys.executable} -m workbench.hostspeed {path} --interval 0.01 --parent $$ >/dev/null 2>&1 & echo $!"
+    orphan = int(subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout)
+
+    def running() -> bool:  # an exited orphan may linger as a zombie until its new parent reaps it
+        try:
+            return Path(f"/proc/{orphan}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except (FileNotFoundError, ProcessLookupError):
+            return False
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and running():
+        time.sleep(0.05)
+    alive = running()
+    if alive:
+        os.kill(orphan, signal.SIGKILL)
+    assert not alive, "the probe kept sampling after its parent was gone"

@@ -69,6 +69,52 @@ def test_parameter_servers_busiest_card_carries_nodes_times_bytes_over_servers()
     assert pj.parameter_server_seconds(100e6, 1, net) == 0.0
 
 
+def test_servers_beside_the_workers_spare_each_node_its_own_share_of_the_link():
+    b = 100e6
+    # one server on its own host, 4 workers: its card carries 4B; beside worker 0 it carries the other 3 workers' B
+    assert pj.parameter_server_link_bytes(b, 4, servers=1) == pytest.approx(4 * b)
+    assert pj.parameter_server_link_bytes(b, 4, servers=1, colocated=True) == pytest.approx(3 * b)
+    # one server per node, beside the workers: (W-1)/W of everyone's traffic and 1 - 1/W of its own, 2(W-1)/W·B
+    assert pj.parameter_server_link_bytes(b, 4, colocated=True) == pytest.approx(2 * 3 / 4 * b)
+    # TensorFlow's round-robin put 99.9 % on server 0: the shares, not the count, set the busiest card
+    dealt = pj.parameter_server_link_bytes(b, 4, shares=[0.999, 0.001])
+    assert dealt == pytest.approx(4 * 0.999 * b)
+    assert pj.parameter_server_link_bytes(b, 1, servers=1, colocated=True) == 0.0
+    net = pj.Network("ps", latency_s=1e-3, bandwidth_bytes_per_s=1 * GB)
+    assert pj.parameter_server_seconds(b, 4, net, servers=1, colocated=True) == pytest.approx(2 * (1e-3 + 0.3))
+    with pytest.raises(ValueError, match="share"):
+        pj.parameter_server_link_bytes(b, 4, shares=[0.0, 0.0])
+    with pytest.raises(ValueError, match="server_shares"):
+        pj.Changes(scheme="ps", server_shares=(-1.0, 2.0))
+
+
+def test_asynchronous_workers_run_at_their_own_rates_until_a_link_or_a_servers_node_is_full():
+    b, compute = 100e6, 0.5
+    net = pj.Network("ps", latency_s=0.0, bandwidth_bytes_per_s=1 * GB)
+    # one node: the step is the compute plus the RPCs through the local server
+    assert pj.asynchronous_parameter_server_seconds(b, 1, net, compute, exchange_s=0.2) == pytest.approx(0.2)
+    # 2 nodes, one server beside worker 0, free RPCs: worker 0 steps every 0.5 s, worker 1 every 0.5 + 2·0.1 s;
+    # nothing is full, so a round of 2 steps takes 2 / (2 + 1/0.7) s
+    two = pj.asynchronous_parameter_server_seconds(b, 2, net, compute, servers=1, colocated=True)
+    assert two == pytest.approx(2 / (2 + 1 / 0.7) - compute)
+    # 10 nodes: 9 workers at 1/0.7 steps/s would pull 1.29 GB/s through the server's 1 GB/s link; they slow to
+    # 1/0.9 each (worker 0 needs no link): a round of 10 steps in 10 / (2 + 9/0.9) s
+    ten = pj.asynchronous_parameter_server_seconds(b, 10, net, compute, servers=1, colocated=True)
+    assert ten == pytest.approx(10 / 12 - compute)
+    # 4 nodes, RPCs costing 0.2 s of node time a step: the server's node would spend 0.6 s on each of worker 0's
+    # steps (1/0.6 a second) and 0.1 s serving every step (1/0.6 + 3/0.8 a second), 1.54 s of work a second, so
+    # every worker slows by that
+    uncapped = 1 / 0.6 + 3 / 0.8
+    load = 0.6 / 0.6 + 0.1 * uncapped
+    slow = pj.asynchronous_parameter_server_seconds(b, 4, net, compute, servers=1, colocated=True, exchange_s=0.2)
+    assert slow == pytest.approx(4 / (uncapped / load) - compute)
+    # a server on a host of its own: every worker pulls over its link; 10 workers at 1/0.7 steps/s would need
+    # 1.43 GB/s of the server's 1 GB/s, so each slows to 1 step/s: a round of 10 steps in 1 s
+    alone = pj.asynchronous_parameter_server_seconds(b, 10, net, compute, servers=1)
+    assert alone == pytest.approx(1.0 - compute)
+    assert pj.asynchronous_parameter_server_seconds(b, 4, net, compute, servers=1) == pytest.approx(0.2)
+
+
 def test_expected_max_of_n_draws_from_the_empirical_distribution():
     # two values 1 and 2: max of 2 draws is 1 only when both are 1 (1/4)
     assert pj.expected_max(np.array([2.0, 1.0]), 2) == pytest.approx(1 * 0.25 + 2 * 0.75)
@@ -561,6 +607,45 @@ def test_validation_compares_medians_of_repetitions_and_keeps_each_ones_error(tm
     assert same["predicted_s"] == pytest.approx(np.median(predicted))
     assert same["error"] == pytest.approx(np.median(predicted) / 2.0 - 1)
     assert same["errors_each"] == pytest.approx([predicted[0] / 1.0 - 1, predicted[1] / 3.0 - 1])
+
+
+def test_parameter_server_points_are_projected_from_the_allreduce_run_and_the_rpcs_the_ps_run_added(tmp_path):
+    """A ps-vs-allreduce sweep: the PS point on 2 workers is modelled from the 1-worker allreduce run's steps, plus
+    what the 1-worker PS run's step took beyond it (the pulls and pushes through the local server)."""
+    from workbench.bench.projection import validation_table
+    from workbench.store import StreamWriter, create_run, update_run_meta
+
+    def recorded(name, workers):
+        path = create_run(tmp_path / "runs", name, ranks=workers, config={"settings": {"batch": 4}})
+        events = one_rank_run(compute_ms=500, evaluation_ms=0, nbytes=0, steps=6)
+        StreamWriter(path, "events", 0).write(events.assign(run_id=path.name).to_dict(orient="list"))
+        update_run_meta(path, status="finished")
+        return str(path)
+
+    common = {"data": "synthetic", "gradient_mb": 100.0}
+    ps = {"scheme": "ps", "ps": 1, "placement": "round-robin", "placed_shares": [1.0]}
+    rows = [
+        # 4 images a step: 0.5 s with allreduce on 1 worker, 0.9 s through the PS (0.4 s of RPCs)
+        {"point": "n1/scheme=allreduce/data=synthetic", "scheme": "allreduce", "workers": 1, "images_per_s": 8.0},
+        {"point": "n1/scheme=ps/data=synthetic/ps=1", **ps, "workers": 1, "images_per_s": 4 / 0.9},
+        # 2 workers, 8 images a round in 1.6 s
+        {"point": "n2/scheme=ps/data=synthetic/ps=1", **ps, "workers": 2, "images_per_s": 8 / 1.6},
+    ]
+    for row in rows:
+        row.update(common, path=recorded(row["point"].replace("/", "-"), row["workers"]), ps=row.get("ps", 0))
+        row.setdefault("placed_shares", [])
+    pd.DataFrame(rows).to_parquet(tmp_path / "runs.parquet")
+    net = pj.Network("slow", latency_s=0.0, bandwidth_bytes_per_s=0.1 * GB)
+    table = validation_table([("ps-vs-allreduce", str(tmp_path))], net=net)
+    row = table.iloc[0]
+    assert row["point"] == "n2/scheme=ps/data=synthetic/ps=1" and row["quantity"] == "step_s"
+    assert row["measured_s"] == pytest.approx(1.6)
+    # worker 0 steps every 0.5 s + its half of the RPCs (0.2 s), worker 1 every 0.7 s + pulling and pushing 100 MB
+    # at 0.1 GB/s (2 s). Node 1 would spend 0.9 s on each of worker 0's steps and 0.2 s serving each of worker 1's:
+    # 1.36 s of work a second, so both slow by that
+    predicted = 2 / ((1 / 0.7 + 1 / 2.7) / (0.9 / 0.7 + 0.2 / 2.7))
+    assert row["predicted_s"] == pytest.approx(predicted, rel=1e-3)
+    assert row["error"] == pytest.approx(predicted / 1.6 - 1, rel=1e-3)
 
 
 def test_pop_scaling_runs_are_projected_with_their_scaling_and_each_ranks_share_of_the_batch():

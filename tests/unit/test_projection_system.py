@@ -162,6 +162,27 @@ def test_workbench_project_describes_a_system_from_flags_and_a_file(tmp_path, ca
     assert "100g-infiniband" in text and "2 device(s) per node" in text
 
 
+def test_workbench_project_describes_asynchronous_servers_beside_the_workers(capsys):
+    from workbench.cli import main
+
+    # 100 MB of gradients (25M parameters), 1 s of compute, a 0.05 GB/s link, no latency, RPCs 0.4 s of node time a
+    # step; one server beside worker 0 on 4 nodes, workers stepping on their own
+    flags = ["--parameters", "25M", "--step-time", "1", "--batch", "8", "--nodes", "1,4", "--latency-us", "0"]
+    ps = ["--scheme", "ps", "--servers", "1", "--servers-on-workers", "--asynchronous", "--server-exchange", "0.4"]
+    assert main(["project", *flags, "--bandwidth-gbs", "0.05", *ps, "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    rows = {row["ranks"]: row for row in payload["projection"]}
+    assert rows[1]["step_s"] == pytest.approx(1.4)  # one node: compute and both sides of the RPCs
+    # 4 nodes: worker 0 steps every 1.2 s, the others every 1.2 + 2 x 2 s. Those three would pull 0.058 GB/s
+    # through the server's 0.05 GB/s link: they slow to 1/6 a second each. The server's node would then work
+    # 1.4/1.2 + 0.2 x 3/6 = 1.27 s a second (worker 0's steps, serving all): everyone slows by 1.27
+    rates = (1 / 1.2 + 3 / 6) / (1.4 / 1.2 + 0.2 * 3 / 6)
+    assert rows[4]["step_s"] == pytest.approx(4 / rates)
+    assert "serves its servers' share at 0.4 s" in json.dumps(payload)
+    assert main(["project", *flags, "--scheme", "ps", "--server-shares", "1,x"]) == 2
+    assert "--server-shares '1,x'" in capsys.readouterr().err
+
+
 def test_workbench_project_refuses_runs_and_a_system_together_and_neither(capsys):
     from workbench.cli import main
 
@@ -229,3 +250,16 @@ def test_the_link_can_be_fitted_at_the_message_size_a_step_sends():
     half = pj.fit_network(rows, at_bytes=512 * 1024)
     seconds = (262144 / 2e9 * (1 << 20) / 1e9) ** 0.5
     assert half.bandwidth_bytes_per_s == pytest.approx(512 * 1024 / seconds, rel=1e-6)
+
+
+def test_past_the_largest_measured_message_the_link_keeps_that_messages_rate():
+    # 2 ranks, no latency: 1 MiB at 1 GB/s, 4 MiB at 0.5 GB/s (a shaper's burst spent). 87 MB of gradients move
+    # at 4 MiB's rate, not in 4 MiB's time (which would read as a link 20x too fast)
+    rows = [
+        {"bytes": 1024, "ranks": 2, "mpi_seconds": 1024 / 1e9},
+        {"bytes": 1 << 20, "ranks": 2, "mpi_seconds": (1 << 20) / 1e9},
+        {"bytes": 4 << 20, "ranks": 2, "mpi_seconds": (4 << 20) / 0.5e9},
+    ]
+    assert pj.fit_network(rows, at_bytes=87e6).bandwidth_bytes_per_s == pytest.approx(0.5e9, rel=1e-6)
+    # below the smallest, the smallest's rate
+    assert pj.fit_network(rows, at_bytes=100).bandwidth_bytes_per_s == pytest.approx(1e9, rel=1e-6)

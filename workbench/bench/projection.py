@@ -39,6 +39,8 @@ NODE_SWEEPS: tuple[tuple[str, str], ...] = (
     ("eval-frequency", "artifacts/nodes-eval-frequency-*"),
     ("input-pipeline", "artifacts/nodes-input-pipeline-*"),
     ("pop-scaling", "artifacts/nodes-pop-scaling-*"),
+    # the repetitions for the projection (-r1..-r3: allreduce and one PS task), not the case study's single sweeps
+    ("ps-vs-allreduce", "artifacts/nodes-ps-vs-allreduce-*-r[0-9]"),
 )
 #: Sweeps the bench validates against when they are on disk (artifacts/ is not in git), as globs: each
 #: directory a glob matches is one repetition. The first two with one core per rank at every rank count
@@ -228,6 +230,8 @@ def _validation_entries(sweeps: Sequence[tuple[str, str | Path]], net: pj.Networ
     for case, pattern, out in _sweep_directories(sweeps):
         runs = pd.read_parquet(out / "runs.parquet")
         runs["params"] = [point.split("/", 1)[1] if "/" in point else "" for point in runs["point"]]
+        if "ranks" not in runs and "workers" in runs:  # ps-vs-allreduce counts workers (one per rank)
+            runs["ranks"] = runs["workers"]
         nodes = read_nodes_file(out)
         cluster = f"{len(nodes['nodes'])} nodes: {describe_nodes(nodes['nodes'])}" if nodes else HOST_CLUSTER
         speeds = out / SAMPLES_FILE
@@ -237,10 +241,20 @@ def _validation_entries(sweeps: Sequence[tuple[str, str | Path]], net: pj.Networ
             if smaller.empty:
                 continue
             base = smaller.loc[smaller["ranks"].idxmin()]
+            ps_base = None
+            if case == "ps-vs-allreduce" and row.scheme == "ps":
+                # the PS scheme's model is the same workload's allreduce run on as few nodes, plus what the PS
+                # run's step took beyond it there: the pulls and pushes through the RPCs on that node
+                ps_base, base = base, _allreduce_twin(runs, base)
+                if base is None:
+                    continue
             if base["path"] not in loaded:
                 loaded[base["path"]] = Run.load(base["path"])
             run = loaded[base["path"]]
             kwargs, measured, quantity = _case_inputs(case, run, row)
+            if ps_base is not None:
+                batch = int(((run.meta.get("config") or {}).get("settings") or {}).get("batch", 1))
+                kwargs["server_exchange_s"] = max(_round_s(ps_base, batch) - _round_s(base, batch), 0.0)
             inputs = kwargs.pop("profile", {})
             key = (str(base["path"]), tuple(sorted(inputs.items())))
             if key not in profiles:
@@ -288,6 +302,17 @@ def _validation_entries(sweeps: Sequence[tuple[str, str | Path]], net: pj.Networ
                 }
             )
     return entries
+
+
+def _allreduce_twin(runs: pd.DataFrame, ps_run: pd.Series) -> pd.Series | None:
+    """The allreduce run of a ps-vs-allreduce sweep with the PS run's data and workers (None: not in the sweep)."""
+    same = runs[(runs["scheme"] == "allreduce") & (runs["data"] == ps_run["data"]) & (runs["ranks"] == ps_run["ranks"])]
+    return None if same.empty else same.iloc[0]
+
+
+def _round_s(row: Any, batch: int) -> float:
+    """Seconds per round of a ps-vs-allreduce run: one step of every worker at its measured images/s."""
+    return float(row["workers"]) * batch / float(row["images_per_s"])
 
 
 def _sweep_directories(sweeps: Sequence[tuple[str, str | Path]]) -> list[tuple[str, str, Path]]:
@@ -379,6 +404,24 @@ def _case_inputs(case: str, run: Any, row: Any) -> tuple[dict[str, Any], float, 
             "epoch_samples": int(settings["epoch_samples"]) if settings.get("epoch_samples") else None,
         }
         return kwargs, float(row.wall_s), "wall_s"
+    if case == "ps-vs-allreduce":
+        # a step of every worker: workers x batch images at the measured images/s; the PS tasks sit on the workers'
+        # nodes (task j beside worker j mod workers, ps_job's placement) holding the shares TensorFlow dealt
+        batch = int(settings.get("batch", 1))
+        kwargs = {
+            "profile": {"gradient_bytes": float(row.gradient_mb) * BYTES_PER_MB, "batch_per_rank": batch},
+            "no_horovod": row.scheme != "allreduce",
+        }
+        if row.scheme == "ps":
+            shares = [float(share) for share in row.placed_shares] if len(row.placed_shares) else None
+            kwargs.update(
+                scheme="ps",
+                servers=int(row.ps),
+                server_shares=tuple(shares) if shares else None,
+                servers_colocated=True,
+                servers_asynchronous=True,
+            )
+        return kwargs, _round_s(row._asdict(), batch), "step_s"
     # the mpi4py backend calls MPI.Allreduce directly: no Horovod cost per call; the workload takes whole batches
     # of each rank's shard, so the training set's size fixes its steps per epoch at every rank count
     kwargs = {"profile": {}, "no_horovod": row.backend != "horovod", "epoch_samples": _training_samples(run.meta)}

@@ -125,6 +125,17 @@ def parse_ranks(text: str) -> list[int]:
     return values
 
 
+def parse_shares(text: str) -> tuple[float, ...]:
+    """``0.999,0.001`` -> each parameter server's share of the variables (normalised by the model)."""
+    try:
+        values = tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise ValueError(f"--server-shares {text!r}: give numbers separated by commas, e.g. 0.5,0.5") from None
+    if not values or min(values) < 0 or sum(values) <= 0:
+        raise ValueError(f"--server-shares {text!r}: give each server's share, none negative, e.g. 0.5,0.5")
+    return values
+
+
 def resolve_network(
     name: str | None, *, ranks_per_node: int | None = None, allreduce_json: str | Path | None = None
 ) -> pj.Network:
@@ -244,6 +255,10 @@ def project_command(
     fusion_threshold_mb: float | None = None,
     epoch_samples: int | None = None,
     servers: int | None = None,
+    server_shares: str | None = None,
+    servers_on_workers: bool = False,
+    asynchronous: bool = False,
+    server_exchange_s: float = 0.0,
     overlap: float = 0.0,
     system: pj.SystemSpec | None = None,
     nodes: str | None = None,
@@ -265,6 +280,10 @@ def project_command(
         epoch_samples=epoch_samples,
         scheme=scheme,
         servers=servers,
+        server_shares=parse_shares(server_shares) if server_shares else None,
+        servers_colocated=servers_on_workers,
+        servers_asynchronous=asynchronous,
+        server_exchange_s=server_exchange_s,
         overlap=overlap,
     )
     if system is not None:

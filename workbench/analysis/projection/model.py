@@ -18,6 +18,7 @@ from workbench.analysis.projection.networks import (
     HOROVOD_FUSION_THRESHOLD_BYTES,
     Network,
     allreduce_seconds,
+    asynchronous_parameter_server_seconds,
     network,
     parameter_server_seconds,
 )
@@ -149,6 +150,19 @@ class Changes:
     scheme: str = "allreduce"
     #: Parameter servers (``scheme="ps"``); None: one per node.
     servers: int | None = None
+    #: Each server's share of the variables (``scheme="ps"``), in task order; None: even over ``servers``.
+    #: TensorFlow's round-robin can put nearly all bytes on server 0 (``ps_load.placements``).
+    server_shares: tuple[float, ...] | None = None
+    #: The servers run on the workers' nodes (server j on node j mod nodes) rather than hosts of their own:
+    #: a node's worker then reaches its local servers without the link.
+    servers_colocated: bool = False
+    #: The workers step on their own (asynchronous PS training: TF 2's ``ClusterCoordinator``): no barrier,
+    #: so a round of steps lasts the longer of one worker's cycle and what the busiest link carries each way.
+    servers_asynchronous: bool = False
+    #: Node time (s) one worker step's pull and push take through the servers' RPCs, client and server sides
+    #: together (``servers_asynchronous``): a 1-node PS run's step less the same model's step without servers.
+    #: Servers beside workers share their node's cores, so serving every worker's share can be the limit.
+    server_exchange_s: float = 0.0
     #: The share of a step's compute the collective can hide behind (gradients sent while the backward
     #: pass goes on; ~2/3 when the backward pass is two thirds of the step); 0 = after the step.
     overlap: float = 0.0
@@ -159,6 +173,15 @@ class Changes:
     shared_storage: SharedStorage | None = None
 
     def __post_init__(self) -> None:
+        if self.server_shares is not None and (
+            not self.server_shares or min(self.server_shares) < 0 or sum(self.server_shares) <= 0
+        ):
+            raise ValueError(
+                f"server_shares={self.server_shares!r}: give each parameter server's share of the variables,"
+                " e.g. (0.5, 0.5)"
+            )
+        if self.server_exchange_s < 0:
+            raise ValueError(f"server_exchange_s={self.server_exchange_s}: the RPCs' node seconds per step, 0 or more")
         if self.epoch_samples is not None and self.epoch_samples < 1:
             raise ValueError(f"epoch_samples {self.epoch_samples} must be the training set's size, at least 1 sample")
         if self.shared_storage is not None and self.shared_input_batches_per_s:
@@ -436,8 +459,29 @@ class _Model:
         mean_busy = float(busy.mean())
         # the slowest rank: step-to-step variance (E[max] of n draws), or a measured imbalance, whichever is larger
         slowest = max(expected_max(busy, n), mean_busy / p.load_balance) if n > 1 else mean_busy
-        if self.scheme == "ps":
-            transfer, per_call = parameter_server_seconds(p.gradient_bytes, n, self.net, servers=self.servers), 0.0
+        if self.scheme == "ps" and c.servers_asynchronous:
+            slowest = mean_busy  # no barrier: nobody waits for the slowest worker's step
+            transfer = asynchronous_parameter_server_seconds(
+                p.gradient_bytes,
+                n,
+                self.net,
+                mean_busy,
+                servers=self.servers,
+                shares=c.server_shares,
+                colocated=c.servers_colocated,
+                exchange_s=c.server_exchange_s,
+            )
+            per_call = 0.0
+        elif self.scheme == "ps":
+            transfer = parameter_server_seconds(
+                p.gradient_bytes,
+                n,
+                self.net,
+                servers=self.servers,
+                shares=c.server_shares,
+                colocated=c.servers_colocated,
+            )
+            per_call = 0.0
         else:
             transfer, per_call = allreduce_seconds(
                 p.gradient_bytes,
@@ -525,8 +569,26 @@ def _assumptions(
         "per-rank compute scales linearly with the per-rank batch",
     ]
     if scheme == "ps":
+        where = (
+            "on the workers' nodes (server j on node j mod nodes)"
+            if changes.servers_colocated
+            else "on hosts of their own"
+        )
+        held = (
+            "holding " + ", ".join(f"{share:.3g}" for share in changes.server_shares) + " of the variables"
+            if changes.server_shares
+            else "holding even shares"
+        )
+        steps = (
+            "workers step on their own (asynchronous), each at its own rate (compute, its RPCs, pull and push),"
+            " slowed where a node's link or CPU is full (a node's CPU runs its worker and serves its servers'"
+            f" share at {changes.server_exchange_s:.3g} s of RPCs a step)"
+            if changes.servers_asynchronous
+            else "every worker waits for the slowest (synchronous steps)"
+        )
+        count = f"{changes.servers}" if changes.servers else "one per node"
         items.append(
-            "parameter servers: one per node unless servers= is given; nodes combine their ranks' gradients first"
+            f"parameter servers ({count}) {where}, {held}; nodes combine their ranks' gradients first; {steps}"
         )
     if profile.input_bound:
         items.append(

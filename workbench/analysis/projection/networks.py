@@ -152,7 +152,7 @@ NETWORKS: dict[str, Network] = {
 }
 
 
-def network(name: str | Network, **changes: Any) -> Network:
+def network(name: str | Network, /, **changes: Any) -> Network:
     """A named network (``NETWORKS``), with fields changed (``ranks_per_node=4``) if given."""
     if isinstance(name, Network):
         chosen = name
@@ -175,7 +175,8 @@ def fit_network(
     """α–β (and Horovod's per-call cost) fitted to ``workbench bench allreduce --json`` rows.
 
     ``at_bytes``: take β at this message size instead (the gradient bytes a step sends): the measured time
-    interpolated between the sizes around it (log-log), less its latency part. On a shaped or CPU-capped
+    interpolated between the sizes around it (log-log), less its latency part; outside the measured sizes,
+    the rate of the nearest (largest or smallest) one. On a shaped or CPU-capped
     link mid-size messages stray from the line through the large ones, by tens of per cent either way
     (faster inside a shaper's burst, slower where per-message work meets a CPU quota).
 
@@ -210,10 +211,13 @@ def fit_network(
     if at_bytes and at_bytes > 0:
         ordered = frame.sort_values("bytes")
         sizes, times = ordered["bytes"].to_numpy(dtype=float), ordered["mpi_seconds"].to_numpy(dtype=float)
-        seconds = float(np.exp(np.interp(np.log(at_bytes), np.log(sizes), np.log(times))))
+        # outside the measured sizes, β of the nearest one: interpolating past the largest would hold its
+        # time, not its rate (87 MB at the time of 16 MB: a link 5x too fast)
+        size = float(np.clip(at_bytes, sizes[0], sizes[-1]))
+        seconds = float(np.exp(np.interp(np.log(size), np.log(sizes), np.log(times))))
         transfer = seconds - steps * latency
         if transfer > 0:
-            bandwidth = share * at_bytes / transfer
+            bandwidth = share * size / transfer
     per_call = 0.0
     if "horovod_seconds" in frame:
         both = frame[(frame["bytes"] <= 1024 * 1024) & frame["horovod_seconds"].notna()]
@@ -287,24 +291,142 @@ def allreduce_seconds(
     return transfer, len(chunks) * net.per_call_s
 
 
-def parameter_server_seconds(nbytes: float, ranks: int, net: Network, *, servers: int | None = None) -> float:
-    """Seconds per step to push gradients to parameter servers and pull the variables back.
+def server_shares_by_node(
+    nodes: int, *, servers: int | None = None, shares: Sequence[float] | None = None, colocated: bool = False
+) -> tuple[list[float], list[float]]:
+    """``(shares, held)``: each server's share of the variables (normalised; even over ``servers`` when not
+    given, one server per node by default) and the share each worker's node holds (server ``j`` on node
+    ``j mod nodes`` when ``colocated``, else none)."""
+    if shares is None:
+        count = nodes if servers is None else int(servers)
+        if count < 1:
+            raise ValueError("servers must be >= 1")
+        shares = [1.0 / count] * count
+    elif not shares or min(shares) < 0 or sum(shares) <= 0:
+        raise ValueError(f"shares={list(shares)!r}: give each server's share of the variables, e.g. 0.5,0.5")
+    total = float(sum(shares))
+    normalised = [share / total for share in shares]
+    held = [0.0] * nodes
+    if colocated:
+        for task, share in enumerate(normalised):
+            held[task % nodes] += share
+    return normalised, held
+
+
+def parameter_server_link_bytes(
+    nbytes: float,
+    nodes: int,
+    *,
+    servers: int | None = None,
+    shares: Sequence[float] | None = None,
+    colocated: bool = False,
+) -> float:
+    """Bytes the busiest link carries each way for one step of every node's worker (``B`` = ``nbytes``).
+
+    Every node pulls ``B`` and pushes ``B``; server ``j`` holds ``shares[j]`` of the variables (even shares
+    over ``servers`` when not given; ``servers`` defaults to one per node).
+
+    - Servers on hosts of their own (``colocated=False``): a server's link carries its share of every
+      node's traffic, and a worker's link its own: ``max(B, nodes·B·max share)``.
+    - Servers on the workers' nodes (``colocated=True``, server ``j`` on node ``j mod nodes``, as
+      TensorFlow clusters often place them): a node's own worker reaches its local servers without the
+      link: ``max over nodes of B·((nodes − 1)·s + 1 − s)`` with ``s`` the share it holds
+      (``ps_load.link_bytes_per_step``): one server beside one of 4 workers carries ``3B``, not ``4B``.
+    """
+    if nodes <= 1 or nbytes <= 0:
+        return 0.0
+    normalised, held = server_shares_by_node(nodes, servers=servers, shares=shares, colocated=colocated)
+    if colocated:
+        return max(nbytes * ((nodes - 1) * s + 1.0 - s) for s in held)
+    return max(nbytes, nodes * nbytes * max(normalised))
+
+
+def parameter_server_seconds(
+    nbytes: float,
+    ranks: int,
+    net: Network,
+    *,
+    servers: int | None = None,
+    shares: Sequence[float] | None = None,
+    colocated: bool = False,
+) -> float:
+    """Seconds per synchronous step to push gradients to parameter servers and pull the variables back.
 
     The ranks of a node first combine their gradients over the node's link (an allreduce inside the
-    node), then every node pushes ``B`` and pulls ``B``; the servers hold ``B/servers`` each, so the
-    busiest card carries ``max(B, nodes·B/servers)`` each way: ``2·(α + that/β)``. ``servers``
-    defaults to one per node. One node with one rank: 0.
+    node); then every node pulls and pushes, and the busiest link carries ``b`` each way
+    (``parameter_server_link_bytes``, where the servers sit and what they hold): ``2·(α + b/β)``.
+    One node with one rank: 0.
     """
     per_node = min(net.ranks_per_node, ranks)
     nodes = math.ceil(ranks / per_node)
     local = ring_allreduce_seconds(nbytes, per_node, net.intra_latency_s, net.intra_bandwidth_bytes_per_s)
     if nodes <= 1 or nbytes <= 0:
         return local
-    servers = nodes if servers is None else int(servers)
-    if servers < 1:
-        raise ValueError("servers must be >= 1")
-    busiest = max(nbytes, nodes * nbytes / servers)
+    busiest = parameter_server_link_bytes(nbytes, nodes, servers=servers, shares=shares, colocated=colocated)
     return local + 2.0 * (net.latency_s + busiest / net.bandwidth_bytes_per_s)
+
+
+def asynchronous_parameter_server_seconds(
+    nbytes: float,
+    ranks: int,
+    net: Network,
+    compute_s: float,
+    *,
+    servers: int | None = None,
+    shares: Sequence[float] | None = None,
+    colocated: bool = False,
+    exchange_s: float = 0.0,
+) -> float:
+    """Seconds per round (as many steps as nodes) beyond ``compute_s`` when workers step on their own.
+
+    Asynchronous PS training (TF 2's ``ClusterCoordinator``, TF 1's between-graph replicas) has no step
+    barrier: a step goes to whichever worker is free, so each worker runs at its own rate, one step per
+    cycle: its compute, its side of the RPCs (``exchange_s / 2``), and pulling and pushing what its node
+    does not hold over its link, ``2·(α + (1 − s)·B/β)``. Two kinds of shared capacity slow the workers
+    that use them, in proportion, until none is over:
+
+    - each node's link, each way (pulls and pushes of different workers use its two directions at once):
+      ``B·(s·Σ other workers' rates + (1 − s)·own rate) ≤ β``;
+    - each node's CPU (servers beside a worker share its cores): its worker's compute and RPC side, plus
+      serving the share ``s`` it holds of every worker's pull and push, ``exchange_s / 2`` each;
+    - on servers of their own hosts, each server's link (its share of every step's bytes, each way) and CPU.
+
+    ``exchange_s``: node time one worker step's pull and push take through the RPCs, client and server
+    sides together (a 1-node PS run's step less the same model's step without servers; 0: free). At one
+    node with one rank a round is ``compute_s + exchange_s``. Returned less ``compute_s``, as the exposed
+    transfer: ``nodes / Σ rates − compute_s``.
+    """
+    per_node = min(net.ranks_per_node, ranks)
+    nodes = math.ceil(ranks / per_node)
+    local = ring_allreduce_seconds(nbytes, per_node, net.intra_latency_s, net.intra_bandwidth_bytes_per_s)
+    if nodes <= 1 or nbytes <= 0:
+        return local + exchange_s
+    normalised, held = server_shares_by_node(nodes, servers=servers, shares=shares, colocated=colocated)
+    beta, half = net.bandwidth_bytes_per_s, exchange_s / 2.0
+    worker = compute_s + half
+    rates = np.array([1.0 / (worker + 2.0 * (net.latency_s + (1.0 - s) * nbytes / beta)) for s in held])
+    # per resource, what one step of each worker uses of it and how much there is: links (bytes/s), CPUs (s/s)
+    resources = []
+    for node, s in enumerate(held):
+        link = np.full(nodes, s * nbytes)
+        link[node] = (1.0 - s) * nbytes
+        resources.append((link, beta))
+        if colocated:
+            cpu = np.full(nodes, s * half)
+            cpu[node] += worker
+            resources.append((cpu, 1.0))
+    if not colocated:  # servers on hosts of their own: each one's link and CPU serve its share of every step
+        for share in normalised:
+            resources += [(np.full(nodes, share * nbytes), beta), (np.full(nodes, share * half), 1.0)]
+    for _ in range(100):  # slow the users of any resource over its capacity, until none is
+        over = [(use, capacity) for use, capacity in resources if float(use @ rates) > capacity * (1 + 1e-9)]
+        if not over:
+            break
+        for use, capacity in over:
+            load = float(use @ rates)
+            if load > capacity:
+                rates = np.where(use > 0, rates * capacity / load, rates)
+    return local + nodes / float(rates.sum()) - compute_s
 
 
 def _fusion_chunks(nbytes: float, threshold: int, tensor_bytes: Sequence[int] | None) -> list[float]:
