@@ -181,6 +181,8 @@ def test_workbench_project_describes_asynchronous_servers_beside_the_workers(cap
     assert "serves its servers' share at 0.4 s" in json.dumps(payload)
     assert main(["project", *flags, "--scheme", "ps", "--server-shares", "1,x"]) == 2
     assert "--server-shares '1,x'" in capsys.readouterr().err
+    assert main(["project", *flags, "--servers-on-workers", "--asynchronous"]) == 2  # no --scheme ps
+    assert "--servers-on-workers, --asynchronous describe parameter servers: add --scheme ps" in capsys.readouterr().err
 
 
 def test_workbench_project_refuses_runs_and_a_system_together_and_neither(capsys):

@@ -270,6 +270,16 @@ def project_command(
     With ``system`` (a described cluster) instead of run directories, the projection is built from the
     description at ``nodes`` node counts (``DEFAULT_NODES``).
     """
+    ps_only = {
+        "--servers": servers is not None,
+        "--server-shares": bool(server_shares),
+        "--servers-on-workers": servers_on_workers,
+        "--asynchronous": asynchronous,
+        "--server-exchange": bool(server_exchange_s),
+    }
+    given = [flag for flag, used in ps_only.items() if used]
+    if scheme != "ps" and given:
+        raise ValueError(f"{', '.join(given)} describe parameter servers: add --scheme ps, or drop them")
     changes = pj.Changes(
         eval_interval=eval_interval,
         shard_evaluation=shard_evaluation,
