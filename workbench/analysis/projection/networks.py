@@ -333,12 +333,21 @@ def parameter_server_link_bytes(
       link: ``max over nodes of B·((nodes − 1)·s + 1 − s)`` with ``s`` the share it holds
       (``ps_load.link_bytes_per_step``): one server beside one of 4 workers carries ``3B``, not ``4B``.
     """
+    from workbench.analysis.ps_load import link_bytes_per_step
+
     if nodes <= 1 or nbytes <= 0:
         return 0.0
-    normalised, held = server_shares_by_node(nodes, servers=servers, shares=shares, colocated=colocated)
+    normalised, _held = server_shares_by_node(nodes, servers=servers, shares=shares, colocated=colocated)
     if colocated:
-        return max(nbytes * ((nodes - 1) * s + 1.0 - s) for s in held)
+        return max(link_bytes_per_step("ps", nodes, nbytes, normalised))
     return max(nbytes, nodes * nbytes * max(normalised))
+
+
+def _nodes_and_local(nbytes: float, ranks: int, net: Network) -> tuple[int, float]:
+    """Nodes the ranks fill, and the seconds their ranks take to combine gradients inside a node first."""
+    per_node = min(net.ranks_per_node, ranks)
+    local = ring_allreduce_seconds(nbytes, per_node, net.intra_latency_s, net.intra_bandwidth_bytes_per_s)
+    return math.ceil(ranks / per_node), local
 
 
 def parameter_server_seconds(
@@ -357,9 +366,7 @@ def parameter_server_seconds(
     (``parameter_server_link_bytes``, where the servers sit and what they hold): ``2·(α + b/β)``.
     One node with one rank: 0.
     """
-    per_node = min(net.ranks_per_node, ranks)
-    nodes = math.ceil(ranks / per_node)
-    local = ring_allreduce_seconds(nbytes, per_node, net.intra_latency_s, net.intra_bandwidth_bytes_per_s)
+    nodes, local = _nodes_and_local(nbytes, ranks, net)
     if nodes <= 1 or nbytes <= 0:
         return local
     busiest = parameter_server_link_bytes(nbytes, nodes, servers=servers, shares=shares, colocated=colocated)
@@ -396,9 +403,7 @@ def asynchronous_parameter_server_seconds(
     node with one rank a round is ``compute_s + exchange_s``. Returned less ``compute_s``, as the exposed
     transfer: ``nodes / Σ rates − compute_s``.
     """
-    per_node = min(net.ranks_per_node, ranks)
-    nodes = math.ceil(ranks / per_node)
-    local = ring_allreduce_seconds(nbytes, per_node, net.intra_latency_s, net.intra_bandwidth_bytes_per_s)
+    nodes, local = _nodes_and_local(nbytes, ranks, net)
     if nodes <= 1 or nbytes <= 0:
         return local + exchange_s
     normalised, held = server_shares_by_node(nodes, servers=servers, shares=shares, colocated=colocated)
