@@ -142,6 +142,11 @@ for repetition in 1 2 3; do
             --out artifacts/nodes-ps-vs-allreduce-$link-r$repetition --json
     done
 done
+# what Horovod's fusion buffer adds to the step's allreduce on 2 nodes of 0.4 core (InceptionV3's 190 gradient
+# tensors against one tensor of the same 87 MB and MPI's own allreduce; ~3 minutes each)
+for link in unshaped 1gbit; do
+    measure fusion-copy-$link python benchmarks/fusion_copy.py --link $link --json
+done
 measure projection-nodes workbench bench projection --nodes --json
 # the reports the reduced sweeps above wrote, opened in headless Chromium
 measure report-open python benchmarks/report_open.py

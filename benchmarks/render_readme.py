@@ -1098,6 +1098,60 @@ def render_ps_vs_allreduce_nodes(saved: Mapping[str, Any]) -> str:
     return "\n\n".join([body, "\n".join(lines), sources_line(*sweeps)])
 
 
+def spread_of(row: Mapping[str, Any], name: str, shown: Callable[[float], str]) -> str:
+    """``median [min–max]`` of a quantity over repetitions (the median alone from one; ``–`` without one)."""
+    median = row.get(name)
+    if median is None or median != median:
+        return "–"
+    if row.get("repetitions", 1) < 2 or row[f"{name}_min"] == row[f"{name}_max"]:
+        return shown(median)
+    return f"{shown(median)} [{shown(row[f'{name}_min'])}–{shown(row[f'{name}_max'])}]"
+
+
+def render_ps_vs_allreduce_repeated(saved: Mapping[str, Any]) -> str:
+    """The case's efficiency by workers for both schemes over the projection's repeated node sweeps: each
+    point's median and range, and a PS round against the allreduce round of the same sweep."""
+    result = saved["result"]
+    rows, lines = [], []
+    found = result.get("ps_vs_allreduce_repetitions") or []
+    for r in found:
+        link = re.search(r"(\S+) per node", r["cluster"])
+        rows.append(
+            [
+                rate_words(link[1]) if link else r["cluster"],
+                str(r["workers"]),
+                ps_label(r),
+                str(r["repetitions"]),
+                spread_of(r, "efficiency", share),
+                spread_of(r, "round_s", duration),
+                spread_of(r, "over_allreduce", times) if r["scheme"] == "ps" else "–",
+            ]
+        )
+    for cluster in dict.fromkeys(r["cluster"] for r in found):
+        here = [r for r in found if r["cluster"] == cluster]
+        most = max(r["workers"] for r in here)
+        at_most = [r for r in here if r["workers"] == most]
+        efficiencies = ", ".join(f"{ps_label(r)} {spread_of(r, 'efficiency', share)}" for r in at_most)
+        slower = ", ".join(
+            f"{ps_label(r)} {spread_of(r, 'over_allreduce', times)}" for r in at_most if r["scheme"] == "ps"
+        )
+        lines.append(
+            f"- {cluster.split(': ', 1)[-1]}: efficiency at {most} nodes, {efficiencies}; a round against"
+            f" allreduce's: {slower}."
+        )
+    header = [
+        "link",
+        "nodes",
+        "scheme",
+        "repetitions",
+        "efficiency",
+        "round: one step of every worker",
+        "PS over allreduce",
+    ]
+    body = table(header, ["l", "r", "l", "r", "r", "r", "r"], rows)
+    return "\n\n".join([body, "\n".join(lines), source_line(saved)])
+
+
 #: The cpu-tuning sweep on nodes whose share is split into ranks x threads (``measure_readme.sh``).
 CPU_NODE_SWEEPS = ("cpu-tuning-nodes",)
 
@@ -1695,6 +1749,7 @@ RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "pop-scaling-nodes": render_pop_scaling_nodes,
     "eval-frequency-nodes": render_eval_frequency_nodes,
     "ps-vs-allreduce-nodes": render_ps_vs_allreduce_nodes,
+    "ps-vs-allreduce-nodes-repeated": render_ps_vs_allreduce_repeated,
     "cpu-tuning-nodes": render_cpu_tuning_nodes,
     "projection": render_projection,
     "projection-seeds": render_projection_seeds,
@@ -1713,6 +1768,7 @@ SOURCES: dict[str, str] = {
     "pop-scaling-nodes": POP_NODE_SWEEPS[0],
     "eval-frequency-nodes": EVAL_NODE_SWEEPS[0],
     "ps-vs-allreduce-nodes": PS_NODE_SWEEPS[0],
+    "ps-vs-allreduce-nodes-repeated": "projection-nodes",
 }
 
 

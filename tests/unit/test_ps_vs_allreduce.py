@@ -12,6 +12,7 @@ from workbench.cases.ps_vs_allreduce import (
     CASE,
     best_configurations,
     confirmed_on_real,
+    efficiency_over_repetitions,
     io_overhead_table,
     phase_per_step,
 )
@@ -270,3 +271,38 @@ def test_the_busiest_host_counts_the_threads_of_every_process_started_there():
     assert busiest_host(on_nodes) == {"threads_busiest_host": 3, "cores_per_host": 1, "hosts": 2}
     one_machine = [{**r, "host": "vm", "cores": 2} for r in on_nodes]
     assert busiest_host(one_machine) == {"threads_busiest_host": 4, "cores_per_host": 2, "hosts": 1}
+
+
+def test_efficiency_over_repeated_sweeps_hand_computed():
+    def summary(allreduce_2: float, ps_2: float) -> dict:
+        rows = [
+            {"scheme": "allreduce", "data": "synthetic", "ps": 0, "placement": "", "workers": 1, "images_per_s": 8.0,
+             "efficiency": 1.0},
+            {"scheme": "allreduce", "data": "synthetic", "ps": 0, "placement": "", "workers": 2,
+             "images_per_s": allreduce_2, "efficiency": allreduce_2 / 16},
+            {"scheme": "ps", "data": "synthetic", "ps": 1, "placement": "round-robin", "workers": 2,
+             "images_per_s": ps_2, "efficiency": None},
+            {"scheme": "ps", "data": "real", "ps": 1, "placement": "round-robin", "workers": 2, "images_per_s": 1.0,
+             "efficiency": 1.0},
+        ]  # fmt: skip
+        return {"model": {"batch_per_worker": 4}, "efficiency": rows}
+
+    slow_sweeps = [("slow", summary(8.0, 4.0)), ("slow", summary(4.0, 2.0)), ("slow", summary(16.0, 2.0))]
+    table = efficiency_over_repetitions([*slow_sweeps, ("fast", summary(12.0, 6.0))])
+    # sorted by cluster, then workers, allreduce first; real data left out
+    assert list(zip(table["cluster"], table["workers"], table["scheme"])) == [
+        ("fast", 1, "allreduce"), ("fast", 2, "allreduce"), ("fast", 2, "ps"),
+        ("slow", 1, "allreduce"), ("slow", 2, "allreduce"), ("slow", 2, "ps"),
+    ]  # fmt: skip
+    slow = table[table["cluster"] == "slow"].set_index(["scheme", "workers"])
+    allreduce = slow.loc[("allreduce", 2)]
+    assert allreduce["repetitions"] == 3
+    assert allreduce["efficiency_each"] == [0.5, 0.25, 1.0] and allreduce["efficiency"] == 0.5
+    # a round: 2 workers x 4 images / images per second
+    assert allreduce["round_s_each"] == [1.0, 2.0, 0.5] and allreduce["round_s"] == 1.0
+    ps = slow.loc[("ps", 2)]
+    assert pd.isna(ps["efficiency"]) and ps["efficiency_each"] == []  # no 1-worker PS run to be efficient against
+    assert ps["round_s_each"] == [2.0, 4.0, 4.0] and (ps["round_s_min"], ps["round_s_max"]) == (2.0, 4.0)
+    # against the same sweep's allreduce: 8/4, 4/2, 16/2
+    assert ps["over_allreduce_each"] == [2.0, 2.0, 8.0] and ps["over_allreduce"] == 2.0
+    assert efficiency_over_repetitions([]).empty

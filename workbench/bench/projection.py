@@ -535,7 +535,23 @@ def run_nodes(sweeps: Sequence[tuple[str, str | Path]] = NODE_SWEEPS) -> dict[st
         ),
         "by_cluster": by_cluster,
         "missing_sweeps": [str(p) for c, p in sweeps if not _sweep_directories([(c, p)])],
+        # the case study's claims (efficiency by workers, both schemes) on the same repeated sweeps
+        "ps_vs_allreduce_repetitions": ps_vs_allreduce_repetitions(sweeps).to_dict("records"),
     }
+
+
+def ps_vs_allreduce_repetitions(sweeps: Sequence[tuple[str, str | Path]]) -> pd.DataFrame:
+    """Efficiency and seconds per round of every ps-vs-allreduce point over the repeated node sweeps, per cluster."""
+    from workbench.cases.ps_vs_allreduce import efficiency_over_repetitions
+    from workbench.nodes import describe_nodes, read_nodes_file
+
+    found = []
+    for _case, _pattern, out in _sweep_directories([(c, p) for c, p in sweeps if c == "ps-vs-allreduce"]):
+        nodes, summary = read_nodes_file(out), out / "summary.json"
+        if nodes and summary.is_file():
+            cluster = f"{len(nodes['nodes'])} nodes: {describe_nodes(nodes['nodes'])}"
+            found.append((cluster, json.loads(summary.read_text())))
+    return efficiency_over_repetitions(found)
 
 
 def run(*, allreduce_rows: Sequence[Mapping[str, Any]] | None = None, thread_scaling: float = 1.0) -> dict[str, Any]:

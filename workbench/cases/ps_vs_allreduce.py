@@ -17,7 +17,7 @@ links, as in the seed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -527,6 +527,53 @@ def io_overhead_table(efficiency: pd.DataFrame) -> pd.DataFrame:
                     }
                 )
     return pd.DataFrame(rows, columns=columns)
+
+
+def efficiency_over_repetitions(sweeps: Sequence[tuple[str, Mapping[str, Any]]]) -> pd.DataFrame:
+    """Each synthetic-data point's efficiency and seconds per round over repeated sweeps of the same points.
+
+    ``sweeps``: ``(cluster, summary)`` pairs, the summary as ``summary.json`` saves it. One sweep's ci-sized
+    point moves by 10–20 % between repetitions, so a claim such as "PS falls faster than allreduce" stands on
+    the median and the range over the repetitions, not on one sweep. A round is one step of every worker
+    (workers × batch / images/s): the two schemes' time for the same work; ``over_allreduce`` is a round over
+    the same sweep's allreduce round at as many workers (each scheme's efficiency is against its own 1 worker).
+    """
+    columns = [
+        "cluster", "scheme", "ps", "placement", "workers", "repetitions",
+        "efficiency", "efficiency_min", "efficiency_max", "efficiency_each",
+        "round_s", "round_s_min", "round_s_max", "round_s_each",
+        "over_allreduce", "over_allreduce_min", "over_allreduce_max", "over_allreduce_each",
+    ]  # fmt: skip
+    found: dict[tuple[Any, ...], dict[str, list[float]]] = {}
+    for cluster, summary in sweeps:
+        batch = float((summary.get("model") or {}).get("batch_per_worker") or 0)
+        listed = summary.get("efficiency") or []
+        measured = [r for r in listed if r.get("data") == "synthetic" and r.get("images_per_s")]
+        allreduce = {int(r["workers"]): r["images_per_s"] for r in measured if r["scheme"] == "allreduce"}
+        for row in measured:
+            key = (cluster, row["scheme"], int(row["ps"]), row["placement"], int(row["workers"]))
+            each = found.setdefault(key, {"efficiency": [], "round_s": [], "over_allreduce": []})
+            if row.get("efficiency") is not None and np.isfinite(row["efficiency"]):
+                each["efficiency"].append(float(row["efficiency"]))
+            if batch:
+                each["round_s"].append(float(row["workers"] * batch / row["images_per_s"]))
+            if int(row["workers"]) in allreduce:
+                each["over_allreduce"].append(float(allreduce[int(row["workers"])] / row["images_per_s"]))
+    rows = []
+    for key, each in found.items():
+        row = dict(zip(columns[:5], key))
+        row["repetitions"] = max(len(each["efficiency"]), len(each["round_s"]))
+        for name, values in each.items():
+            row[name] = float(np.median(values)) if values else None
+            row[f"{name}_min"] = min(values) if values else None
+            row[f"{name}_max"] = max(values) if values else None
+            row[f"{name}_each"] = values
+        rows.append(row)
+    table = pd.DataFrame(rows, columns=columns)
+    order = table.assign(allreduce_first=table["scheme"] != "allreduce")
+    return table.loc[order.sort_values(["cluster", "workers", "allreduce_first", "ps", "placement"]).index].reset_index(
+        drop=True
+    )
 
 
 def best_configurations(efficiency: pd.DataFrame) -> pd.DataFrame:
