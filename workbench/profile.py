@@ -178,12 +178,19 @@ def import_timeline(run_path: Path, *, enabled: bool) -> tuple[int, str]:
             "Horovod timeline: none written — the script never initialised Horovod (hvd.init()) or ran no"
             " collective; steps and host work are still recorded per rank"
         )
-    imported, error = _write_beside_parsing(run_path, iter_horovod_timeline(path, run_id=run_path.name))
+    unfinished: list[dict[str, Any]] = []
+    batches = iter_horovod_timeline(path, run_id=run_path.name, unfinished=unfinished)
+    imported, error = _write_beside_parsing(run_path, batches)
     if error is not None:
         if imported:
             return imported, f"Horovod timeline: not imported whole ({error}); the {imported} spans before it are kept"
         return 0, f"Horovod timeline: not imported ({error})"
-    return imported, f"Horovod timeline: {imported} spans of collectives in flight"
+    # kept in the run's metadata: the analysis names the collective a stalled or stopped job was waiting in
+    update_run_meta(run_path, timeline_unfinished=unfinished)
+    line = f"Horovod timeline: {imported} spans of collectives in flight"
+    if unfinished:
+        line += f"; {len(unfinished)} never completed (the findings name the ranks that never submitted them)"
+    return imported, line
 
 
 def _write_beside_parsing(run_path: Path, batches: Iterator[pd.DataFrame]) -> tuple[int, TimelineError | None]:

@@ -84,6 +84,30 @@ def test_foreign_and_corrupt_files_are_one_clear_error(tmp_path):
 
 
 @pytest.mark.parametrize("chunk_bytes", [64, 100, 333])
+def test_a_negotiation_open_at_the_end_names_the_ranks_that_submitted_it(tmp_path, chunk_bytes):
+    # cut after rank 0's readiness mark: rank 1 never submitted grad_w, as when it stalls before the allreduce
+    mark = '{"ph": "X", "name": "0", "ts": 100, "pid": 1, "dur": 0}'
+    path = tmp_path / "stalled.json"
+    path.write_text(TIMELINE[: TIMELINE.index(mark) + len(mark)])
+    unfinished: list[dict] = []
+    events = list(iter_horovod_timeline(path, chunk_mb=chunk_bytes / 2**20, unfinished=unfinished))
+    assert sum(len(batch) for batch in events) == 0  # nothing ended
+    assert unfinished == [
+        {
+            "tensor": "grad_w",
+            "operation": "ALLREDUCE",
+            "since_ns": 1_000_100_000,  # 1 s origin + 100 µs
+            "ready_ranks": [0],
+            "file_end_ns": 1_000_100_000,
+        }
+    ]
+    whole: list[dict] = []
+    path.write_text(TIMELINE)
+    list(iter_horovod_timeline(path, chunk_mb=chunk_bytes / 2**20, unfinished=whole))
+    assert whole == []  # every negotiation closed
+
+
+@pytest.mark.parametrize("chunk_bytes", [64, 100, 333])
 def test_chunked_import_gives_the_same_events_as_one_read(tmp_path, chunk_bytes):
     path = tmp_path / "timeline.json"
     path.write_text(TIMELINE)

@@ -21,6 +21,7 @@ import pandas as pd
 
 from workbench import events as ev
 from workbench.analysis.breakdown import phase_breakdown
+from workbench.analysis.completion import completion_findings
 from workbench.analysis.findings import (
     combine_findings,
     findings,
@@ -259,6 +260,9 @@ def analyse_run(
     steps = steps_per_rank(events, ranks=ranks)
     memory_table = memory_summary(memory)
     extra += missing_table_findings(len(events), steps, memory_table)
+    # a run stopped, stalled or working outside its spans: the status, Horovod's unfinished collectives, and
+    # the time each rank was alive (memory samples) outside what it recorded
+    extra.append(completion_findings(events, memory, meta, hosts))
     return RunAnalysis(
         header={**run_header(meta), "rank_hosts": hosts},
         breakdown=with_hosts(per_run.drop(columns="run_id").reset_index(drop=True), hosts),

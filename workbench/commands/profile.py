@@ -18,13 +18,16 @@ Horovod's), the run keeps what was recorded and the output says in one line what
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from workbench.config import ClusterConfig
 from workbench.profile import BOOT_DIR, RESPONSE_CACHE, TIMELINE_FILE, import_tf_profiles, import_timeline
 from workbench.store import create_run, update_run_meta
+from workbench.text import format_seconds
 
 REPORT_FILE = "report.html"
 
@@ -78,12 +81,18 @@ def profile_command(
         environment["WORKBENCH_TRACE_STEPS"] = trace_steps
     full = config.launch_command(command, environment)
     print(f"workbench profile: run {run_path}", file=sys.stderr)
-    completed = subprocess.run(full, env={**os.environ, **environment}, check=False)
+    started = time.monotonic()
+    returncode, stopped_by = run_until_done_or_stopped(full, {**os.environ, **environment})
     lines = []
-    if completed.returncode != 0:
+    if stopped_by is not None:
         lines.append(
-            f"the script failed (exit code {completed.returncode} on at least one rank): below is what the ranks"
-            " recorded until then; the script's own error is above"
+            f"stopped by {stopped_by} after {format_seconds(time.monotonic() - started)}: the ranks were ended;"
+            " below is what they recorded until then"
+        )
+    elif returncode != 0:
+        lines.append(
+            f"the script failed (exit code {returncode} on at least one rank): below is what the ranks"
+            " recorded until then; the script's own output is above"
         )
     imported, line = import_timeline(run_path, enabled=timeline)
     lines.append(line)
@@ -91,14 +100,55 @@ def profile_command(
     if trace_steps:
         traced, line = import_tf_profiles(run_path)
         lines.append(line)
-    status = "finished" if completed.returncode == 0 else "failed"
+    status = "interrupted" if stopped_by else "finished" if returncode == 0 else "failed"
     update_run_meta(
-        run_path, status=status, exit_code=completed.returncode, timeline_events=imported, tf_profile_events=traced
+        run_path,
+        status=status,
+        exit_code=returncode,
+        stopped_by=stopped_by,
+        timeline_events=imported,
+        tf_profile_events=traced,
     )
     for line in lines:
         print(f"workbench profile: {line}", file=sys.stderr)
     print_answer(run_path, report=report)
-    return completed.returncode
+    return 128 + signal.Signals[stopped_by].value if stopped_by else returncode
+
+
+#: Seconds mpiexec gets to end the ranks after SIGTERM before it is killed.
+STOP_GRACE_S = 10.0
+
+
+def run_until_done_or_stopped(command: list[str], environment: dict[str, str]) -> tuple[int, str | None]:
+    """Run ``command`` to its end: ``(exit code, None)``; or, when this process gets SIGINT (Ctrl-C) or SIGTERM
+    (``timeout``, a batch system's time limit), end it and return ``(its exit code, the signal's name)``.
+
+    Why: a hung job is what a profiler is most needed for, and it usually ends by a signal. The run must
+    still be marked and analysed: its spans, memory samples and Horovod's timeline say where it stalled.
+    mpiexec gets SIGTERM (it passes it on to the ranks and reaps them), then SIGKILL after ``STOP_GRACE_S``.
+    """
+    received: list[str] = []
+
+    def stop(signum: int, _frame: object) -> None:
+        received.append(signal.Signals(signum).name)
+        raise KeyboardInterrupt
+
+    process = subprocess.Popen(command, env=environment)
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        return process.wait(), None
+    except KeyboardInterrupt:
+        name = received[0] if received else "SIGINT"
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second signal must not cut the clean-up short
+        process.terminate()
+        try:
+            process.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        return process.returncode, name
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def print_answer(run_path: Path, *, report: bool = True) -> None:

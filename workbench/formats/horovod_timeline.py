@@ -374,6 +374,7 @@ class _Pairing:
         # open records carried from chunk to chunk: seq, kind, pid, ts, name code, rank
         self.carry = {k: np.zeros(0, np.int64) for k in ("seq", "kind", "pid", "ts", "name", "rank")}
         self.out: list[dict[str, np.ndarray]] = []
+        self.last_us = 0  # the latest timestamp read: where the file ends in time
 
     def add(self, chunk: _Chunk) -> None:
         """One chunk's records: metadata noted, ``B``/``E``/readiness marks paired with what was carried."""
@@ -392,6 +393,8 @@ class _Pairing:
             elif tensor is not None:
                 self.tensor_names[pid] = str(tensor)
         kind = chunk.kind
+        if len(chunk.ts):
+            self.last_us = max(self.last_us, int(chunk.ts.max()))
         keep = (kind == _BEGIN) | (kind == _END) | ((kind == _MARK) & (rank >= 0))
         columns = {"seq": seq, "kind": kind, "pid": chunk.pid, "ts": chunk.ts, "name": name, "rank": rank}
         columns = {k: np.concatenate([self.carry[k], v[keep]]) for k, v in columns.items()}
@@ -464,6 +467,31 @@ class _Pairing:
         carried = np.concatenate([*open_begins, *held]) if open_begins or held else np.zeros(0, np.int64)
         carried = carried[np.argsort(c["seq"][carried], kind="stable")]
         self.carry = {k: v[carried] for k, v in c.items()}
+
+    def unfinished(self) -> list[dict[str, object]]:
+        """The negotiations still open where the file ends: a collective some ranks submitted and that never
+        ran, because a rank never submitted it (a stall) or the job was stopped. One dict per tensor: its
+        ``tensor``, ``operation`` (``ALLREDUCE``), ``since_ns`` (its negotiation's start), ``ready_ranks`` and
+        ``file_end_ns`` (the file's last timestamp)."""
+        labels = list(self.names)
+        c, origin_ns = self.carry, (self.origin_us or 0) * 1000
+        found = []
+        for row in np.flatnonzero(c["kind"] == _BEGIN):
+            label = labels[int(c["name"][row])] if 0 <= int(c["name"][row]) < len(labels) else ""
+            if not label.startswith("NEGOTIATE_"):
+                continue
+            pid = int(c["pid"][row])
+            ready = (c["kind"] == _MARK) & (c["pid"] == pid) & (c["seq"] > c["seq"][row])
+            found.append(
+                {
+                    "tensor": self.tensor_names.get(pid, f"tensor-{pid}"),
+                    "operation": label.removeprefix("NEGOTIATE_"),
+                    "since_ns": int(c["ts"][row]) * 1000 + origin_ns,
+                    "ready_ranks": sorted({int(r) for r in c["rank"][ready]}),
+                    "file_end_ns": self.last_us * 1000 + origin_ns,
+                }
+            )
+        return found
 
     def pending(self) -> int:
         """Events paired and not yet handed out by ``frame``."""
@@ -595,12 +623,15 @@ def iter_horovod_timeline(
     chunk_mb: float = DEFAULT_CHUNK_MB,
     engine: str = "auto",
     batch_events: int = BATCH_EVENTS,
+    unfinished: list[dict[str, object]] | None = None,
 ) -> Iterator[pd.DataFrame]:
     """The events of ``read_horovod_timeline`` in batches of about ``batch_events``, as they are paired.
 
     Memory stays that of a batch and the chunks in flight, whatever the file's size. Each batch is
     sorted by rank and start; an activity is in the batch of the chunk that closed it, so a rank's
     starts can step back a little from one batch to the next (the store's readers sort per rank).
+    ``unfinished``: a list that gets, once the file is read, the negotiations still open at its end
+    (``_Pairing.unfinished``): the collective a stalled or stopped job was waiting in.
     """
     if batch_events < 1:
         raise ValueError(f"batch_events={batch_events} must be >= 1")
@@ -636,5 +667,7 @@ def iter_horovod_timeline(
             f"{path} has no start_time_since_epoch_in_micros record: it is not a Horovod "
             "0.2x timeline (or its first line is damaged)"
         )
+    if unfinished is not None:
+        unfinished.extend(pairing.unfinished())
     if pairing.pending():
         yield pairing.frame(run_id, host)

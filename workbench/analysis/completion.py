@@ -1,0 +1,207 @@
+"""Whether a run's record covers the run: a job that stopped, stalled, or worked outside its recorded spans.
+
+The breakdown and the POP metrics see only the recorded spans. A job that hung in a collective until it was
+killed, or that loaded data before ``fit`` and wrote a checkpoint after it, looks short and healthy there.
+Three things on disk say otherwise, and each becomes a finding here:
+
+- the run's status (``run.json``): ``interrupted`` (``workbench profile`` was stopped) or ``failed``;
+- Horovod's timeline: a collective that some ranks submitted and that never ran (``timeline_unfinished``,
+  written by ``profile.import_timeline``), which names the ranks that never arrived;
+- each rank's memory samples, taken by a thread from start to exit, against its recorded spans: the time
+  alive after the last span.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from workbench import events as ev
+from workbench.analysis.findings import combine_findings, missing_data_finding
+
+#: Time alive after the last recorded span is reported from this many seconds ...
+UNRECORDED_MIN_S = 1.0
+#: ... and this share of the rank's sampled life (the sampler's interval and start-up stay under both).
+UNRECORDED_MIN_SHARE = 0.1
+NS = ev.NS_PER_S
+
+
+def completion_findings(
+    events: pd.DataFrame,
+    memory: pd.DataFrame | None,
+    meta: Mapping[str, Any] | None,
+    hosts: Mapping[int, str] | None = None,
+) -> pd.DataFrame:
+    """The findings of this module for one run (``FINDING_COLUMNS``; empty when the record covers it)."""
+    meta = meta or {}
+    origin = _origin_ns(events, memory)
+    stalled = stalled_collective_findings(
+        meta.get("timeline_unfinished"), meta.get("ranks"), events, memory, origin, hosts
+    )
+    # a stall explains the time after the last spans: the tail is named only without one
+    tail = unrecorded_time_finding(events, memory, hosts) if stalled is None else None
+    return combine_findings(stalled, tail, status_finding(meta))
+
+
+def status_finding(meta: Mapping[str, Any]) -> pd.DataFrame | None:
+    """A note for a run that did not end by itself: what follows is what the ranks recorded until then."""
+    status = meta.get("status")
+    if status == "interrupted":
+        by = meta.get("stopped_by") or "a signal"
+        return missing_data_finding(
+            "run_interrupted",
+            f"the run was stopped ({by}) before its command ended: the analysis covers what the ranks recorded"
+            " until then; a stalled collective or a rank that went quiet is named in the findings above",
+        )
+    if status == "failed":
+        code = meta.get("exit_code")
+        return missing_data_finding(
+            "run_failed",
+            f"the run's command failed{f' (exit code {code})' if code is not None else ''}: the analysis covers"
+            " what the ranks recorded until then; the error is in the command's own output",
+        )
+    return None
+
+
+def stalled_collective_findings(
+    unfinished: Any,
+    declared_ranks: Any,
+    events: pd.DataFrame,
+    memory: pd.DataFrame | None,
+    origin_ns: int | None,
+    hosts: Mapping[int, str] | None = None,
+) -> pd.DataFrame | None:
+    """The collective a stalled job waited in: submitted by some ranks, never by the others.
+
+    ``seconds_lost``: from its submission to the end of the run (the ranks' last memory sample, else the
+    timeline's end): the time the job stood still.
+    """
+    from workbench.text import format_seconds  # text imports the analysis: not at module level
+
+    if not unfinished:
+        return None
+    known = _ranks(events, memory)
+    everyone = set(range(int(declared_ranks))) if isinstance(declared_ranks, int) and declared_ranks > 0 else known
+    first = min(unfinished, key=lambda record: int(record.get("since_ns", 0)))
+    ready = sorted({int(r) for r in first.get("ready_ranks") or ()})
+    missing = sorted(everyone - set(ready))
+    since = int(first.get("since_ns", 0))
+    end = max(int(first.get("file_end_ns", since)), _last_sample_ns(memory) or since)
+    stood = max(0.0, (end - since) / NS)
+    at = f" {format_seconds((since - origin_ns) / NS)} into the run" if origin_ns is not None else ""
+    who = (
+        f"{ev.ranks_with_hosts(ready, hosts)} submitted it{at} and {ev.ranks_with_hosts(missing, hosts)} never did"
+        if ready and missing
+        else f"{ev.ranks_with_hosts(ready, hosts)} submitted it{at}"
+        if ready
+        else f"no rank had submitted it yet{at}"
+    )
+    more = len(unfinished) - 1
+    others = f" ({more} more collective{'s were' if more > 1 else ' was'} left open with it)" if more else ""
+    cause = (
+        f": look at what {ev.ranks_with_hosts(missing, hosts)} did after its last recorded span (a read that"
+        " never returned, a branch only some ranks take, an exception caught without exiting)"
+        if ready and missing
+        else ""
+    )
+    text = (
+        f"Horovod's {first.get('operation', 'collective')} of {first.get('tensor', '?')!r} never completed: {who};"
+        f" the job stood still for {format_seconds(stood)} until it ended{others}{cause}"
+    )
+    wall = _life_s(events, memory)
+    return pd.DataFrame(
+        [
+            {
+                "kind": "stalled_collective",
+                "text": text,
+                "seconds_lost": stood,
+                "fraction_of_wall": stood / wall if wall else np.nan,
+                "ranks": ev.rank_list(missing or ready or everyone),
+            }
+        ]
+    )
+
+
+def unrecorded_time_finding(
+    events: pd.DataFrame, memory: pd.DataFrame | None, hosts: Mapping[int, str] | None = None
+) -> pd.DataFrame | None:
+    """Time each rank was alive (sampled) after its last recorded span: work after the last recorded call
+    (a checkpoint, evaluation outside Keras, a final collective) or a stall, which the breakdown and the POP
+    metrics, built from the spans, do not see.
+
+    Reported where it is at least ``UNRECORDED_MIN_S`` and ``UNRECORDED_MIN_SHARE`` of the rank's sampled
+    life; the time before the first span (imports, set-up: every run has some) is named beside it.
+    ``seconds_lost``: the longest such tail.
+    """
+    from workbench.text import format_seconds  # text imports the analysis: not at module level
+
+    if memory is None or len(memory) == 0 or len(events) == 0 or "time_ns" not in memory:
+        return None
+    own = events[~events["phase"].astype(str).isin(ev.OVERLAP_PHASES)]
+    if own.empty:
+        return None
+    spans = own.groupby("rank").agg(first=("start_ns", "min"), last=("end_ns", "max"))
+    both = spans.join(memory.groupby("rank")["time_ns"].agg(["min", "max"]), how="inner")
+    if both.empty:
+        return None
+    before = ((both["first"] - both["min"]).clip(lower=0) / NS).astype(float)
+    after = ((both["max"] - both["last"]).clip(lower=0) / NS).astype(float)
+    lived = ((both["max"] - both["min"]) / NS).astype(float)
+    shown = (after >= UNRECORDED_MIN_S) & (after >= UNRECORDED_MIN_SHARE * lived)
+    if not shown.any():
+        return None
+    ranks = [int(r) for r in both.index[shown]]
+    worst = int(after[shown].idxmax())
+    text = (
+        f"{ev.ranks_with_hosts(ranks, hosts)} went on after the last span they recorded:"
+        f" {ev.ranks_with_hosts([worst], hosts)} for {format_seconds(after[worst])} of the"
+        f" {format_seconds(lived[worst])} it lived ({format_seconds(before[worst])} of the rest came before its"
+        " first span: imports and set-up). The breakdown and the efficiencies leave that time out: work after the"
+        " last recorded call (a checkpoint, evaluation outside Keras, a final collective) or a stall; wrap the"
+        " work in Recorder.phase(...) to see it"
+    )
+    return pd.DataFrame(
+        [
+            {
+                "kind": "unrecorded_tail",
+                "text": text,
+                "seconds_lost": float(after[worst]),
+                "fraction_of_wall": float(after[worst] / lived[worst]) if lived[worst] > 0 else np.nan,
+                "ranks": ev.rank_list(ranks),
+            }
+        ]
+    )
+
+
+def _ranks(events: pd.DataFrame, memory: pd.DataFrame | None) -> set[int]:
+    ranks = {int(r) for r in events["rank"].unique()} if len(events) else set()
+    if memory is not None and len(memory) and "rank" in memory:
+        ranks |= {int(r) for r in memory["rank"].unique()}
+    return ranks
+
+
+def _last_sample_ns(memory: pd.DataFrame | None) -> int | None:
+    if memory is None or len(memory) == 0 or "time_ns" not in memory:
+        return None
+    return int(memory["time_ns"].max())
+
+
+def _origin_ns(events: pd.DataFrame, memory: pd.DataFrame | None) -> int | None:
+    """The run's start: its first span or memory sample."""
+    starts = [int(events["start_ns"].min())] if len(events) else []
+    if memory is not None and len(memory) and "time_ns" in memory:
+        starts.append(int(memory["time_ns"].min()))
+    return min(starts) if starts else None
+
+
+def _life_s(events: pd.DataFrame, memory: pd.DataFrame | None) -> float | None:
+    """Seconds from the run's first span or sample to its last."""
+    origin = _origin_ns(events, memory)
+    ends = [int(events["end_ns"].max())] if len(events) else []
+    last = _last_sample_ns(memory)
+    if last is not None:
+        ends.append(last)
+    return (max(ends) - origin) / NS if ends and origin is not None else None
