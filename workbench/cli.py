@@ -355,7 +355,18 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 def _cmd_project(args: argparse.Namespace) -> int:
     from workbench.commands.project import project_command, system_from_arguments
+    from workbench.events import BYTES_PER_MB
 
+    run_overrides: dict[str, Any] = {}
+    described_only = ("system", "parameters", "step_time", "throughput", "devices_per_node", "input_period")
+    described_only += ("step_spread", "samples_per_epoch", "epochs", "eval_seconds")
+    if args.run_dirs and all(getattr(args, name) is None for name in described_only):
+        # with runs, --gradient-mb and --batch add what a run did not record (a profiled script's batch)
+        run_overrides = {
+            "gradient_bytes": args.gradient_mb * BYTES_PER_MB if args.gradient_mb else None,
+            "batch_per_rank": args.batch,
+        }
+        args.gradient_mb = args.batch = None
     system = system_from_arguments(args)
     if system is None and not args.run_dirs:
         raise ValueError(
@@ -363,7 +374,10 @@ def _cmd_project(args: argparse.Namespace) -> int:
             " (or --gradient-mb), --step-time (or --throughput) and --batch"
         )
     if system is not None and args.run_dirs:
-        raise ValueError("give run directories or a described system (--system, --parameters, ...), not both")
+        raise ValueError(
+            "give run directories or a described system (--system, --parameters, ...), not both; with runs,"
+            " only --gradient-mb and --batch apply"
+        )
     return project_command(
         args.run_dirs,
         ranks=args.ranks,
@@ -385,6 +399,7 @@ def _cmd_project(args: argparse.Namespace) -> int:
         overlap=args.overlap,
         system=system,
         nodes=args.nodes,
+        **run_overrides,
         as_json=args.json,
         html=args.html,
     )
@@ -625,10 +640,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     described.add_argument("--system", default=None, metavar="FILE", help="a JSON or YAML file with the fields below")
     described.add_argument("--parameters", default=None, help="the model's parameters, e.g. 23.8M (fp32 gradients)")
-    described.add_argument("--gradient-mb", type=float, default=None, help="or the gradient megabytes per step")
+    described.add_argument(
+        "--gradient-mb",
+        type=float,
+        default=None,
+        help="or the gradient megabytes per step (with runs: replaces what the run recorded)",
+    )
     described.add_argument("--step-time", type=float, default=None, help="one device's seconds per training step")
     described.add_argument("--throughput", type=float, default=None, help="or one device's samples per second")
-    described.add_argument("--batch", type=int, default=None, help="samples per device per step")
+    described.add_argument(
+        "--batch", type=int, default=None, help="samples per device per step (with runs: what --epoch-samples needs)"
+    )
     described.add_argument("--devices-per-node", type=int, default=None, help="devices (ranks) per node (default 1)")
     described.add_argument("--nodes", default=None, help="node counts to project, e.g. 1,2,4,8 (default 1,2,4,...,64)")
     described.add_argument("--input-period", type=float, default=None, help="input pipeline seconds per step")

@@ -20,7 +20,7 @@ import pandas as pd
 import pyarrow as pa
 
 from workbench.events import EVENT_COLUMNS, EVENT_SCHEMA
-from workbench.formats.horovod_timeline import TimelineError, iter_horovod_timeline
+from workbench.formats.horovod_timeline import TimelineError, iter_horovod_timeline, timeline_tensor_bytes
 from workbench.store import StreamWriter, update_run_meta
 
 BOOT_DIR = Path(__file__).parent / "_profile_boot"
@@ -185,8 +185,15 @@ def import_timeline(run_path: Path, *, enabled: bool) -> tuple[int, str]:
         if imported:
             return imported, f"Horovod timeline: not imported whole ({error}); the {imported} spans before it are kept"
         return 0, f"Horovod timeline: not imported ({error})"
-    # kept in the run's metadata: the analysis names the collective a stalled or stopped job was waiting in
-    update_run_meta(run_path, timeline_unfinished=unfinished)
+    # kept in the run's metadata: the analysis names the collective a stalled or stopped job was waiting in,
+    # and the projection takes the bytes each step allreduces from the tensors' shapes
+    tensors = timeline_tensor_bytes(path)
+    update_run_meta(
+        run_path,
+        timeline_unfinished=unfinished,
+        timeline_tensor_bytes=list(tensors.values()),
+        timeline_gradient_bytes=sum(tensors.values()),
+    )
     line = f"Horovod timeline: {imported} spans of collectives in flight"
     if unfinished:
         line += f"; {len(unfinished)} never completed (the findings name the ranks that never submitted them)"

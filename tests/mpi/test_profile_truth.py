@@ -120,6 +120,11 @@ def test_symmetric_job_shows_no_straggler(tmp_path, script):
     assert result.pop["load_balance"] >= 0.95
     assert not {"load_imbalance", "straggler"} & set(result.findings["kind"])
     assert set(result.steps["rank"]) == {0, 1} and (result.steps["steps"] == STEPS).all()
+    # a job that ran to its end: no collective left open, nothing after the last span worth a finding
+    assert run.meta["timeline_unfinished"] == []
+    assert not {"stalled_collective", "unrecorded_tail", "run_interrupted"} & set(result.findings["kind"])
+    # the gradients' bytes from the shapes on the timeline: Dense(256) on 256 inputs and Dense(10), float32
+    assert run.meta["timeline_gradient_bytes"] == 4 * (256 * 256 + 256 + 256 * 10 + 10)
 
 
 @pytest.mark.parametrize("script", [CUSTOM_LOOP, KERAS_FIT], ids=["tf_function_loop", "keras_fit"])

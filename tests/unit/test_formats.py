@@ -13,6 +13,7 @@ from workbench.formats import (
     iter_horovod_timeline,
     read_horovod_timeline,
 )
+from workbench.formats.horovod_timeline import timeline_tensor_bytes
 from workbench.formats.tf_profile import TfProfileError, horovod_waits, read_tf_profiles, xplane_to_trace
 
 # A timeline as Horovod 0.28 writes it (structure copied from a real 2-rank file made by the MPI test).
@@ -105,6 +106,28 @@ def test_a_negotiation_open_at_the_end_names_the_ranks_that_submitted_it(tmp_pat
     path.write_text(TIMELINE)
     list(iter_horovod_timeline(path, chunk_mb=chunk_bytes / 2**20, unfinished=whole))
     assert whole == []  # every negotiation closed
+
+
+def test_the_bytes_each_step_allreduces_come_from_the_shapes_on_the_timeline(tmp_path):
+    records = [
+        '{"name": "process_name", "ph": "M", "pid": 0, "args": {"start_time_since_epoch_in_micros":1000000}}',
+        '{"name": "process_name", "ph": "M", "pid": 1, "args": {"name": "HorovodBroadcast_w_0"}}',
+        '{"ph": "B", "name": "NEGOTIATE_BROADCAST", "ts": 1, "pid": 1},{"ph": "E", "ts": 2, "pid": 1}',
+        '{"name": "process_name", "ph": "M", "pid": 2, "args": {"name": "grad_kernel"}}',
+        '{"name": "process_name", "ph": "M", "pid": 3, "args": {"name": "grad_bias"}}',
+    ]
+    for step in range(2):  # each tensor twice: counted once
+        for pid, shape, dtype in ((2, "[3, 3, 1, 8]", "float32"), (3, "[8]", "float16")):
+            records.append(
+                f'{{"ph": "B", "name": "NEGOTIATE_ALLREDUCE", "ts": {10 + step}, "pid": {pid}}},{{"ph": "E", "ts": 12,'
+                f' "pid": {pid}}},{{"ph": "B", "name": "ALLREDUCE", "ts": 13, "pid": {pid}}},{{"ph": "E", "ts": 14,'
+                f' "pid": {pid}, "args": {{"dtype": "{dtype}", "shape": "{shape}"}}}}'
+            )
+    path = tmp_path / "timeline.json"
+    path.write_text("[\n" + ",\n".join(records) + "]")
+    # 3·3·1·8 float32 = 288 bytes, 8 float16 = 16 bytes; the broadcast is not a gradient
+    assert timeline_tensor_bytes(path) == {"grad_kernel": 288, "grad_bias": 16}
+    assert timeline_tensor_bytes(path, scan_bytes=200) == {}  # only the start read: no allreduce in it yet
 
 
 @pytest.mark.parametrize("chunk_bytes", [64, 100, 333])

@@ -672,3 +672,37 @@ def test_pop_scaling_runs_are_projected_with_their_scaling_and_each_ranks_share_
     weak = SimpleNamespace(scaling="weak", test="rank0", wall_s=9.0)
     assert _case_inputs("pop-scaling", two, weak)[0]["profile"] == {"batch_per_rank": 16}
     assert _case_inputs("pop-scaling", two, weak)[0]["kind"] == "weak"
+
+
+def test_a_profiled_runs_gradient_bytes_come_from_horovods_timeline_when_its_spans_carry_none():
+    meta = {"timeline_gradient_bytes": 216_680, "timeline_tensor_bytes": [288, 32, 216_320, 40]}
+    profile = pj.step_costs(one_rank_run(nbytes=-1), meta, warmup_steps=0)
+    assert profile.gradient_bytes == 216_680 and profile.tensor_bytes == (288, 32, 216_320, 40)
+    assert not any("no gradient bytes" in note for note in profile.notes)
+    # bytes the spans recorded win over the timeline's; none anywhere is a note that says how to give them
+    assert pj.step_costs(one_rank_run(nbytes=1000), meta, warmup_steps=0).gradient_bytes == 1000
+    bare = pj.step_costs(one_rank_run(nbytes=-1), {}, warmup_steps=0)
+    assert bare.gradient_bytes == 0 and any("workbench project --gradient-mb" in note for note in bare.notes)
+
+
+def test_workbench_project_takes_gradient_mb_and_batch_for_a_run_that_lacks_them(tmp_path, capsys):
+    import json
+
+    from workbench.cli import main
+    from workbench.store import StreamWriter, create_run, update_run_meta
+
+    path = create_run(tmp_path, "profiled", ranks=1, config={"command": ["python", "train.py"]})
+    StreamWriter(path, "events", 0).write(one_rank_run(nbytes=-1, steps=6).assign(run_id=path.name).to_dict("list"))
+    update_run_meta(path, status="finished")
+    assert main(["project", str(path), "--ranks", "4", "--epoch-samples", "1000"]) == 2
+    assert "--epoch-samples needs the batch per rank" in capsys.readouterr().err
+    argv = ["project", str(path), "--ranks", "4", "--epoch-samples", "1000", "--batch", "25", "--gradient-mb", "2"]
+    assert main([*argv, "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["profile"]["gradient_bytes"] == 2_000_000 and payload["profile"]["batch_per_rank"] == 25
+    at_four = next(row for row in payload["projection"] if row["ranks"] == 4)
+    argv[argv.index("1000")] = "2000"
+    assert main([*argv, "--json"]) == 0
+    doubled = next(row for row in json.loads(capsys.readouterr().out)["projection"] if row["ranks"] == 4)
+    # 1000 samples / 4 ranks // 25 a batch = 10 steps an epoch, 2000 samples 20: ten more steps
+    assert doubled["epoch_s"] - at_four["epoch_s"] == pytest.approx(10 * at_four["step_s"])

@@ -173,14 +173,25 @@ def project_runs(
     net: pj.Network,
     kind: str = "weak",
     changes: pj.Changes | None = None,
+    gradient_bytes: float | None = None,
+    batch_per_rank: int | None = None,
 ) -> tuple[pj.Projection, pd.DataFrame]:
-    """Projection from the run with the fewest ranks, and every run's measured point beside it."""
+    """Projection from the run with the fewest ranks, and every run's measured point beside it.
+
+    ``gradient_bytes`` and ``batch_per_rank`` replace what the run recorded (or add what it did not).
+    """
     runs = [Run.load(path) for path in run_dirs]
     if not runs:
         raise ValueError("name at least one run directory")
     points = measured_points(runs)
     base = runs[int(points["ranks"].to_numpy().argmin())]
-    profile = pj.step_costs(base.events, base.meta, base.memory)
+    profile = pj.step_costs(
+        base.events, base.meta, base.memory, gradient_bytes=gradient_bytes, batch_per_rank=batch_per_rank
+    )
+    if changes is not None and changes.epoch_samples and not profile.batch_per_rank:
+        raise ValueError(
+            f"--epoch-samples needs the batch per rank, which {base.path.name} did not record: add --batch N"
+        )
     counts = sorted({*ranks, *points["ranks"].tolist()})
     result = pj.project(profile, counts, net, kind=kind, changes=changes)
     predicted = result.table.set_index("ranks")
@@ -262,6 +273,8 @@ def project_command(
     overlap: float = 0.0,
     system: pj.SystemSpec | None = None,
     nodes: str | None = None,
+    gradient_bytes: float | None = None,
+    batch_per_rank: int | None = None,
     as_json: bool = False,
     html: str | None = None,
 ) -> int:
@@ -301,7 +314,15 @@ def project_command(
         points = None
     else:
         net = resolve_network(network_name, ranks_per_node=ranks_per_node, allreduce_json=allreduce_json)
-        result, points = project_runs(run_dirs, parse_ranks(ranks), net=net, kind=kind, changes=changes)
+        result, points = project_runs(
+            run_dirs,
+            parse_ranks(ranks),
+            net=net,
+            kind=kind,
+            changes=changes,
+            gradient_bytes=gradient_bytes,
+            batch_per_rank=batch_per_rank,
+        )
     if html:
         from workbench.figures.projection import limits_figure, projection_figure
         from workbench.report import write_report

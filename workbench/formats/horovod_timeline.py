@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import re
 import sys
 from collections import deque
 from collections.abc import Iterator
@@ -609,6 +610,36 @@ def read_horovod_timeline(
         iter_horovod_timeline(path, run_id=run_id, host=host, chunk_mb=chunk_mb, engine=engine, batch_events=one_batch)
     )
     return whole[0] if whole else EVENT_SCHEMA.empty_table().to_pandas()
+
+
+#: Bytes of a timeline's start read for its tensors' shapes: every tensor shows in the first steps.
+TENSOR_SCAN_BYTES = 64 << 20
+_PROCESS_NAME = re.compile(r'"name": "process_name", "ph": "M", "pid": (\d+), "args": \{"name": "((?:[^"\\]|\\.)*)"\}')
+_NEGOTIATION = re.compile(r'"ph": "B", "name": "NEGOTIATE_([A-Z_]+)", "ts": \d+, "pid": (\d+)')
+_SHAPE = re.compile(r'"pid": (\d+), "args": \{"dtype": "(\w+)", "shape": "\[([^\]]*)\]"\}')
+_ITEM_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int32": 4, "int64": 8, "int8": 1, "uint8": 1}
+
+
+def timeline_tensor_bytes(path: str | Path, *, scan_bytes: int = TENSOR_SCAN_BYTES) -> dict[str, int]:
+    """``{tensor: bytes}`` of every tensor Horovod allreduced, in the order they first appear, from the shapes
+    the timeline writes on each allreduce's end (``"args": {"dtype": ..., "shape": ...}``).
+
+    Why: a profiled script records no gradient sizes of its own, and a projection to more ranks needs the bytes
+    each step allreduces. Only the file's first ``scan_bytes`` are read (the first steps show every tensor);
+    records in another layout than Horovod's writer produces are not matched, which leaves the dict empty.
+    """
+    with open(path, "rb") as handle:
+        text = handle.read(scan_bytes).decode("utf-8", errors="replace")
+    names = {int(pid): json.loads(f'"{name}"') for pid, name in _PROCESS_NAME.findall(text)}
+    allreduced = {int(pid) for operation, pid in _NEGOTIATION.findall(text) if operation == "ALLREDUCE"}
+    sizes: dict[str, int] = {}
+    for pid, dtype, shape in _SHAPE.findall(text):
+        pid = int(pid)
+        if pid not in allreduced or dtype not in _ITEM_BYTES:
+            continue
+        dims = [int(d) for d in shape.replace(" ", "").split(",") if d]
+        sizes.setdefault(names.get(pid, f"tensor-{pid}"), int(np.prod(dims, dtype=np.int64)) * _ITEM_BYTES[dtype])
+    return sizes
 
 
 #: Events ``iter_horovod_timeline`` gathers before it yields them: about 0.14 GB of memory at the peak.

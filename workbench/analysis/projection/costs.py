@@ -212,11 +212,15 @@ def step_costs(
         if tensor_bytes is None and len(comm):
             first = comm[(comm["rank"] == comm["rank"].min()) & (comm["step"] == comm["step"].min())]
             tensor_bytes = tuple(int(b) for b in first["bytes"]) if len(first) > 1 else None
+        if not gradient_bytes and meta.get("timeline_gradient_bytes"):
+            # a profiled script: the tensors Horovod's timeline shows allreduced, each once a step
+            gradient_bytes = float(meta["timeline_gradient_bytes"])
+            tensor_bytes = tensor_bytes or tuple(int(b) for b in meta.get("timeline_tensor_bytes") or ()) or None
         if not gradient_bytes:
             notes.append(
                 "no gradient bytes recorded on the communication spans: the allreduce is projected as"
-                " free; record them (Recorder.phase('communication', 'allreduce', nbytes=...)) or pass"
-                " gradient_bytes="
+                " free; give the bytes each step allreduces (workbench project --gradient-mb, or"
+                " Recorder.phase('communication', 'allreduce', nbytes=...) in the script)"
             )
     threads = _threads(meta)
     if threads is None:
