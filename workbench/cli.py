@@ -335,6 +335,12 @@ def _cmd_profile(args: argparse.Namespace) -> int:
 def _cmd_analyse(args: argparse.Namespace) -> int:
     from workbench.commands.analyse import analyse_command
 
+    if args.workers is not None and args.workers < 0:
+        raise ValueError(f"--workers {args.workers}: give 0 (rank groups one at a time here) or more processes")
+    if args.group_ranks is not None and args.group_ranks < 1:
+        raise ValueError(f"--group-ranks {args.group_ranks}: give at least 1 rank per group")
+    if args.group_ranks is not None and args.workers is None:
+        raise ValueError("--group-ranks sizes the rank groups of --workers: add --workers N (0: one group at a time)")
     return analyse_command(
         args.run_dir, as_json=args.json, html=args.html, workers=args.workers, group_ranks=args.group_ranks
     )
@@ -343,7 +349,11 @@ def _cmd_analyse(args: argparse.Namespace) -> int:
 def _cmd_export(args: argparse.Namespace) -> int:
     from workbench.formats.trace_export import export_trace
 
-    out = args.trace or str(Path(args.run_dir) / "trace.json.gz")
+    out = Path(args.trace) if args.trace else Path(args.run_dir) / "trace.json.gz"
+    if out.is_dir():  # a folder: the trace goes into it under its usual name
+        out = out / "trace.json.gz"
+    if not out.parent.is_dir():
+        raise ValueError(f"--trace {args.trace}: the folder {out.parent} does not exist: create it or name another")
     result = export_trace(args.run_dir, out)
     print(
         f"trace: {result.path} ({result.bytes_written / 1e6:.3g} MB, {result.spans} spans and {result.samples}"

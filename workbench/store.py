@@ -146,8 +146,8 @@ def read_run_meta(path: str | Path) -> dict[str, Any]:
         raise NotARunError(f"{path} does not exist or is not a directory: pass a run directory such as runs/<run_id>")
     if not meta_file.is_file():
         raise NotARunError(
-            f"{path} is not a workbench run (no {RUN_FILE}): pass a directory made by workbench, "
-            "or list runs with workbench.store.list_runs()"
+            f"{path} is not a workbench run (no {RUN_FILE}): pass a directory made by workbench "
+            "(the folders under runs/; in Python, workbench.store.list_runs())"
         )
     try:
         meta = json.loads(meta_file.read_text())

@@ -22,7 +22,11 @@ def dirs(tmp_path: Path) -> dict[str, str]:
     (tmp_path / "foreign" / "run.json").write_text(json.dumps({"name": "not ours", "status": "done"}))
     (tmp_path / "list").mkdir()
     (tmp_path / "list" / "run.json").write_text("[1, 2]")
-    return {name: str(tmp_path / name) for name in ("missing", "empty", "foreign", "list")}
+    (tmp_path / "train.py").write_text("print('a script, not a command')\n")
+    return {
+        **{name: str(tmp_path / name) for name in ("missing", "empty", "foreign", "list")},
+        "script": str(tmp_path / "train.py"),
+    }
 
 
 CLI_CASES = [
@@ -37,6 +41,14 @@ CLI_CASES = [
     (["compare", "{foreign}", "{empty}"], r"not a workbench run's metadata"),
     (["profile", "--ranks", "2", "--", "python", "{missing}/train.py"], r"does not exist: check the path"),
     (["bench", "allreduce", "--ranks", "0"], r"n=0 ranks is not possible: use n >= 1"),
+    (["profile", "--ranks", "0", "--", "python", "{missing}/train.py"], r"--ranks 0: profile on at least 1 rank"),
+    (["profile", "--", "no_such_program_here"], r"command 'no_such_program_here' not found"),
+    (["profile", "--", "{script}"], r"train.py is not a command: did you mean workbench profile -- python .*train.py"),
+    (["analyse", "{empty}", "--workers", "-1"], r"--workers -1: give 0 .* or more processes"),
+    (["analyse", "{empty}", "--workers", "2", "--group-ranks", "0"], r"--group-ranks 0: give at least 1 rank"),
+    (["analyse", "{empty}", "--group-ranks", "4"], r"--group-ranks sizes the rank groups of --workers"),
+    (["export", "{empty}", "--trace", "{missing}/x/trace.json"], r"the folder .*missing/x does not exist"),
+    (["project", "{empty}", "--network", "nope"], r"unknown network 'nope': use one of 10gbe"),
 ]
 
 

@@ -157,3 +157,12 @@ def test_the_command_writes_beside_the_run_and_a_non_run_is_one_line(run_path, t
     assert main(["export", str(tmp_path / "nothing"), "--perfetto", str(tmp_path / "x.json")]) == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and "pass a run directory" in error
+
+
+def test_a_folder_given_as_the_trace_gets_the_trace_inside_and_nothing_beside_it(run_path, tmp_path, capsys):
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    assert main(["export", str(run_path), "--trace", str(folder)]) == 0
+    assert [p.name for p in folder.iterdir()] == ["trace.json.gz"]
+    assert not list(tmp_path.glob(".*.tmp"))  # no temporary file left next to it
+    assert str(folder / "trace.json.gz") in capsys.readouterr().out

@@ -18,6 +18,7 @@ Horovod's), the run keeps what was recorded and the output says in one line what
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -37,6 +38,10 @@ def check_command(command: list[str]) -> None:
     if not command:
         raise ValueError("no command to profile: pass it after --, e.g. workbench profile -- python train.py")
     program = Path(command[0]).name
+    if not program.startswith("python") and shutil.which(command[0]) is None:
+        if command[0].endswith(".py") and Path(command[0]).is_file():
+            raise ValueError(f"{command[0]} is not a command: did you mean workbench profile -- python {command[0]}?")
+        raise FileNotFoundError(f"command {command[0]!r} not found: check its name, or its path and that it runs")
     if program.startswith("python"):
         script = next((arg for arg in command[1:] if not arg.startswith("-")), None)
         if "-m" in command[1:2] or "-c" in command[1:2]:
@@ -59,6 +64,8 @@ def profile_command(
     """Run ``command`` on ``ranks`` MPI ranks, record it as a run, print its analysis; returns its exit code."""
     from workbench.autorecord import parse_trace_steps
 
+    if ranks < 1:
+        raise ValueError(f"--ranks {ranks}: profile on at least 1 rank")
     check_command(command)
     parse_trace_steps(trace_steps)  # one clear error before anything starts
     config = config or ClusterConfig(n=ranks)

@@ -298,29 +298,33 @@ def write_trace(
     tmp = out_path.with_name(f".{out_path.name}.tmp")
     # gzip's fastest level: 8x smaller than plain JSON here; its default (9) took 4x as long for 22 % less
     compressed = out_path.suffix == ".gz"
-    with gzip.open(tmp, "wb", compresslevel=GZIP_LEVEL) if compressed else open(tmp, "wb") as out:
-        out.write(b'{"traceEvents":[\n')
-        for stream, table in tables:
-            if table.num_rows == 0:
-                continue
-            table = layout.with_hosts(table)
-            layout.note(table["rank"], table["host"])
-            _write(out, _LINES[stream](table, origin, layout))
-            counts[stream] += table.num_rows
-            if stream == "events":
-                for item in pc.value_counts(table["rank"]).to_pylist():
-                    rank = int(item["values"])
-                    spans_per_rank[rank] = spans_per_rank.get(rank, 0) + int(item["counts"])
-        # never empty once a line was written (those lines named a host); else no comma to close
-        out.write(",\n".join(json.dumps(item) for item in layout.metadata()).encode())
-        other = {
-            "producer": "workbench export",
-            "run_id": meta.get("run_id"),
-            "run_name": meta.get("name"),
-            "origin_unix_ns": origin,
-        }
-        out.write(f'\n],"displayTimeUnit":"ms","otherData":{json.dumps(other)}}}\n'.encode())
-    tmp.replace(out_path)
+    try:
+        with gzip.open(tmp, "wb", compresslevel=GZIP_LEVEL) if compressed else open(tmp, "wb") as out:
+            out.write(b'{"traceEvents":[\n')
+            for stream, table in tables:
+                if table.num_rows == 0:
+                    continue
+                table = layout.with_hosts(table)
+                layout.note(table["rank"], table["host"])
+                _write(out, _LINES[stream](table, origin, layout))
+                counts[stream] += table.num_rows
+                if stream == "events":
+                    for item in pc.value_counts(table["rank"]).to_pylist():
+                        rank = int(item["values"])
+                        spans_per_rank[rank] = spans_per_rank.get(rank, 0) + int(item["counts"])
+            # never empty once a line was written (those lines named a host); else no comma to close
+            out.write(",\n".join(json.dumps(item) for item in layout.metadata()).encode())
+            other = {
+                "producer": "workbench export",
+                "run_id": meta.get("run_id"),
+                "run_name": meta.get("name"),
+                "origin_unix_ns": origin,
+            }
+            out.write(f'\n],"displayTimeUnit":"ms","otherData":{json.dumps(other)}}}\n'.encode())
+        tmp.replace(out_path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a failed export leaves no half-written file beside the target
+        raise
     return TraceExport(
         path=out_path,
         bytes_written=out_path.stat().st_size,

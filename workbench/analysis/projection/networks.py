@@ -159,7 +159,9 @@ def network(name: str | Network, /, **changes: Any) -> Network:
     else:
         key = name.lower().replace("_", "-")
         if key not in NETWORKS:
-            raise ValueError(f"unknown network {name!r}: use one of {', '.join(NETWORKS)} or build a Network")
+            raise ValueError(
+                f"unknown network {name!r}: use one of {', '.join(NETWORKS)} (in Python, or build a Network)"
+            )
         chosen = NETWORKS[key]
     return replace(chosen, **changes) if changes else chosen
 
