@@ -213,7 +213,7 @@ def format_analysis(result: RunAnalysis, *, width: int = WIDTH) -> str:
     lines += ["", "Training steps per rank"]
     if int(result.steps["steps"].sum()) if len(result.steps) else 0:
         lines += text_table(
-            [*by_rank.header, "steps", "over", "steps/s", "mean step"],
+            [*by_rank.header, "steps", "over", "steps/s", "mean step", "median step"],
             [
                 [
                     *by_rank.cells(row.rank),
@@ -221,6 +221,7 @@ def format_analysis(result: RunAnalysis, *, width: int = WIDTH) -> str:
                     format_seconds(row.seconds),
                     format_rate(row.steps_per_s),
                     format_seconds(row.mean_step_s),
+                    format_seconds(getattr(row, "median_step_s", None)),
                 ]
                 for row in result.steps.itertuples()
             ],

@@ -164,7 +164,7 @@ def test_steps_per_rank_counts_each_ranks_steps_and_pace():
     # rank 0: 15 steps from 0 to 29.5 s; rank 1: 3 steps of 1.5 s from 0 to 5.5 s; rank 2 listed, silent
     events = pd.concat([steps_run(15), steps_run(3, ranks=2).query("rank == 1")], ignore_index=True)
     result = steps_per_rank(events, ranks=[0, 1, 2])
-    assert list(result.columns) == ["rank", "steps", "seconds", "steps_per_s", "mean_step_s"]
+    assert list(result.columns) == ["rank", "steps", "seconds", "steps_per_s", "mean_step_s", "median_step_s"]
     assert result["rank"].tolist() == [0, 1, 2]
     assert result["steps"].tolist() == [15, 3, 0]
     # rank 0: 15 / 29.5 s; rank 1: 3 / 5.5 s
@@ -172,6 +172,15 @@ def test_steps_per_rank_counts_each_ranks_steps_and_pace():
     assert result["steps_per_s"].tolist()[:2] == pytest.approx([15 / 29.5, 3 / 5.5])
     assert result["mean_step_s"].tolist()[:2] == pytest.approx([1.5, 1.5])
     assert math.isnan(result["steps_per_s"].iloc[2]) and math.isnan(result["mean_step_s"].iloc[2])
+
+
+def test_the_median_step_leaves_out_a_first_step_that_traced():
+    events = steps_run(5)
+    first = events.index[(events["name"] == "train_step")][0]
+    events.loc[first, "end_ns"] += 10 * 1_000_000_000  # the first step traced for 10 s more
+    result = steps_per_rank(events).iloc[0]
+    assert result["mean_step_s"] == pytest.approx(1.5 + 10 / 5)  # the trace spread over 5 steps
+    assert result["median_step_s"] == pytest.approx(1.5)
 
 
 def test_steps_per_rank_without_steps_is_empty_and_names_are_configurable():

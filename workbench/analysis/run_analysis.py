@@ -37,6 +37,7 @@ from workbench.analysis.keras_calls import (
 )
 from workbench.analysis.memory import memory_summary
 from workbench.analysis.pop import POP_COLUMNS, pop_metrics, useful_phase_set
+from workbench.analysis.retracing import retracing_finding
 from workbench.analysis.scaling import steps_per_rank
 from workbench.analysis.straggler import (
     LATENESS_COLUMNS,
@@ -71,7 +72,7 @@ class RunAnalysis:
     pop: dict[str, Any]
     #: ``FINDING_COLUMNS``, largest ``seconds_lost`` first, missing-data findings last.
     findings: pd.DataFrame
-    #: ``steps_per_rank``: ``rank, host, steps, seconds, steps_per_s, mean_step_s``.
+    #: ``steps_per_rank``: ``rank, host, steps, seconds, steps_per_s, mean_step_s, median_step_s``.
     steps: pd.DataFrame
     #: ``memory_summary``: ``rank, host, samples, first_mb, last_mb, peak_mb, gpu_peak_mb``.
     memory: pd.DataFrame
@@ -263,6 +264,7 @@ def analyse_run(
     # a run stopped, stalled or working outside its spans: the status, Horovod's unfinished collectives, and
     # the time each rank was alive (memory samples) outside what it recorded
     extra.append(completion_findings(events, memory, meta, hosts))
+    extra.append(combine_findings(retracing_finding(events, hosts, wall_s=wall_s)))
     return RunAnalysis(
         header={**run_header(meta), "rank_hosts": hosts},
         breakdown=with_hosts(per_run.drop(columns="run_id").reset_index(drop=True), hosts),

@@ -101,7 +101,7 @@ def step_throughput(
     return pd.DataFrame(rows)
 
 
-STEP_COLUMNS: tuple[str, ...] = ("rank", "steps", "seconds", "steps_per_s", "mean_step_s")
+STEP_COLUMNS: tuple[str, ...] = ("rank", "steps", "seconds", "steps_per_s", "mean_step_s", "median_step_s")
 
 
 def steps_per_rank(
@@ -116,8 +116,10 @@ def steps_per_rank(
     Steps are the ``step_phase`` spans named ``step_name`` (what the recorder's Keras callback and
     the case studies write). Per rank: ``steps``; ``seconds`` from its first step's start to its
     last step's end (so time between steps counts); ``steps_per_s = steps / seconds``;
-    ``mean_step_s``, the mean step span. Ranks in ``ranks`` without steps get ``steps = 0`` and NaN
-    rates; no steps at all: an empty frame with columns ``STEP_COLUMNS``.
+    ``mean_step_s``, the mean step span, and ``median_step_s``, the median one: the first step traces the
+    step function (seconds, where a step then takes milliseconds), which the median leaves out. Ranks in
+    ``ranks`` without steps get ``steps = 0`` and NaN rates; no steps at all: an empty frame with columns
+    ``STEP_COLUMNS``.
     """
     missing = [c for c in ("rank", "phase", "name", "start_ns", "end_ns") if c not in events]
     if missing:
@@ -141,6 +143,7 @@ def steps_per_rank(
         first_ns=("start_ns", "min"),
         last_ns=("end_ns", "max"),
         busy_ns=("duration_ns", "sum"),
+        median_ns=("duration_ns", "median"),
     )
     all_ranks = sorted(set(int(r) for r in per_rank.index) | set(listed))
     per_rank = per_rank.reindex(all_ranks)
@@ -156,6 +159,7 @@ def steps_per_rank(
             "seconds": seconds.to_numpy(),
             "steps_per_s": rate.astype(np.float64),
             "mean_step_s": np.asarray(mean_step, dtype=np.float64),
+            "median_step_s": (per_rank["median_ns"] / NS_PER_S).to_numpy(dtype=np.float64),
         }
     )
 
