@@ -41,6 +41,7 @@ value      float64 the value
 
 from __future__ import annotations
 
+import math
 import re
 import zlib
 from collections.abc import Iterable, Mapping
@@ -361,3 +362,49 @@ def events_frame(rows: list[dict] | pd.DataFrame) -> pd.DataFrame:
     frame["name"] = frame["name"].fillna(frame["phase"]) if "name" in frame else frame["phase"]
     table = pa.Table.from_pandas(frame[list(EVENT_COLUMNS)], schema=EVENT_SCHEMA, preserve_index=False)
     return table.to_pandas()
+
+
+# --------------------------------------------------------------------------------------------
+# Seconds in words: the one formatter the analysis's sentences and the text output share
+# --------------------------------------------------------------------------------------------
+
+#: What a missing number reads as.
+MISSING = "–"
+
+
+def format_seconds(seconds: float | None, *, signed: bool = False) -> str:
+    """``0.00123`` -> ``1.23 ms``, ``95.2`` -> ``95.2 s``, ``4000`` -> ``66.7 min``; NaN -> ``–``."""
+    if not is_finite_number(seconds):
+        return MISSING
+    value = float(seconds)  # type: ignore[arg-type]
+    if value == 0:
+        return "0 s"
+    magnitude = abs(value)
+    if magnitude < 1e-3:
+        unit, scale = "µs", 1e-6
+    elif magnitude < 1:
+        unit, scale = "ms", 1e-3
+    elif magnitude < 600:
+        unit, scale = "s", 1.0
+    elif magnitude < 36_000:
+        unit, scale = "min", 60.0
+    else:
+        unit, scale = "h", 3600.0
+    return f"{significant_figures(value / scale, signed)} {unit}"
+
+
+def significant_figures(value: float, signed: bool = False) -> str:
+    """Three significant figures without exponent: 0.0123, 1.23, 12.3, 123, 1234."""
+    value = float(f"{value:.3g}")  # round first: 9.996 is 10.0, not 10.00
+    if value == 0:
+        return "0"
+    digits = max(0, 2 - math.floor(math.log10(abs(value))))
+    text = f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
+    return text.replace("-", "−")
+
+
+def is_finite_number(value: object) -> bool:
+    try:
+        return value is not None and math.isfinite(float(value))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False

@@ -16,7 +16,15 @@ import pandas as pd
 
 from workbench.analysis.compare import SCOPE_RANK, SCOPE_TOTAL, SCOPE_WALL
 from workbench.analysis.run_analysis import lateness_summary
-from workbench.events import host_count, hosts_summary, phase_order
+from workbench.events import (
+    MISSING,
+    format_seconds,
+    host_count,
+    hosts_summary,
+    is_finite_number,
+    phase_order,
+    significant_figures,
+)
 
 if TYPE_CHECKING:
     from workbench.analysis import RunAnalysis
@@ -24,7 +32,6 @@ if TYPE_CHECKING:
 #: Width the text output fits in.
 WIDTH = 100
 #: Shown in a table cell that has no value.
-MISSING = "–"
 
 
 # --------------------------------------------------------------------------------------------
@@ -32,63 +39,42 @@ MISSING = "–"
 # --------------------------------------------------------------------------------------------
 
 
-def format_seconds(seconds: float | None, *, signed: bool = False) -> str:
-    """``0.00123`` -> ``1.23 ms``, ``95.2`` -> ``95.2 s``, ``4000`` -> ``66.7 min``; NaN -> ``–``."""
-    if not _finite(seconds):
-        return MISSING
-    value = float(seconds)  # type: ignore[arg-type]
-    if value == 0:
-        return "0 s"
-    magnitude = abs(value)
-    if magnitude < 1e-3:
-        unit, scale = "µs", 1e-6
-    elif magnitude < 1:
-        unit, scale = "ms", 1e-3
-    elif magnitude < 600:
-        unit, scale = "s", 1.0
-    elif magnitude < 36_000:
-        unit, scale = "min", 60.0
-    else:
-        unit, scale = "h", 3600.0
-    return f"{_significant(value / scale, signed)} {unit}"
-
-
 def format_megabytes(megabytes: float | None) -> str:
     """``123.4`` -> ``123 MB``, ``2345`` -> ``2.35 GB``; NaN -> ``–``."""
-    if not _finite(megabytes):
+    if not is_finite_number(megabytes):
         return MISSING
     value = float(megabytes)  # type: ignore[arg-type]
     if abs(value) >= 1000:
-        return f"{_significant(value / 1000)} GB"
-    return f"{_significant(value)} MB"
+        return f"{significant_figures(value / 1000)} GB"
+    return f"{significant_figures(value)} MB"
 
 
 def format_rate(per_second: float | None, unit: str = "/s") -> str:
     """``12.345`` -> ``12.3 /s``; NaN -> ``–``."""
-    return f"{_significant(float(per_second))} {unit}" if _finite(per_second) else MISSING  # type: ignore[arg-type]
+    return f"{significant_figures(float(per_second))} {unit}" if is_finite_number(per_second) else MISSING  # type: ignore[arg-type]
 
 
 def format_ratio(value: float | None) -> str:
     """An efficiency or a ratio with two decimals (``0.73``); NaN -> ``–``, inf -> ``new``."""
     if value is not None and isinstance(value, float) and math.isinf(value):
         return "new"
-    return f"{float(value):.2f}" if _finite(value) else MISSING  # type: ignore[arg-type]
+    return f"{float(value):.2f}" if is_finite_number(value) else MISSING  # type: ignore[arg-type]
 
 
 def format_share(value: float | None) -> str:
     """A fraction as a percentage (``0.254`` -> ``25%``); NaN -> ``–``."""
-    return f"{float(value):.0%}" if _finite(value) else MISSING  # type: ignore[arg-type]
+    return f"{float(value):.0%}" if is_finite_number(value) else MISSING  # type: ignore[arg-type]
 
 
 def format_number(value: float | None) -> str:
     """Three significant figures, never an exponent (``12345.6`` -> ``12300``); NaN -> ``–``."""
-    return _significant(float(value)) if _finite(value) else MISSING  # type: ignore[arg-type]
+    return significant_figures(float(value)) if is_finite_number(value) else MISSING  # type: ignore[arg-type]
 
 
 def format_amount(value: float | None) -> str:
     """Three significant figures below 1000, whole units grouped by spaces above (``19.7``, ``246``,
     ``2 461``): images/s and other counts read in prose; NaN or None -> ``–``."""
-    if not _finite(value):
+    if not is_finite_number(value):
         return MISSING
     value = float(value)  # type: ignore[arg-type]
     return f"{value:,.0f}".replace(",", " ") if abs(value) >= 1000 else f"{value:.3g}"
@@ -96,30 +82,14 @@ def format_amount(value: float | None) -> str:
 
 def format_interval(value: float | None, low: float | None, high: float | None, unit: str) -> str:
     """``1 188 images/s [1 084, 1 314]``: a value with its unit and, when both ends are known, its interval."""
-    interval = f" [{format_amount(low)}, {format_amount(high)}]" if _finite(low) and _finite(high) else ""
+    both = is_finite_number(low) and is_finite_number(high)
+    interval = f" [{format_amount(low)}, {format_amount(high)}]" if both else ""
     return f"{format_amount(value)} {unit}{interval}"
 
 
 def format_percent(value: float | None) -> str:
     """A fraction as a percentage with 2–3 significant figures (``0.2537`` -> ``25.4%``); NaN -> ``–``."""
-    return f"{_significant(float(value) * 100)}%" if _finite(value) else MISSING  # type: ignore[arg-type]
-
-
-def _significant(value: float, signed: bool = False) -> str:
-    """Three significant figures without exponent: 0.0123, 1.23, 12.3, 123, 1234."""
-    value = float(f"{value:.3g}")  # round first: 9.996 is 10.0, not 10.00
-    if value == 0:
-        return "0"
-    digits = max(0, 2 - math.floor(math.log10(abs(value))))
-    text = f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
-    return text.replace("-", "−")
-
-
-def _finite(value: object) -> bool:
-    try:
-        return value is not None and math.isfinite(float(value))  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return False
+    return f"{significant_figures(float(value) * 100)}%" if is_finite_number(value) else MISSING  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------------------------
@@ -407,7 +377,7 @@ def _keras_call_lines(calls: pd.DataFrame, width: int, by_rank: _RankColumns) ->
 def findings_lines(found: pd.DataFrame, width: int) -> list[str]:
     lines: list[str] = []
     for row in found.itertuples():
-        if _finite(row.seconds_lost):
+        if is_finite_number(row.seconds_lost):
             cost = f"{format_seconds(row.seconds_lost)} lost ({format_share(row.fraction_of_wall)} of wall)"
             lines += _wrapped(f"{row.order:>2}. {row.kind}: {cost}; ranks {row.ranks}", width=width)
         else:  # what the run lacks: its cost cannot be measured

@@ -96,3 +96,18 @@ def test_a_signal_to_workbench_ends_the_command_and_says_which(tmp_path):
     assert time.monotonic() - started < 30
     assert signal.getsignal(signal.SIGTERM) == handler  # the handler this process had is back
     assert run_until_done_or_stopped([sys.executable, "-c", "raise SystemExit(3)"], dict(os.environ)) == (3, None)
+
+
+def test_ranks_that_never_meet_get_no_derived_waits_and_no_imbalance():
+    # two ranks each training on its own (no collective): rank 1's steps take twice rank 0's
+    events = spans(*[(0, 2 * i, 2 * i + 1) for i in range(5)], *[(1, 2 * i, 2 * i + 2) for i in range(5)])
+    events["step"] = [i for _ in range(2) for i in range(5)]
+    result = analyse_run(events, None, {"run_id": "r", "ranks": 2, "status": "finished"})
+    kinds = set(result.findings["kind"])
+    assert "no_collectives" in kinds
+    assert not {"load_imbalance", "straggler", "no_communication"} & kinds
+    assert "communication_wait" not in set(result.breakdown["phase"])  # nobody waited for anybody
+    # the same steps with an allreduce recorded: the waits are derived again
+    allreduce = spans((0, 1.0, 1.0)).assign(phase="communication", name="allreduce", step=0)
+    synced = analyse_run(pd.concat([events, allreduce]), None, {"run_id": "r", "ranks": 2})
+    assert "no_collectives" not in set(synced.findings["kind"])

@@ -79,8 +79,6 @@ def stalled_collective_findings(
     ``seconds_lost``: from its submission to the end of the run (the ranks' last memory sample, else the
     timeline's end): the time the job stood still.
     """
-    from workbench.text import format_seconds  # text imports the analysis: not at module level
-
     if not unfinished:
         return None
     known = _ranks(events, memory)
@@ -91,7 +89,7 @@ def stalled_collective_findings(
     since = int(first.get("since_ns", 0))
     end = max(int(first.get("file_end_ns", since)), _last_sample_ns(memory) or since)
     stood = max(0.0, (end - since) / NS)
-    at = f" {format_seconds((since - origin_ns) / NS)} into the run" if origin_ns is not None else ""
+    at = f" {ev.format_seconds((since - origin_ns) / NS)} into the run" if origin_ns is not None else ""
     who = (
         f"{ev.ranks_with_hosts(ready, hosts)} submitted it{at} and {ev.ranks_with_hosts(missing, hosts)} never did"
         if ready and missing
@@ -109,7 +107,7 @@ def stalled_collective_findings(
     )
     text = (
         f"Horovod's {first.get('operation', 'collective')} of {first.get('tensor', '?')!r} never completed: {who};"
-        f" the job stood still for {format_seconds(stood)} until it ended{others}{cause}"
+        f" the job stood still for {ev.format_seconds(stood)} until it ended{others}{cause}"
     )
     wall = _life_s(events, memory)
     return pd.DataFrame(
@@ -136,8 +134,6 @@ def unrecorded_time_finding(
     life; the time before the first span (imports, set-up: every run has some) is named beside it.
     ``seconds_lost``: the longest such tail.
     """
-    from workbench.text import format_seconds  # text imports the analysis: not at module level
-
     if memory is None or len(memory) == 0 or len(events) == 0 or "time_ns" not in memory:
         return None
     own = events[~events["phase"].astype(str).isin(ev.OVERLAP_PHASES)]
@@ -157,8 +153,8 @@ def unrecorded_time_finding(
     worst = int(after[shown].idxmax())
     text = (
         f"{ev.ranks_with_hosts(ranks, hosts)} went on after the last span they recorded:"
-        f" {ev.ranks_with_hosts([worst], hosts)} for {format_seconds(after[worst])} of the"
-        f" {format_seconds(lived[worst])} it lived ({format_seconds(before[worst])} of the rest came before its"
+        f" {ev.ranks_with_hosts([worst], hosts)} for {ev.format_seconds(after[worst])} of the"
+        f" {ev.format_seconds(lived[worst])} it lived ({ev.format_seconds(before[worst])} of the rest came before its"
         " first span: imports and set-up). The breakdown and the efficiencies leave that time out: work after the"
         " last recorded call (a checkpoint, evaluation outside Keras, a final collective) or a stall; wrap the"
         " work in Recorder.phase(...) to see it"

@@ -34,8 +34,6 @@ def retracing_finding(
     ``seconds_lost``: the largest rank's sum of (step − median step) over those steps; ``None`` when no
     rank has one (the first step's trace is expected and not reported).
     """
-    from workbench.text import format_seconds  # text imports the analysis: not at module level
-
     if len(events) == 0:
         return None
     steps = events[(events["phase"] == step_phase) & (events["name"] == step_name)]
@@ -66,8 +64,8 @@ def retracing_finding(
     text = (
         f"{ev.ranks_with_hosts(lost, hosts)}: {len(numbers[worst])} step(s) after the first took over"
         f" {RETRACE_TIMES_MEDIAN:g}x the median step ({ev.ranks_with_hosts([worst], hosts)}: step(s)"
-        f" {', '.join(map(str, shown))}{more}, {format_seconds(lost[worst])} over a median of"
-        f" {format_seconds(medians[worst])}). Most likely TensorFlow traced the step function again: a Python"
+        f" {', '.join(map(str, shown))}{more}, {ev.format_seconds(lost[worst])} over a median of"
+        f" {ev.format_seconds(medians[worst])}). Most likely TensorFlow traced the step function again: a Python"
         " value passed to the tf.function that changes (pass a tensor), inputs of a new shape or dtype (a last"
         " partial batch: drop_remainder=True, or an input_signature), or a new variable or optimizer slot"
     )

@@ -215,6 +215,11 @@ def analyse_run(
         )
         events = events[~backwards]
 
+    independent = independent_ranks_finding(events, ranks)
+    if independent is not None:
+        # no collective anywhere in the record: nothing says a rank waits for another, so none is derived
+        derive_waits = False
+        extra.append(independent)
     waits = step_waits(events) if len(events) else _empty(STEP_WAIT_COLUMNS)
     lateness = allreduce_lateness(events) if len(events) else _empty(LATENESS_COLUMNS)
     in_flight = communication_overlap(events) if len(events) else _empty(OVERLAP_COLUMNS)
@@ -230,6 +235,8 @@ def analyse_run(
         breakdown=per_run,
         hosts=hosts,
     )
+    if independent is not None:  # ranks that never meet do not wait for the slowest: no imbalance to lose
+        found = found[~found["kind"].isin(["load_imbalance", "straggler", "no_communication"])]
     pop = pop_dict(pop_frame, run_id, ranks, input_is_useful)
     wall_s = wall_seconds(pop)
     if derive_waits and wall_s and len(waits):
@@ -276,6 +283,34 @@ def analyse_run(
         lateness=with_hosts(lateness, hosts),
         in_flight=with_hosts(in_flight, hosts),
         keras_calls=with_hosts(keras_calls, hosts),
+    )
+
+
+def independent_ranks_finding(events: pd.DataFrame, ranks: list[int] | None) -> pd.DataFrame | None:
+    """A note for a run of several ranks with training steps and no collective recorded at all.
+
+    No communication span, no Horovod timeline, no wait: either the ranks exchange data outside what was
+    recorded (mpi4py, torch.distributed), or they never exchange it and each trained on its own, often a
+    script run under mpiexec without Horovod's optimizer. Either way, waits cannot be derived from step
+    lengths (they assume the ranks meet every step).
+    """
+    if len(events) == 0:
+        return None
+    recorded = {int(r) for r in events["rank"].unique()}
+    if len(set(ranks or ()) | recorded) < 2:
+        return None
+    phases = set(events["phase"].astype(str).unique())
+    if phases & {ev.COMMUNICATION, ev.IN_FLIGHT, ev.COMMUNICATION_WAIT}:
+        return None
+    if not ((events["phase"] == ev.COMPUTE) & (events["name"] == "train_step")).any():
+        return None
+    return missing_data_finding(
+        "no_collectives",
+        "no collective was recorded (no communication spans, no Horovod timeline), so no rank is taken to wait"
+        " for another: if the ranks never exchange gradients, each trained on its own (wrap the optimizer with"
+        " hvd.DistributedOptimizer or the tape with hvd.DistributedGradientTape, and call hvd.init()); if"
+        " they exchange them outside Horovod, record it (Recorder.phase('communication', ...))",
+        ev.rank_list(set(ranks or ()) | recorded),
     )
 
 
