@@ -230,3 +230,22 @@ def test_amounts_and_intervals_read_without_exponents():
     ]
     assert format_interval(1187.5, 1084.2, 1313.9, "images/s") == "1 188 images/s [1 084, 1 314]"
     assert format_interval(26.0, float("nan"), 51.5, "images/s") == "26 images/s"
+
+
+def test_compare_counts_a_derived_wait_as_analyse_does(tmp_path, capsys):
+    # 3 steps: rank 1's last 3 s where rank 0's last 1 s, each ending in an allreduce both ranks leave together
+    rows = []
+    for i in range(3):
+        rows += [
+            {**span(0, "compute", 3 * i, 3 * i + 1, "train_step"), "step": i},
+            {**span(1, "compute", 3 * i, 3 * i + 3, "train_step"), "step": i},
+            {**span(0, "communication", 3 * i + 1, 3 * i + 3, "allreduce"), "step": i},
+        ]
+    path = record(tmp_path, "uneven", rows, ranks=2)
+    assert main(["analyse", str(path), "--json"]) == 0
+    analysed = {(row["rank"], row["phase"]): row["seconds"] for row in json.loads(capsys.readouterr().out)["breakdown"]}
+    assert main(["compare", str(path), str(path), "--json"]) == 0
+    per_rank = json.loads(capsys.readouterr().out)["per_rank"]
+    compared = {(row["rank"], row["phase"]): row["seconds_a"] for row in per_rank}
+    waits = {key: seconds for key, seconds in analysed.items() if key[1] == "communication_wait"}
+    assert waits and all(compared[key] == pytest.approx(seconds) for key, seconds in waits.items())

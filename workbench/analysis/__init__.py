@@ -39,6 +39,7 @@ from workbench.analysis.run_analysis import (
     run_header,
     run_hosts,
     with_hosts,
+    with_step_waits,
 )
 from workbench.analysis.scaling import (
     IoOverhead,
@@ -119,4 +120,5 @@ __all__ = [
     "wait_spans",
     "with_derived_waits",
     "with_hosts",
+    "with_step_waits",
 ]

@@ -286,6 +286,19 @@ def analyse_run(
     )
 
 
+def with_step_waits(events: pd.DataFrame, ranks: list[int] | None = None) -> pd.DataFrame:
+    """The events as ``analyse_run`` breaks them down: spans that end before they start left out, and each
+    rank's wait for the last one in a step added as ``communication_wait`` (none where no collective was
+    recorded). ``workbench compare`` uses it, so a wait reads as a wait in both commands."""
+    if len(events) == 0:
+        return events
+    events = events[(events["end_ns"] >= events["start_ns"]).to_numpy()]
+    if independent_ranks_finding(events, ranks) is not None:
+        return events
+    waits = step_waits(events)
+    return with_derived_waits(events, waits) if len(waits) else events
+
+
 def independent_ranks_finding(events: pd.DataFrame, ranks: list[int] | None) -> pd.DataFrame | None:
     """A note for a run of several ranks with training steps and no collective recorded at all.
 

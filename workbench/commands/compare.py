@@ -25,11 +25,12 @@ def compare_command(
 ) -> int:
     """Compare two recorded runs per rank and phase: print text (or JSON), optionally the HTML report."""
     first, second = Run.load(run_a), Run.load(run_b)
+    ranks_a, ranks_b = analysis.declared_ranks(first.meta), analysis.declared_ranks(second.meta)
     comparison = analysis.compare_runs(
-        first.events,
-        second.events,
-        ranks_a=analysis.declared_ranks(first.meta),
-        ranks_b=analysis.declared_ranks(second.meta),
+        analysis.with_step_waits(first.events, ranks_a),  # waits derived as workbench analyse derives them
+        analysis.with_step_waits(second.events, ranks_b),
+        ranks_a=ranks_a,
+        ranks_b=ranks_b,
     )
     header_a, header_b = analysis.run_header(first.meta), analysis.run_header(second.meta)
     if html is not None:
