@@ -194,10 +194,7 @@ def import_timeline(run_path: Path, *, enabled: bool) -> tuple[int, str]:
         timeline_tensor_bytes=list(tensors.values()),
         timeline_gradient_bytes=sum(tensors.values()),
     )
-    line = f"Horovod timeline: {imported} spans of collectives in flight"
-    if unfinished:
-        line += f"; {len(unfinished)} never completed (the findings name the ranks that never submitted them)"
-    return imported, line
+    return imported, f"Horovod timeline: {imported} spans of collectives in flight"
 
 
 def _write_beside_parsing(run_path: Path, batches: Iterator[pd.DataFrame]) -> tuple[int, TimelineError | None]:

@@ -49,6 +49,9 @@ COMPACT_ROW_GROUP = 65_536
 _PART = re.compile(r"^(\d{8})-(\d{8})\.parquet$")
 #: Environment variables that change how training performs; recorded with every run.
 RECORDED_ENV_PREFIXES = ("OMP_", "KMP_", "HOROVOD_", "TF_", "OMPI_MCA", "I_MPI_", "MPICH_", "CUDA_", "NCCL_")
+#: ... less Terraform's own ``TF_`` variables, which say nothing about training (and can hold secrets).
+TERRAFORM_ENV_PREFIXES = ("TF_CLI_", "TF_VAR_", "TF_LOG", "TF_WORKSPACE", "TF_IN_AUTOMATION", "TF_INPUT")
+TERRAFORM_ENV_PREFIXES += ("TF_PLUGIN_", "TF_REGISTRY_", "TF_TOKEN_", "TF_STATE_", "TF_IGNORE", "TF_DATA_DIR")
 _VERSIONED_PACKAGES = ("tensorflow-cpu", "tensorflow", "horovod", "mpi4py", "numpy", "pandas", "ipyparallel")
 
 
@@ -64,7 +67,11 @@ def default_root() -> Path:
 def recorded_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
     """The environment variables that matter for performance (threads, Horovod, MPI, TF)."""
     environ = dict(os.environ if environ is None else environ)
-    return {k: v for k, v in sorted(environ.items()) if k.startswith(RECORDED_ENV_PREFIXES)}
+    return {
+        k: v
+        for k, v in sorted(environ.items())
+        if k.startswith(RECORDED_ENV_PREFIXES) and not k.startswith(TERRAFORM_ENV_PREFIXES)
+    }
 
 
 def package_versions() -> dict[str, str]:

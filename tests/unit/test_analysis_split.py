@@ -65,6 +65,7 @@ def test_groups_merge_into_the_whole_runs_analysis(tmp_path, group_ranks):
     late = split.lateness.sort_values("last_in_steps").iloc[-1]
     assert late["host"] == "node1"
     assert {"serial_evaluation", "load_imbalance"} <= set(split.findings["kind"])
+    assert "grouped_analysis" in set(split.findings["kind"])  # what groups leave out, said in the output
 
 
 def test_worker_processes_give_the_same_answer_and_report_their_memory(tmp_path):

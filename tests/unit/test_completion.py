@@ -65,12 +65,22 @@ def test_a_collective_some_ranks_submitted_names_those_that_never_did_and_how_lo
     assert "ALLREDUCE of 'grad_w' never completed: ranks 0, 2 submitted it 1.00 s into the run" in stall["text"]
     assert "rank 1 never did" in stall["text"] and "1 more collective was left open" in stall["text"]
     assert "SIGTERM" in found.loc["run_interrupted", "text"]
+    # the same open negotiations in a run that finished: Horovod's writer cut off at exit, not a stall
+    finished = completion_findings(events, memory, {**meta, "status": "finished"})
+    assert "stalled_collective" not in set(finished["kind"])
 
 
 def test_the_status_of_a_failed_run_is_a_note_and_a_finished_one_says_nothing():
     events = spans((0, 0.0, 1.0))
     failed = completion_findings(events, None, {"status": "failed", "exit_code": 3})
     assert list(failed["kind"]) == ["run_failed"] and "exit code 3" in failed.iloc[0]["text"]
+    # rank 1 crashed at 2 s, rank 0 went on until mpiexec ended it at 5 s: rank 1 is where to look
+    two = spans((0, 0.0, 1.0), (1, 0.0, 1.0))
+    crashed = completion_findings(two, pd.concat([samples(0, 5.0), samples(1, 2.0)]), {"status": "failed"})
+    text = crashed.set_index("kind").loc["run_failed", "text"]
+    assert "rank 1's record ends first, 3.00 s before any other rank's" in text
+    together = completion_findings(two, pd.concat([samples(0, 5.0), samples(1, 4.5)]), {"status": "failed"})
+    assert "ends first" not in together.set_index("kind").loc["run_failed", "text"]  # within a second: no one
     assert completion_findings(events, None, {"status": "finished"}).empty
     assert completion_findings(events.iloc[:0], None, {}).empty  # no events, no samples: nothing to say
 

@@ -27,6 +27,8 @@ UNRECORDED_MIN_S = 1.0
 #: ... and this share of the rank's sampled life (the sampler's interval and start-up stay under both).
 UNRECORDED_MIN_SHARE = 0.1
 NS = ev.NS_PER_S
+#: A failed run's rank whose record ends this many seconds before every other rank's is named as the first.
+FIRST_TO_STOP_S = 1.0
 
 
 def completion_findings(
@@ -38,16 +40,22 @@ def completion_findings(
     """The findings of this module for one run (``FINDING_COLUMNS``; empty when the record covers it)."""
     meta = meta or {}
     origin = _origin_ns(events, memory)
-    stalled = stalled_collective_findings(
-        meta.get("timeline_unfinished"), meta.get("ranks"), events, memory, origin, hosts
-    )
+    # a job that ran to its end leaves its last negotiations open too: Horovod's writer is cut off at exit
+    unfinished = meta.get("timeline_unfinished") if meta.get("status") != "finished" else None
+    stalled = stalled_collective_findings(unfinished, meta.get("ranks"), events, memory, origin, hosts)
     # a stall explains the time after the last spans: the tail is named only without one
     tail = unrecorded_time_finding(events, memory, hosts) if stalled is None else None
-    return combine_findings(stalled, tail, status_finding(meta))
+    return combine_findings(stalled, tail, status_finding(meta, _last_seen_ns(events, memory), hosts))
 
 
-def status_finding(meta: Mapping[str, Any]) -> pd.DataFrame | None:
-    """A note for a run that did not end by itself: what follows is what the ranks recorded until then."""
+def status_finding(
+    meta: Mapping[str, Any], last_seen_ns: Mapping[int, int] | None = None, hosts: Mapping[int, str] | None = None
+) -> pd.DataFrame | None:
+    """A note for a run that did not end by itself: what follows is what the ranks recorded until then.
+
+    ``last_seen_ns``: each rank's last span end or memory sample. For a failed run, a rank whose record ends
+    ``FIRST_TO_STOP_S`` or more before every other rank's is named: the failure most likely began there.
+    """
     status = meta.get("status")
     if status == "interrupted":
         by = meta.get("stopped_by") or "a signal"
@@ -58,10 +66,18 @@ def status_finding(meta: Mapping[str, Any]) -> pd.DataFrame | None:
         )
     if status == "failed":
         code = meta.get("exit_code")
+        first = ""
+        seen = sorted((last_seen_ns or {}).items(), key=lambda item: item[1])
+        if len(seen) >= 2 and (seen[1][1] - seen[0][1]) / NS >= FIRST_TO_STOP_S:
+            first = (
+                f"; {ev.ranks_with_hosts([seen[0][0]], hosts)}'s record ends first,"
+                f" {ev.format_seconds((seen[1][1] - seen[0][1]) / NS)} before any other rank's: look at its error"
+                " first"
+            )
         return missing_data_finding(
             "run_failed",
             f"the run's command failed{f' (exit code {code})' if code is not None else ''}: the analysis covers"
-            " what the ranks recorded until then; the error is in the command's own output",
+            f" what the ranks recorded until then; the error is in the command's own output{first}",
         )
     return None
 
@@ -170,6 +186,18 @@ def unrecorded_time_finding(
             }
         ]
     )
+
+
+def _last_seen_ns(events: pd.DataFrame, memory: pd.DataFrame | None) -> dict[int, int]:
+    """Each rank's last sign of life: its last span's end or its last memory sample, whichever is later."""
+    seen: dict[int, int] = {}
+    if len(events):
+        for rank, end in events.groupby("rank")["end_ns"].max().items():
+            seen[int(rank)] = int(end)
+    if memory is not None and len(memory) and "time_ns" in memory:
+        for rank, end in memory.groupby("rank")["time_ns"].max().items():
+            seen[int(rank)] = max(seen.get(int(rank), 0), int(end))
+    return seen
 
 
 def _ranks(events: pd.DataFrame, memory: pd.DataFrame | None) -> set[int]:

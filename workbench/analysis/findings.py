@@ -278,7 +278,8 @@ def load_imbalance(run: RunTimes) -> Finding | None:
     return run.found(
         "load_imbalance",
         f"load imbalance: {run.named([least])} computes {shortfall:.0%} less than {run.named([most])}"
-        f" ({compute.min():.1f} s vs {compute.max():.1f} s); the others wait for {waited_for}",
+        f" ({ev.format_seconds(compute.min())} vs {ev.format_seconds(compute.max())}); the others wait for"
+        f" {waited_for}",
         lost,
         [least, *slow] if several else [least, most],
     )

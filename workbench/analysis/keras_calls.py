@@ -249,7 +249,8 @@ def call_memory_findings(memory: pd.DataFrame | None, hosts: Mapping[int, str] |
     if n_calls < need:
         return [
             _memory_note(
-                f"memory per call: {n_calls} calls of Keras {method}, too few for a verdict (the first {warmup} are"
+                f"memory per call: {n_calls} call{'' if n_calls == 1 else 's'} of Keras {method}, too few for a"
+                f" verdict (the first {warmup} are"
                 f" warm-up; {need} or more are needed): profile more iterations",
                 ranks_text,
             )

@@ -48,6 +48,7 @@ from workbench.analysis.findings import (
     combine_findings,
     event_facts,
     findings,
+    missing_data_finding,
     oversubscription_finding_from_meta,
 )
 from workbench.analysis.memory import memory_summary
@@ -478,6 +479,15 @@ def _merge(
     memory_parts = [p.memory for p in parts if len(p.memory)]
     memory = pd.concat(memory_parts, ignore_index=True) if memory_parts else memory_summary(None)
     extra += missing_table_findings(sum(p.events for p in parts), steps, memory)
+    extra.append(
+        missing_data_finding(
+            "grouped_analysis",
+            "analysed in rank groups (--workers): the waits derived from step lengths (communication_wait), the"
+            " Keras calls and Horovod's collectives in flight need every rank's events at once and are left out,"
+            " so the efficiencies can differ from the whole run's; leave out --workers where the run fits one"
+            " process",
+        )
+    )
     summaries = [summary for summary, _pid, _peak in closed if len(summary)]
     lateness = pd.concat(summaries, ignore_index=True) if summaries else lateness_summary(pd.DataFrame())
     return {

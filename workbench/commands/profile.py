@@ -50,6 +50,13 @@ def check_command(command: list[str]) -> None:
             raise FileNotFoundError(f"script {script!r} does not exist: check the path (relative to {Path.cwd()})")
 
 
+def run_label(command: list[str]) -> str:
+    """The run's name after ``profile-``: the script's stem, the module of ``-m``, ``inline`` for ``-c``."""
+    if Path(command[0]).name.startswith("python") and len(command) > 2 and command[1] in ("-m", "-c"):
+        return command[2].rsplit(".", 1)[-1] if command[1] == "-m" else "inline"
+    return Path(command[1]).stem if len(command) > 1 else Path(command[0]).name
+
+
 def profile_command(
     command: list[str],
     *,
@@ -69,7 +76,7 @@ def profile_command(
     check_command(command)
     parse_trace_steps(trace_steps)  # one clear error before anything starts
     config = config or ClusterConfig(n=ranks)
-    label = name or (Path(command[1]).stem if len(command) > 1 else Path(command[0]).name)
+    label = name or run_label(command)
     run_path = create_run(
         out,
         f"profile-{label}",
