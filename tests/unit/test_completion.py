@@ -121,3 +121,22 @@ def test_ranks_that_never_meet_get_no_derived_waits_and_no_imbalance():
     allreduce = spans((0, 1.0, 1.0)).assign(phase="communication", name="allreduce", step=0)
     synced = analyse_run(pd.concat([events, allreduce]), None, {"run_id": "r", "ranks": 2})
     assert "no_collectives" not in set(synced.findings["kind"])
+
+
+def test_a_profiled_run_is_named_after_its_script_module_or_inline_code():
+    from workbench.commands.profile import run_label
+
+    assert run_label(["python", "path/to/train.py", "--epochs", "2"]) == "train"
+    assert run_label(["python3", "-m", "package.train_main"]) == "train_main"
+    assert run_label(["python", "-c", "print(1)"]) == "inline"
+    assert run_label(["./train.sh"]) == "train.sh"
+
+
+def test_the_recorded_environment_keeps_tensorflows_variables_and_not_terraforms():
+    from workbench.store import recorded_environment
+
+    environ = {"TF_NUM_INTRAOP_THREADS": "2", "TF_CLI_CONFIG_FILE": "/root/.terraformrc", "TF_VAR_token": "x"}
+    assert recorded_environment({**environ, "OMP_NUM_THREADS": "1", "HOME": "/root"}) == {
+        "OMP_NUM_THREADS": "1",
+        "TF_NUM_INTRAOP_THREADS": "2",
+    }
