@@ -357,7 +357,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     result = export_trace(args.run_dir, out)
     print(
         f"trace: {result.path} ({result.bytes_written / 1e6:.3g} MB, {result.spans} spans and {result.samples}"
-        f" samples of {result.ranks} ranks on {result.hosts} host(s), {result.seconds:.2g} s): open it at"
+        f" samples of {result.ranks} ranks on {result.hosts} host(s), written in {result.seconds:.2g} s): open it at"
         " https://ui.perfetto.dev or chrome://tracing"
     )
     return 0

@@ -192,3 +192,45 @@ def test_a_script_that_never_calls_horovod_says_so(tmp_path, capsys):
     assert "the script never initialised Horovod" in err
     for rank in (0, 1):
         assert (run.events[run.events["rank"] == rank]["name"] == "train_step").sum() == 8
+
+
+def test_a_script_that_fails_before_recording_anything_is_one_line_not_an_empty_analysis(tmp_path, capsys):
+    code, run, err = _profile(tmp_path, "def broken(:\n", capsys)
+    assert code != 0 and run.meta["status"] == "failed"
+    assert "nothing was recorded before the script failed" in err
+    assert "POP metrics" not in capsys.readouterr().out
+
+
+def test_a_hung_job_stopped_by_sigterm_is_analysed_with_the_rank_that_never_arrived(tmp_path, capsys):
+    import os
+    import signal
+    import threading
+    import time
+
+    marker = tmp_path / "stalled"
+    # rank 1 stops before its 4th step's allreduce (a read that never returns); rank 0 waits in it
+    script = HOROVOD_LOOP.replace(
+        "    step()\n",
+        "    if number == 3 and hvd.rank() == 1:\n"
+        f"        open({str(marker)!r}, 'w').close()\n"
+        "        time.sleep(600)\n"
+        "    step()\n",
+    ).replace("import os\n", "import os, time\n")
+
+    def stop_once_stalled() -> None:
+        deadline = time.monotonic() + 300
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(3)  # rank 0 is in the allreduce rank 1 never joins
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=stop_once_stalled, daemon=True).start()
+    code, run, err = _profile(tmp_path, script, capsys)
+    assert code == 128 + signal.SIGTERM
+    assert "stopped by SIGTERM" in err
+    assert run.meta["status"] == "interrupted" and run.meta["stopped_by"] == "SIGTERM"
+    found = analyse_run(run.events, run.memory, run.meta).findings.set_index("kind")
+    assert "run_interrupted" in found.index
+    stall = found.loc["stalled_collective"]
+    assert "rank 0 submitted it" in stall["text"] and "rank 1 never did" in stall["text"]
+    assert stall["seconds_lost"] >= 2  # it stood still from rank 0's submission until the stop

@@ -125,6 +125,10 @@ def profile_command(
     )
     for line in lines:
         print(f"workbench profile: {line}", file=sys.stderr)
+    if status == "failed" and not any((run_path / "events").rglob("*.parquet")):
+        # nothing to analyse: the script failed before its first recorded call (a syntax error, an import)
+        print(f"workbench profile: nothing was recorded before the script failed; run: {run_path}", file=sys.stderr)
+        return returncode
     print_answer(run_path, report=report)
     return 128 + signal.Signals[stopped_by].value if stopped_by else returncode
 

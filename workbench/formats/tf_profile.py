@@ -21,6 +21,7 @@ one, to within half its width (microseconds), and falls back to ``start_ns`` wit
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,8 @@ class TfProfileError(ValueError):
 
 def xplane_to_trace(path: str | Path) -> dict[str, Any]:
     """The Chrome-trace JSON TensorFlow's own converter makes of one ``.xplane.pb`` file."""
+    # TF's C++ converter logs each table it writes (I0000 ... trace_events.cc) unless told not to
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
         from tensorflow.python.profiler.internal import _pywrap_profiler as converter
     except ImportError as error:
