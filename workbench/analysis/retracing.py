@@ -65,9 +65,10 @@ def retracing_finding(
         f"{ev.ranks_with_hosts(lost, hosts)}: {len(numbers[worst])} step(s) after the first took over"
         f" {RETRACE_TIMES_MEDIAN:g}x the median step ({ev.ranks_with_hosts([worst], hosts)}: step(s)"
         f" {', '.join(map(str, shown))}{more}, {ev.format_seconds(lost[worst])} over a median of"
-        f" {ev.format_seconds(medians[worst])}). Most likely TensorFlow traced the step function again: a Python"
-        " value passed to the tf.function that changes (pass a tensor), inputs of a new shape or dtype (a last"
-        " partial batch: drop_remainder=True, or an input_signature), or a new variable or optimizer slot"
+        f" {ev.format_seconds(medians[worst])}). The usual cause is TensorFlow tracing the step function again:"
+        " a Python value passed to the tf.function that changes (pass a tensor), inputs of a new shape or dtype"
+        " (a last partial batch: drop_remainder=True, or an input_signature), or a new variable or optimizer"
+        " slot. A slow step right after an evaluation or a checkpoint can also be caches and memory warming up"
     )
     return pd.DataFrame(
         [
