@@ -39,13 +39,15 @@ def completion_findings(
 ) -> pd.DataFrame:
     """The findings of this module for one run (``FINDING_COLUMNS``; empty when the record covers it)."""
     meta = meta or {}
-    origin = _origin_ns(events, memory)
+    last_seen = _last_seen_ns(events, memory)
     # a job that ran to its end leaves its last negotiations open too: Horovod's writer is cut off at exit
     unfinished = meta.get("timeline_unfinished") if meta.get("status") != "finished" else None
-    stalled = stalled_collective_findings(unfinished, meta.get("ranks"), events, memory, origin, hosts)
+    stalled = stalled_collective_findings(
+        unfinished, meta.get("ranks"), last_seen, _origin_ns(events, memory), _last_sample_ns(memory), hosts
+    )
     # a stall explains the time after the last spans: the tail is named only without one
     tail = unrecorded_time_finding(events, memory, hosts) if stalled is None else None
-    return combine_findings(stalled, tail, status_finding(meta, _last_seen_ns(events, memory), hosts))
+    return combine_findings(stalled, tail, status_finding(meta, last_seen, hosts))
 
 
 def status_finding(
@@ -85,25 +87,26 @@ def status_finding(
 def stalled_collective_findings(
     unfinished: Any,
     declared_ranks: Any,
-    events: pd.DataFrame,
-    memory: pd.DataFrame | None,
+    last_seen_ns: Mapping[int, int],
     origin_ns: int | None,
+    last_sample_ns: int | None,
     hosts: Mapping[int, str] | None = None,
 ) -> pd.DataFrame | None:
     """The collective a stalled job waited in: submitted by some ranks, never by the others.
 
+    ``last_seen_ns``: each rank's last span end or memory sample (its keys: the ranks that left a record).
     ``seconds_lost``: from its submission to the end of the run (the ranks' last memory sample, else the
     timeline's end): the time the job stood still.
     """
     if not unfinished:
         return None
-    known = _ranks(events, memory)
-    everyone = set(range(int(declared_ranks))) if isinstance(declared_ranks, int) and declared_ranks > 0 else known
+    declared = isinstance(declared_ranks, int) and declared_ranks > 0
+    everyone = set(range(int(declared_ranks))) if declared else set(last_seen_ns)
     first = min(unfinished, key=lambda record: int(record.get("since_ns", 0)))
     ready = sorted({int(r) for r in first.get("ready_ranks") or ()})
     missing = sorted(everyone - set(ready))
     since = int(first.get("since_ns", 0))
-    end = max(int(first.get("file_end_ns", since)), _last_sample_ns(memory) or since)
+    end = max(int(first.get("file_end_ns", since)), last_sample_ns or since)
     stood = max(0.0, (end - since) / NS)
     at = f" {ev.format_seconds((since - origin_ns) / NS)} into the run" if origin_ns is not None else ""
     who = (
@@ -125,7 +128,8 @@ def stalled_collective_findings(
         f"Horovod's {first.get('operation', 'collective')} of {first.get('tensor', '?')!r} never completed: {who};"
         f" the job stood still for {ev.format_seconds(stood)} until it ended{others}{cause}"
     )
-    wall = _life_s(events, memory)
+    # the run's life: from its first span or sample to its last
+    wall = (max(last_seen_ns.values()) - origin_ns) / NS if last_seen_ns and origin_ns is not None else None
     return pd.DataFrame(
         [
             {
@@ -200,13 +204,6 @@ def _last_seen_ns(events: pd.DataFrame, memory: pd.DataFrame | None) -> dict[int
     return seen
 
 
-def _ranks(events: pd.DataFrame, memory: pd.DataFrame | None) -> set[int]:
-    ranks = {int(r) for r in events["rank"].unique()} if len(events) else set()
-    if memory is not None and len(memory) and "rank" in memory:
-        ranks |= {int(r) for r in memory["rank"].unique()}
-    return ranks
-
-
 def _last_sample_ns(memory: pd.DataFrame | None) -> int | None:
     if memory is None or len(memory) == 0 or "time_ns" not in memory:
         return None
@@ -219,13 +216,3 @@ def _origin_ns(events: pd.DataFrame, memory: pd.DataFrame | None) -> int | None:
     if memory is not None and len(memory) and "time_ns" in memory:
         starts.append(int(memory["time_ns"].min()))
     return min(starts) if starts else None
-
-
-def _life_s(events: pd.DataFrame, memory: pd.DataFrame | None) -> float | None:
-    """Seconds from the run's first span or sample to its last."""
-    origin = _origin_ns(events, memory)
-    ends = [int(events["end_ns"].max())] if len(events) else []
-    last = _last_sample_ns(memory)
-    if last is not None:
-        ends.append(last)
-    return (max(ends) - origin) / NS if ends and origin is not None else None
