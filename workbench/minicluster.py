@@ -61,6 +61,22 @@ RATE_UNITS = {
 }  # fmt: skip
 #: The kernel's smallest CFS quota (1 ms): a share below QUOTA_MIN_US / CPU_PERIOD_US needs a longer period.
 QUOTA_MIN_US = 1_000
+#: How long a rank's ``sched_yield`` sleeps on the nodes (see ``IDLE_SLEEP_SOURCE``), and the variable that
+#: turns it off (``WORKBENCH_MINICLUSTER_IDLE=spin``: ranks yield as they would anywhere else).
+IDLE_SLEEP_US = 50
+IDLE_WAIT_VARIABLE = "WORKBENCH_MINICLUSTER_IDLE"
+#: A rank waiting in MPI polls, yielding between polls (``mpi_yield_when_idle``). On a real node that spends
+#: the rank's own core; here a node is a quota, and a yield with nothing else to run returns at once, so the
+#: waiting spends the node's share: the compute after the wait is throttled and the kernel's network path,
+#: which every node's packets share, starves (a 407 KB allreduce on 4 nodes of 0.4 core at 1 Gbit/s:
+#: 14.2 ms polling, 5.2 ms with this, the link's own 4.9 ms). Preloaded into the ranks, it makes each yield
+#: a short sleep, so a waiting rank costs its node about what it costs a real one.
+IDLE_SLEEP_SOURCE = f"""#define _GNU_SOURCE
+#include <sched.h>
+#include <time.h>
+int sched_yield(void) {{ struct timespec pause = {{0, {IDLE_SLEEP_US * 1000}}}; nanosleep(&pause, 0); return 0; }}
+"""
+IDLE_SLEEP_LIBRARY = "idle-sleep.so"
 #: Tools check_host needs beside Slurm, and the Debian package that has each.
 HOST_TOOLS = {"ip": "iproute2", "tc": "iproute2", "nsenter": "util-linux", "unshare": "util-linux"}
 
@@ -314,6 +330,9 @@ class MiniCluster:
             "start_timeout_s": 120.0,
         }
         env = dict(settings.pop("env", None) or {})
+        if self.idle_wait == "sleep":
+            preloaded = env.get("LD_PRELOAD") or os.environ.get("LD_PRELOAD")
+            env["LD_PRELOAD"] = f"{self.directory / IDLE_SLEEP_LIBRARY}" + (f":{preloaded}" if preloaded else "")
         if "OMPI_MCA_mpi_yield_when_idle" not in os.environ:
             # a node here is a share of a core, not a core: a rank waiting in MPI that spins without yielding
             # spends its share and starves the kernel's network path that every node's packets go through (a
@@ -321,6 +340,14 @@ class MiniCluster:
             # itself only when it sees more ranks than cores, which a quota hides
             env.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
         return ClusterConfig(**{**defaults, **settings, "env": env})
+
+    @property
+    def idle_wait(self) -> str:
+        """``sleep``: ranks' yields are short sleeps (``IDLE_SLEEP_SOURCE``); ``spin``: as built (no C compiler
+        when the cluster came up) or as asked (``WORKBENCH_MINICLUSTER_IDLE=spin``)."""
+        if os.environ.get(IDLE_WAIT_VARIABLE, "sleep").strip().lower() == "spin":
+            return "spin"
+        return "sleep" if (self.directory / IDLE_SLEEP_LIBRARY).is_file() else "spin"
 
     def too_many_ranks(self, ranks: int, threads_per_rank: int = 1) -> str:
         """The one line for more ranks than the nodes' slots hold, naming the cluster's size."""
@@ -386,6 +413,7 @@ class MiniCluster:
             "slurm_conf": str(self.slurm_conf),
             "controller_ip": self.bridge_ip,
             "daemons": self.daemons_alive(),
+            "idle_wait": self.idle_wait,
             "nodes": nodes,
         }
 
@@ -395,6 +423,12 @@ class MiniCluster:
             f"miniature cluster: {len(status['nodes'])} nodes on bridge {BRIDGE} ({self.subnet}); "
             f"login node {socket.gethostname()} at {self.bridge_ip}",
             f"SLURM_CONF={status['slurm_conf']}",
+            "ranks waiting in MPI: "
+            + (
+                f"yield as a {IDLE_SLEEP_US} µs sleep (the node's share is not spent on polling)"
+                if status["idle_wait"] == "sleep"
+                else "poll and yield (their node's share is spent polling)"
+            ),
         ]
         for node in status["nodes"]:
             frozen = ", FROZEN" if node["frozen"] else ""
@@ -610,6 +644,7 @@ def _build(spec: MiniClusterSpec) -> MiniCluster:
         node_ips={node.name: str(hosts[10 + index]) for index, node in enumerate(spec.nodes)},
         cpusets=_cpusets(spec),
     )
+    _build_idle_sleep(directory)
     try:
         _make_network(cluster)
         for node in spec.nodes:
@@ -619,6 +654,23 @@ def _build(spec: MiniClusterSpec) -> MiniCluster:
         _remove_everything()
         raise
     return cluster
+
+
+def _build_idle_sleep(directory: Path) -> Path | None:
+    """Compile ``IDLE_SLEEP_SOURCE`` into the cluster's folder; None (ranks spin) without a C compiler."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        return None
+    source, library = directory / "idle-sleep.c", directory / IDLE_SLEEP_LIBRARY
+    source.write_text(IDLE_SLEEP_SOURCE)
+    result = subprocess.run(
+        [compiler, "-shared", "-fPIC", "-O2", "-o", str(library), str(source)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    return library if result.returncode == 0 and library.is_file() else None
 
 
 def _free_subnet() -> str:

@@ -276,6 +276,7 @@ def write_nodes_file(
         "allreduce": two_nodes,
         "allreduce_by_nodes": measure_links_at_counts(mini, counts, two_nodes),
         "compute_beside_collectives": measure_compute_beside(mini, *step) if step else None,
+        "idle_wait": mini.idle_wait,
         "measured": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     write_json_atomic(path, payload)
@@ -325,6 +326,13 @@ def read_nodes_file(directory: str | Path) -> dict[str, Any] | None:
         return json.loads(path.read_text())
     except json.JSONDecodeError as error:
         raise ValueError(f"{path} is not valid JSON ({error.msg}): run the sweep again to measure its link") from None
+
+
+def describe_sweep_cluster(payload: Mapping[str, Any]) -> str:
+    """``8 nodes: 0.2 core, 1 Gbit/s per node, idle ranks sleep`` from a sweep's ``nodes.json``: the last part
+    only for sweeps whose waiting ranks slept (``MiniCluster.idle_wait``), since that changes the timings."""
+    sleeping = ", idle ranks sleep" if payload.get("idle_wait") == "sleep" else ""
+    return f"{len(payload['nodes'])} nodes: {describe_nodes(payload['nodes'])}{sleeping}"
 
 
 def describe_nodes(nodes: Sequence[Mapping[str, Any]]) -> str:

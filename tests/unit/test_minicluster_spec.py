@@ -7,6 +7,10 @@ folders, and ``MiniCluster.up`` is made to fail should a test ever reach it.
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -201,6 +205,36 @@ def test_ranks_on_the_miniature_cluster_yield_while_they_wait_unless_told_otherw
     assert mine == {"OMPI_MCA_mpi_yield_when_idle": "0", "X": "1"}
     monkeypatch.setenv("OMPI_MCA_mpi_yield_when_idle", "0")  # the user's shell wins too
     assert "OMPI_MCA_mpi_yield_when_idle" not in mini.cluster_config().env
+
+
+@pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None, reason="needs a C compiler")
+def test_waiting_ranks_sleep_in_their_yields_unless_told_to_spin(tmp_path, eight_cores, monkeypatch):
+    monkeypatch.delenv(minicluster.IDLE_WAIT_VARIABLE, raising=False)
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
+    mini = _mini(tmp_path, MiniClusterSpec.make(2))
+    assert mini.idle_wait == "spin" and "LD_PRELOAD" not in mini.cluster_config().env  # nothing built yet
+    library = minicluster._build_idle_sleep(tmp_path)
+    assert library == tmp_path / minicluster.IDLE_SLEEP_LIBRARY
+    assert mini.idle_wait == "sleep"
+    assert mini.cluster_config().env["LD_PRELOAD"] == str(library)
+    assert mini.cluster_config(env={"LD_PRELOAD": "/x/mine.so"}).env["LD_PRELOAD"] == f"{library}:/x/mine.so"
+    # 200 yields are 200 sleeps of IDLE_SLEEP_US at least (nanosleep never returns early without a signal)
+    timed = (
+        "import os, time; t = time.perf_counter(); [os.sched_yield() for _ in range(200)]; "
+        "print(time.perf_counter() - t)"
+    )
+    took = float(
+        subprocess.run(
+            [sys.executable, "-c", timed],
+            env={**os.environ, "LD_PRELOAD": str(library)},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
+    assert took >= 200 * minicluster.IDLE_SLEEP_US / 1e6
+    monkeypatch.setenv(minicluster.IDLE_WAIT_VARIABLE, "spin")
+    assert mini.idle_wait == "spin" and "LD_PRELOAD" not in mini.cluster_config().env
 
 
 def test_cluster_config_places_more_ranks_than_nodes_where_nodes_have_slots(tmp_path, eight_cores):

@@ -221,7 +221,7 @@ def _validation_entries(sweeps: Sequence[tuple[str, str | Path]], net: pj.Networ
     A sweep run on a miniature cluster's nodes (``nodes.json`` beside it, ``workbench run CASE --nodes``)
     is predicted with the network fitted to the link measured on that cluster, one rank per node.
     """
-    from workbench.nodes import describe_nodes, read_nodes_file
+    from workbench.nodes import describe_sweep_cluster, read_nodes_file
     from workbench.store import Run
 
     entries = []
@@ -233,7 +233,7 @@ def _validation_entries(sweeps: Sequence[tuple[str, str | Path]], net: pj.Networ
         if "ranks" not in runs and "workers" in runs:  # ps-vs-allreduce counts workers (one per rank)
             runs["ranks"] = runs["workers"]
         nodes = read_nodes_file(out)
-        cluster = f"{len(nodes['nodes'])} nodes: {describe_nodes(nodes['nodes'])}" if nodes else HOST_CLUSTER
+        cluster = describe_sweep_cluster(nodes) if nodes else HOST_CLUSTER
         speeds = out / SAMPLES_FILE
         samples = read_samples(speeds) if speeds.is_file() else None
         for row in runs[runs["ranks"] >= 2].itertuples():
@@ -543,13 +543,13 @@ def run_nodes(sweeps: Sequence[tuple[str, str | Path]] = NODE_SWEEPS) -> dict[st
 def ps_vs_allreduce_repetitions(sweeps: Sequence[tuple[str, str | Path]]) -> pd.DataFrame:
     """Efficiency and seconds per round of every ps-vs-allreduce point over the repeated node sweeps, per cluster."""
     from workbench.cases.ps_vs_allreduce import efficiency_over_repetitions
-    from workbench.nodes import describe_nodes, read_nodes_file
+    from workbench.nodes import describe_sweep_cluster, read_nodes_file
 
     found = []
     for _case, _pattern, out in _sweep_directories([(c, p) for c, p in sweeps if c == "ps-vs-allreduce"]):
         nodes, summary = read_nodes_file(out), out / "summary.json"
         if nodes and summary.is_file():
-            cluster = f"{len(nodes['nodes'])} nodes: {describe_nodes(nodes['nodes'])}"
+            cluster = describe_sweep_cluster(nodes)
             found.append((cluster, json.loads(summary.read_text())))
     return efficiency_over_repetitions(found)
 
