@@ -20,6 +20,11 @@ What is recorded, on every rank, from the main thread (``StepTracker``):
   prediction methods, ``evaluation`` for ``evaluate`` and ``test_on_batch`` (their model runs are
   ``evaluation`` too). An eager ``__call__`` is ``compute`` as a whole. After each call one memory
   sample is taken, labelled ``keras.<method>`` with the call's number, for growth per call.
+- **Waiting for a Python input source inside ``fit``.** When ``fit`` reads a generator, an iterator
+  or a ``keras.utils.Sequence`` (Keras feeds it to ``tf.data`` from a thread, ``InputTimer``), each
+  batch's time of being ready is noted as the thread gets it. A step whose batch was not ready when
+  it began waited for it: that part of the step is an ``input`` span (``next_batch``), the rest the
+  step. CPU samples cannot tell this wait from compute (TF's threads keep the process busy).
 - **Time between** two recorded calls: ``host`` (``between_calls``) when the main thread was on a
   CPU for at least half of it (Python, callbacks, NumPy), else ``idle`` (``off_cpu``: sleeping,
   reading, waiting for a lock or a collective outside Horovod). The same rule whatever was called.
@@ -47,7 +52,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from workbench.events import BETWEEN_CALLS, COMPUTE, EVALUATION, HOST, IDLE, KERAS_PREFIX, OFF_CPU
+from workbench.events import BETWEEN_CALLS, COMPUTE, EVALUATION, HOST, IDLE, INPUT, KERAS_PREFIX, OFF_CPU
 from workbench.recorder import Recorder
 
 _KERAS_TRAINING_MODULES = ("keras.src.engine.training", "tf_keras.src.engine.training")
@@ -67,6 +72,8 @@ KERAS_METHODS: dict[str, str] = {
     "predict_on_batch": HOST,
     "__call__": COMPUTE,
 }
+#: The input span of a step that waited for its batch from a Python source (``analysis.input`` counts it).
+NEXT_BATCH = "next_batch"
 #: The share of a gap the main thread must spend on a CPU for the gap to be host work.
 BUSY_SHARE = 0.5
 #: Folder of the TF profiler traces inside a run, and the file with each rank's start clock.
@@ -122,6 +129,55 @@ def _graph_trains(graph: Any) -> bool:
     return False
 
 
+class InputTimer:
+    """When each batch of a Python input source became ready, as ``fit``'s ``tf.data`` pipeline pulled it.
+
+    Keras gives ``tf.data.Dataset.from_generator`` a callable that makes a fresh pass over the source
+    (once per ``fit`` for a generator, once per epoch for a ``Sequence``); this wraps that callable,
+    so each pass is a list of ``(asked_ns, ready_ns)`` per batch, in the order the steps consume them.
+    Its thread runs ahead of the steps (Keras prefetches), so a batch ready before its step began cost
+    the step nothing.
+    """
+
+    def __init__(self, recreated_each_epoch: bool) -> None:
+        self.recreated_each_epoch = recreated_each_epoch
+        #: Per pass over the source: when it began (ns) and its batches' (asked, ready) times.
+        self.passes: list[tuple[int, list[tuple[int, int]]]] = []
+
+    def wrap(self, make_pass: Any) -> Any:
+        """``make_pass`` (Keras's generator callable) timed: each call is a new pass, each batch noted."""
+
+        def timed_pass() -> Any:
+            batches: list[tuple[int, int]] = []
+            self.passes.append((time.time_ns(), batches))
+            source = iter(make_pass())
+            while True:
+                asked = time.time_ns()
+                try:
+                    item = next(source)
+                except StopIteration:
+                    return
+                batches.append((asked, time.time_ns()))  # list.append: atomic under the GIL
+                yield item
+
+        return timed_pass
+
+    def ready_ns(self, index: int, since_ns: int) -> int | None:
+        """When batch ``index`` of the pass the steps read now was ready (None: not known).
+
+        That pass is one begun since ``since_ns`` (the epoch's or the fit's start). Keras makes and drops
+        an extra pass at a ``Sequence``'s first epoch; of the passes begun since then, the one furthest
+        along is the one the steps read.
+        """
+        candidates = [batches for began, batches in self.passes if began >= since_ns] or [
+            batches for _, batches in self.passes[-1:]
+        ]
+        if not candidates:
+            return None
+        batches = max(candidates, key=len)
+        return batches[index][1] if index < len(batches) else None
+
+
 class StepTracker:
     """Turns the main thread's top-level calls into spans: steps, other functions, Keras calls, the time between."""
 
@@ -143,6 +199,16 @@ class StepTracker:
         self.keras_calls: dict[str, int] = {}
         self.trace_steps = trace_steps
         self.tracing = False
+        #: Inside ``fit`` on a Python source: its timer (None otherwise), whether the next data adapter made
+        #: is the training one to time, the batches each step takes (``steps_per_execution``), when the fit
+        #: and the current epoch began and how many batches the steps took since each.
+        self.input_timer: InputTimer | None = None
+        self.wants_input_timer = False
+        self.batches_per_step = 1
+        self.fit_start = 0
+        self.epoch_start = 0
+        self.fit_batches = 0
+        self.epoch_batches = 0
 
     # -- tf.function calls -----------------------------------------------------------------------
     def call(self, original: Any, function: Any, args: tuple, kwargs: dict) -> Any:
@@ -159,6 +225,7 @@ class StepTracker:
         if self.trace_steps is not None:
             self.trace_window()
         self.busy = True
+        traces = _tracing_count(function)
         start = time.time_ns()
         self.between(start)
         try:
@@ -166,19 +233,60 @@ class StepTracker:
         finally:
             end = time.time_ns()
             self.busy = False
-            self.done(function, name, start, end)
+            self.done(function, name, start, end, traced=_tracing_count(function) != traces)
 
-    def done(self, function: Any, name: str, start: int, end: int) -> None:
+    def done(self, function: Any, name: str, start: int, end: int, *, traced: bool = False) -> None:
         recorder, step = self.recorder, self.step
         if self.inner_phase is not None:
             recorder.record(self.inner_phase, start, end, name, step=step)
         elif trains(function):
+            start = self.input_wait(start, end, step, traced=traced)
             recorder.record(COMPUTE, start, end, STEP_NAME, detail=name, step=step)
             self.step = step + 1
         else:
             recorder.record(COMPUTE, start, end, name, detail="no gradients: not a training step", step=step)
         if not self.keras_depth or self.only is not None:  # inside predict & co. the call's own span covers it
             self.resume(end)
+
+    def input_wait(self, start: int, end: int, step: int, *, traced: bool = False) -> int:
+        """Record a ``fit`` step's wait for its batch from a Python source as ``input``; returns the compute's start.
+
+        A step that traced its function is left whole: the batch waits for the tracing thread's GIL, so
+        its late readiness is the tracing's, not the source's.
+        """
+        self.wants_input_timer = False  # the training data adapter exists by the first step
+        timer = self.input_timer
+        if timer is None or self.only is None:
+            return start
+        if timer.recreated_each_epoch:
+            ready = timer.ready_ns(self.epoch_batches, self.epoch_start)
+        else:
+            ready = timer.ready_ns(self.fit_batches, self.fit_start)
+        self.epoch_batches += self.batches_per_step
+        self.fit_batches += self.batches_per_step
+        if ready is None or ready <= start or traced:
+            return start
+        ready = min(ready, end)
+        detail = "the step's batch from the Python input source was not ready"
+        self.recorder.record(INPUT, start, ready, NEXT_BATCH, detail=detail, step=step)
+        return ready
+
+    def epoch_ended(self) -> None:
+        """``fit``'s epoch is over: a ``Sequence``'s next pass starts counting its batches from here."""
+        self.epoch_start = time.time_ns()
+        self.epoch_batches = 0
+
+    def timed_input(self, adapter: Any, make_pass: Any) -> Any:
+        """The training data adapter's pass maker, timed while ``fit`` asks for it (else as it is)."""
+        if not self.wants_input_timer:
+            return make_pass
+        self.wants_input_timer = False
+        try:
+            recreated = bool(adapter.should_recreate_iterator())
+        except Exception:
+            recreated = False
+        self.input_timer = InputTimer(recreated)
+        return self.input_timer.wrap(make_pass)
 
     # -- the time between calls ------------------------------------------------------------------
     def between(self, start: int) -> None:
@@ -209,6 +317,7 @@ class StepTracker:
         if method == "fit":
             self.resume(start)  # the time between batches inside fit is classified too
             self.only = frozenset({KERAS_STEP_FUNCTION})
+            self.start_fit_input(model, args, kwargs, start)
         self.keras_depth += 1
         try:
             return call(model, *args, **kwargs)
@@ -216,12 +325,28 @@ class StepTracker:
             end = time.time_ns()
             self.keras_depth -= 1
             self.inner_phase, self.only = outer_phase, outer_only
+            if method == "fit":
+                self.input_timer, self.wants_input_timer = None, False
             label = KERAS_PREFIX + method.strip("_")
             self.recorder.record(phase, start, end, label, detail=str(getattr(model, "name", "")))
             number = self.keras_calls.get(method, 0)
             self.keras_calls[method] = number + 1
             self.recorder.sample_memory(label, number)
             self.resume(time.time_ns())
+
+    def start_fit_input(self, model: Any, args: tuple, kwargs: dict, start: int) -> None:
+        """Before ``fit`` runs: time its input if it is a Python source (a generator, an iterator, a ``Sequence``)."""
+        source = args[0] if args else kwargs.get("x")
+        python_source = hasattr(source, "__next__") or any(
+            cls.__name__ == "Sequence" for cls in type(source).__mro__[1:]
+        )
+        self.input_timer, self.wants_input_timer = None, python_source
+        self.fit_start = self.epoch_start = start
+        self.fit_batches = self.epoch_batches = 0
+        try:
+            self.batches_per_step = max(1, int(model._steps_per_execution.numpy()))
+        except Exception:
+            self.batches_per_step = 1
 
     def trace_window(self) -> None:
         """Start TF's profiler before step A, stop it before step B (steps A..B-1 traced)."""
@@ -238,6 +363,14 @@ class StepTracker:
         if self.tracing:
             stop_tf_profiler()
             self.tracing = False
+
+
+def _tracing_count(function: Any) -> int | None:
+    """How often a ``tf.function`` has traced (None where this TF cannot say)."""
+    try:
+        return int(function.experimental_get_tracing_count())
+    except Exception:
+        return None
 
 
 def tf_profile_dir(run_path: str | Path, rank: int) -> Path:
@@ -377,6 +510,10 @@ def _fit_callback(recorder: Recorder, tracker: StepTracker) -> Any:
             super().on_test_end(logs)
             tracker.resume(time.time_ns())
 
+        def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+            super().on_epoch_end(epoch, logs)
+            tracker.epoch_ended()
+
     return FitCallback(recorder, record_batches=False)
 
 
@@ -388,6 +525,25 @@ def _instrument_keras(module: Any) -> None:
             original = getattr(model, name, None)
             if original is not None:
                 setattr(model, name, _keras_method(name, original))
+    adapters = getattr(module, "data_adapter", None)  # the training module imports Keras's data adapters
+    for name in ("GeneratorDataAdapter", "KerasSequenceAdapter"):
+        adapter = getattr(adapters, name, None)
+        method = adapter.__dict__.get("_handle_multiprocessing") if adapter is not None else None
+        if method is not None and not hasattr(method, "_workbench_original"):
+            adapter._handle_multiprocessing = _timed_input(method)
+
+
+def _timed_input(original: Any) -> Any:
+    """A data adapter's ``_handle_multiprocessing`` (it returns the callable ``tf.data`` makes passes with), timed."""
+
+    @functools.wraps(original)
+    def handle(adapter: Any, *args: Any, **kwargs: Any) -> Any:
+        make_pass = original(adapter, *args, **kwargs)
+        tracker = _steps
+        return make_pass if tracker is None else tracker.timed_input(adapter, make_pass)
+
+    handle._workbench_original = original  # type: ignore[attr-defined]
+    return handle
 
 
 class _PostImportHook(importlib.abc.MetaPathFinder):

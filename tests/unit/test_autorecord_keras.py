@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from workbench import autorecord
+from workbench.analysis.input import input_share
 from workbench.analysis.keras_calls import keras_call_table
 from workbench.recorder import Recorder
 from workbench.store import Run, create_run
@@ -159,3 +160,60 @@ def test_fit_counts_its_batches_and_classifies_the_time_between_them(recorded):
     assert len(waits) >= 6  # the callback's sleep between batches (7 gaps inside epochs) is off the CPU
     (fit,) = events.loc[events["name"] == "keras.fit", "phase"]
     assert fit == "host"
+
+
+def _labelled_batches(count: int, seconds: float, rng: np.random.Generator):
+    for _ in range(count):
+        time.sleep(seconds)  # reading and decoding, off the CPU: the process's CPU samples cannot see it
+        yield rng.random((8, 8, 8, 1), dtype=np.float32), np.ones((8, 1), np.float32)
+
+
+class _SlowSequence(tf.keras.utils.Sequence):
+    def __init__(self, batches: int, seconds: float) -> None:
+        super().__init__()
+        self.batches, self.seconds = batches, seconds
+
+    def __len__(self) -> int:
+        return self.batches
+
+    def __getitem__(self, index: int):
+        time.sleep(self.seconds)
+        return np.zeros((8, 8, 8, 1), np.float32), np.ones((8, 1), np.float32)
+
+
+@pytest.mark.parametrize("source", ["generator", "sequence"])
+def test_fit_on_a_slow_python_source_records_each_steps_wait_for_its_batch_as_input(recorded, source):
+    """A generator or Sequence that takes 60 ms a batch against a step of a few ms: the steps wait for it.
+
+    Keras pulls the source from a tf.data thread and prefetches, so each step waits what the source
+    takes beyond the step's own compute. 16 steps x 60 ms is ~0.9 s of the source's time after the
+    first batch; even steps of 30 ms (a loaded machine) leave 0.45 s of waiting, the bound below.
+    """
+    discriminator = _discriminator()
+    rng = np.random.default_rng(2)
+    if source == "generator":
+        data = _labelled_batches(17, 0.06, rng)
+        discriminator.fit(data, steps_per_epoch=8, epochs=2, verbose=0)
+    else:
+        discriminator.fit(_SlowSequence(8, 0.06), epochs=2, verbose=0)
+    events = recorded().events
+    steps = events[events["name"] == "train_step"]
+    waits = events[events["name"] == "next_batch"]
+    assert list(steps["step"]) == list(range(16))
+    assert set(waits["phase"]) == {"input"} and len(waits) >= 8
+    assert set(waits["epoch"]) == {0, 1}  # a Sequence's second epoch is a new pass: found too
+    # each wait ends where its step's compute begins, inside the step
+    joined = waits.merge(steps, on="step", suffixes=("_wait", "_step"))
+    assert (joined["end_ns_wait"] == joined["start_ns_step"]).all()
+    shares = input_share(events)
+    assert shares.loc[0, "input_s"] >= 0.3
+    assert shares.loc[0, "level"] == "highly input-bound"
+
+
+def test_fit_on_a_fast_generator_is_not_input_bound(recorded):
+    discriminator = _discriminator()
+    rng = np.random.default_rng(3)
+    discriminator.fit(_labelled_batches(33, 0.0, rng), steps_per_epoch=16, epochs=2, verbose=0)
+    events = recorded().events
+    assert (events["name"] == "train_step").sum() == 32
+    assert input_share(events).loc[0, "level"] != "highly input-bound"
