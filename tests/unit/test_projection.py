@@ -249,6 +249,20 @@ def test_weak_scaling_shortens_epochs_and_a_serial_evaluation_weighs_more():
     assert table.loc[4, "wall_s"] == pytest.approx(2 * 0.523)
 
 
+def test_counts_below_the_measured_one_make_the_fewest_ranks_the_reference():
+    """Projected down from a 2-rank run to 1 rank, the table reads from 1 rank: 1x and 100 % there (it said 106 %)."""
+    profile = pj.step_costs(one_rank_run(), {"ranks": 2}, warmup_steps=0, batch_per_rank=32)
+    table = pj.project(profile, [1, 2, 4], NET, bootstrap=0).table.set_index("ranks")
+    assert table.loc[1, "speedup"] == pytest.approx(1.0) and table.loc[1, "efficiency"] == pytest.approx(1.0)
+    for n in (2, 4):
+        speedup = table.loc[n, "throughput"] / table.loc[1, "throughput"]
+        assert table.loc[n, "speedup"] == pytest.approx(speedup)
+        assert table.loc[n, "efficiency"] == pytest.approx(speedup / n)
+    above = pj.project(profile, [2, 4], NET, bootstrap=0).table.set_index("ranks")
+    assert above.loc[2, "speedup"] == pytest.approx(1.0)  # without a smaller count: the measured one, as before
+    assert above.loc[4, "efficiency"] == pytest.approx(above.loc[4, "throughput"] / above.loc[2, "throughput"] / 2)
+
+
 def test_whole_batches_of_each_ranks_shard_fix_the_steps_per_epoch():
     profile = pj.step_costs(one_rank_run(), {"ranks": 1}, warmup_steps=0, batch_per_rank=32)
     # 8 steps of 32 = 256 samples (say 270, the last partial batch dropped): at 3 ranks ceil(270/3) = 90

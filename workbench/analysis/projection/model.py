@@ -254,7 +254,8 @@ def project(
     ``kind="weak"``: per-rank batch fixed, the dataset fixed, so epochs have ``n0/n`` as many steps;
     ``"strong"``: global batch fixed, so each rank's batch (compute, input per step) is ``n0/n`` of the
     measured one. ``n0`` is the measured rank count. ``speedup`` and ``efficiency`` are relative to the
-    model at ``n0`` (throughput in samples/s when the batch is known, else rank-steps/s).
+    model at the fewest ranks, ``n0`` or a smaller count asked (throughput in samples/s when the batch is
+    known, else rank-steps/s): a 1-rank row is 1x and 100 %, as users read scaling tables.
     ``changes``: the what-ifs (``Changes``: evaluation, batch, fusion, scheme, overlap, shared input).
     ``thread_scaling``: the exponent of the compute slowdown when ranks share a node's cores.
     ``input_is_useful`` as in ``pop_metrics``: False counts waiting for input as lost (a GPU waiting for
@@ -313,7 +314,8 @@ def project(
         input_is_useful,
         storage,
     )
-    reference = model.at(profile.ranks, profile.compute_s, profile.input_s, profile.evaluation_s)
+    reference_ranks = min(counts[0], profile.ranks)
+    reference = model.at(reference_ranks, profile.compute_s, profile.input_s, profile.evaluation_s)
     rng = np.random.default_rng(seed)
     resamples = []
     for _ in range(max(int(bootstrap), 0)):
@@ -355,7 +357,7 @@ def project(
                 "wall_s_low": float(low[2]),
                 "wall_s_high": float(high[2]),
                 "speedup": speedup,
-                "efficiency": speedup / (n / profile.ranks),
+                "efficiency": speedup / (n / reference_ranks),
                 "limiter": limiter,
             }
         )
