@@ -25,6 +25,10 @@ What is recorded, on every rank, from the main thread (``StepTracker``):
   batch's time of being ready is noted as the thread gets it. A step whose batch was not ready when
   it began waited for it: that part of the step is an ``input`` span (``next_batch``), the rest the
   step. CPU samples cannot tell this wait from compute (TF's threads keep the process busy).
+- **A Python generator behind ``tf.data.Dataset.from_generator``** (the script's own pipeline, or
+  Keras's for a generator): how long its ``next`` took in all, outside evaluation (``ProducerClock``),
+  as counters (``PYTHON_INPUT_BUSY``) after each ``fit`` and at the end. ``from_generator`` runs it
+  on one thread, one element at a time: busy for nearly all of the training, it sets the steps' pace.
 - **Time between** two recorded calls: ``host`` (``between_calls``) when the main thread was on a
   CPU for at least half of it (Python, callbacks, NumPy), else ``idle`` (``off_cpu``: sleeping,
   reading, waiting for a lock or a collective outside Horovod). The same rule whatever was called.
@@ -52,11 +56,24 @@ import time
 from pathlib import Path
 from typing import Any
 
-from workbench.events import BETWEEN_CALLS, COMPUTE, EVALUATION, HOST, IDLE, INPUT, KERAS_PREFIX, OFF_CPU
+from workbench.events import (
+    BETWEEN_CALLS,
+    COMPUTE,
+    EVALUATION,
+    HOST,
+    IDLE,
+    INPUT,
+    KERAS_PREFIX,
+    NS_PER_S,
+    OFF_CPU,
+    PYTHON_INPUT_BUSY,
+    PYTHON_INPUT_ELEMENTS,
+)
 from workbench.recorder import Recorder
 
 _KERAS_TRAINING_MODULES = ("keras.src.engine.training", "tf_keras.src.engine.training")
 _TF_FUNCTION_MODULE = "tensorflow.python.eager.polymorphic_function.polymorphic_function"
+_TF_DATASET_MODULE = "tensorflow.python.data.ops.dataset_ops"
 #: Keras's own step function: the only ``tf.function`` that can be a step while ``fit`` runs.
 KERAS_STEP_FUNCTION = "train_function"
 #: The name every step span carries (what ``analysis.steps_per_rank`` counts).
@@ -127,6 +144,57 @@ def _graph_trains(graph: Any) -> bool:
         if name.startswith(_GRADIENT_SCOPES) or "/gradient_tape/" in name or "/gradients/" in name:
             return True
     return False
+
+
+class ProducerClock:
+    """Seconds the Python generators behind ``tf.data.Dataset.from_generator`` spent producing, from their threads.
+
+    Each element is timed around the generator's ``next`` (its time waiting for the GIL included);
+    elements made while the tracker says evaluation runs are left out, since only the training steps'
+    pace is in question. ``take`` hands over what was added since the last ``take``.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.busy_ns = 0
+        self.elements = 0
+
+    def wrap(self, make_iterator: Any, evaluating: Any) -> Any:
+        """``make_iterator`` (from_generator's callable) whose elements are timed unless ``evaluating()``."""
+
+        def timed(*args: Any) -> Any:
+            source = iter(make_iterator(*args))
+            while True:
+                asked = time.perf_counter_ns()
+                try:
+                    item = next(source)
+                except StopIteration:
+                    return
+                took = time.perf_counter_ns() - asked
+                if not evaluating():
+                    with self.lock:
+                        self.busy_ns += took
+                        self.elements += 1
+                yield item
+
+        return timed
+
+    def mark(self) -> tuple[int, int]:
+        """The totals now, to ``forget_since`` them later."""
+        with self.lock:
+            return self.busy_ns, self.elements
+
+    def forget_since(self, mark: tuple[int, int]) -> None:
+        """Leave out what was added since ``mark`` (elements made while a step traced: warm-up, not pace)."""
+        with self.lock:
+            if self.busy_ns >= mark[0] and self.elements >= mark[1]:  # else taken since: nothing to leave out
+                self.busy_ns, self.elements = mark
+
+    def take(self) -> tuple[float, int]:
+        with self.lock:
+            busy, elements = self.busy_ns, self.elements
+            self.busy_ns = self.elements = 0
+        return busy / NS_PER_S, elements
 
 
 class InputTimer:
@@ -209,6 +277,9 @@ class StepTracker:
         self.epoch_start = 0
         self.fit_batches = 0
         self.epoch_batches = 0
+        #: The Python generators behind tf.data, and whether an evaluation runs (their elements then do not count).
+        self.producers = ProducerClock()
+        self.evaluating = False
 
     # -- tf.function calls -----------------------------------------------------------------------
     def call(self, original: Any, function: Any, args: tuple, kwargs: dict) -> Any:
@@ -226,6 +297,7 @@ class StepTracker:
             self.trace_window()
         self.busy = True
         traces = _tracing_count(function)
+        produced = self.producers.mark()
         start = time.time_ns()
         self.between(start)
         try:
@@ -233,7 +305,10 @@ class StepTracker:
         finally:
             end = time.time_ns()
             self.busy = False
-            self.done(function, name, start, end, traced=_tracing_count(function) != traces)
+            traced = _tracing_count(function) != traces
+            if traced:
+                self.producers.forget_since(produced)
+            self.done(function, name, start, end, traced=traced)
 
     def done(self, function: Any, name: str, start: int, end: int, *, traced: bool = False) -> None:
         recorder, step = self.recorder, self.step
@@ -314,6 +389,8 @@ class StepTracker:
         self.between(start)
         outer_phase, outer_only = self.inner_phase, self.only
         self.inner_phase = inner
+        outer_evaluating = self.evaluating
+        self.evaluating = outer_evaluating or phase == EVALUATION
         if method == "fit":
             self.resume(start)  # the time between batches inside fit is classified too
             self.only = frozenset({KERAS_STEP_FUNCTION})
@@ -325,8 +402,10 @@ class StepTracker:
             end = time.time_ns()
             self.keras_depth -= 1
             self.inner_phase, self.only = outer_phase, outer_only
+            self.evaluating = outer_evaluating
             if method == "fit":
                 self.input_timer, self.wants_input_timer = None, False
+                self.producers_done()
             label = KERAS_PREFIX + method.strip("_")
             self.recorder.record(phase, start, end, label, detail=str(getattr(model, "name", "")))
             number = self.keras_calls.get(method, 0)
@@ -359,7 +438,18 @@ class StepTracker:
             self.tracing = False
             self.trace_steps = None
 
+    def producers_done(self) -> None:
+        """Record what the Python generators behind tf.data spent since the last time (nothing: no counter)."""
+        busy_s, elements = self.producers.take()
+        if elements:
+            self.recorder.counter(PYTHON_INPUT_BUSY, busy_s)
+            self.recorder.counter(PYTHON_INPUT_ELEMENTS, elements)
+
+    def timed_generator(self, make_iterator: Any) -> Any:
+        return self.producers.wrap(make_iterator, lambda: self.evaluating)
+
     def close(self) -> None:
+        self.producers_done()
         if self.tracing:
             stop_tf_profiler()
             self.tracing = False
@@ -438,7 +528,11 @@ def instrument(recorder: Recorder, trace_steps: tuple[int, int] | None = None) -
     global _recorder, _steps
     _recorder = recorder
     _steps = StepTracker(recorder, trace_steps)
-    hooks = (((_TF_FUNCTION_MODULE,), _instrument_tf_function), (_KERAS_TRAINING_MODULES, _instrument_keras))
+    hooks = (
+        ((_TF_FUNCTION_MODULE,), _instrument_tf_function),
+        ((_TF_DATASET_MODULE,), _instrument_from_generator),
+        (_KERAS_TRAINING_MODULES, _instrument_keras),
+    )
     for names, callback in hooks:
         loaded = [sys.modules[name] for name in names if name in sys.modules]
         for module in loaded:
@@ -464,6 +558,25 @@ def _instrument_tf_function(module: Any) -> None:
     if not hasattr(function_class, "_workbench_original_call"):
         function_class._workbench_original_call = function_class.__call__
         function_class.__call__ = _step_call(function_class._workbench_original_call)
+
+
+def _instrument_from_generator(module: Any) -> None:
+    """``tf.data.Dataset.from_generator`` with its generator's elements timed (``ProducerClock``)."""
+    dataset = getattr(module, "DatasetV2", None)
+    found = dataset.__dict__.get("from_generator") if dataset is not None else None
+    if not isinstance(found, staticmethod) or hasattr(found.__func__, "_workbench_original"):
+        return
+    original = found.__func__
+
+    @functools.wraps(original)
+    def from_generator(generator: Any, *args: Any, **kwargs: Any) -> Any:
+        tracker = _steps
+        if tracker is not None and callable(generator):
+            generator = tracker.timed_generator(generator)
+        return original(generator, *args, **kwargs)
+
+    from_generator._workbench_original = original  # type: ignore[attr-defined]
+    dataset.from_generator = staticmethod(from_generator)
 
 
 def _step_call(original: Any) -> Any:
@@ -505,9 +618,11 @@ def _fit_callback(recorder: Recorder, tracker: StepTracker) -> Any:
         def on_test_begin(self, logs: dict[str, Any] | None = None) -> None:
             super().on_test_begin(logs)
             tracker.between(self._test_start)
+            tracker.evaluating = True
 
         def on_test_end(self, logs: dict[str, Any] | None = None) -> None:
             super().on_test_end(logs)
+            tracker.evaluating = False
             tracker.resume(time.time_ns())
 
         def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:

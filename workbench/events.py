@@ -81,6 +81,10 @@ IN_FLIGHT = "in_flight"
 KERAS_PREFIX = "keras."
 BETWEEN_CALLS = "between_calls"
 OFF_CPU = "off_cpu"
+#: Counters ``workbench profile`` writes of a rank's Python generators behind ``tf.data.Dataset.from_generator``:
+#: the seconds spent in their ``next`` outside evaluation, and the elements they made.
+PYTHON_INPUT_BUSY = "python_input_busy_s"
+PYTHON_INPUT_ELEMENTS = "python_input_elements"
 #: Phases that overlap a rank's other spans: left out of the breakdown's one-span-per-instant sum
 #: and shown on their own lane.
 OVERLAP_PHASES: frozenset[str] = frozenset({IN_FLIGHT})

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from workbench.analysis import analyse_run, json_ready, run_header
+from workbench.analysis.input import python_input_busy
 from workbench.events import empty_events, empty_memory, events_frame
 
 S = 1_000_000_000
@@ -164,3 +165,37 @@ def test_run_header_and_json_ready():
         "b": [None, 1.5],
         "c": "1970-01-01T00:00:00",
     }
+
+
+def test_a_serial_python_generator_busy_nearly_all_of_a_ranks_training_is_named():
+    """Training from the first step's end (1 s: the first step is warm-up) to 10 s with a 2 s evaluation inside
+    (an evaluate span around its test_function: merged, counted once) is 7 s. Rank 0's generator took 6.6 s in
+    two counter pairs: 94 % >= 90 %, named; rank 1's 3.5 s is 50 %: not."""
+    rows = []
+    for rank in (0, 1):
+        rows += [span(rank, "compute", start, start + 1, "train_step") for start in (0, 1, 2, 3, 6, 7, 8, 9)]
+        rows += [span(rank, "evaluation", 4, 6, "evaluate"), span(rank, "evaluation", 4.5, 5.5, "test_function")]
+    events = events_frame(pd.DataFrame(rows))
+
+    def counter(rank, name, value):
+        return {"run_id": "r1", "rank": rank, "host": "", "name": name, "time_ns": 10 * S, "value": value}
+
+    counters = pd.DataFrame(
+        [
+            counter(0, "python_input_busy_s", 4.4),
+            counter(0, "python_input_elements", 60),
+            counter(0, "python_input_busy_s", 2.2),
+            counter(0, "python_input_elements", 40),
+            counter(1, "python_input_busy_s", 3.5),
+            counter(1, "python_input_elements", 100),
+        ]
+    )
+    table = python_input_busy(events, counters).set_index("rank")
+    assert table.loc[0, "training_s"] == pytest.approx(7.0) and table.loc[0, "busy_s"] == pytest.approx(6.6)
+    assert table.loc[0, "elements"] == 100 and table.loc[1, "busy_share"] == pytest.approx(0.5)
+    found = analyse_run(events, meta=meta(ranks=2), counters=counters).findings.set_index("kind")
+    text = found.loc["serial_python_input", "text"]
+    assert found.loc["serial_python_input", "ranks"] == "0"
+    assert "busy 94% of rank 0's training (6.60 s of 7.00 s, 100 elements, 66.0 ms each)" in text
+    assert "Dataset.map" in text
+    assert "serial_python_input" not in analyse_run(events, meta=meta(ranks=2)).findings["kind"].tolist()

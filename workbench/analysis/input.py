@@ -13,12 +13,28 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from workbench.events import COMMUNICATION, COMPUTE, INPUT, NS_PER_S, rank_hosts, rank_list, ranks_with_hosts
+from workbench.events import (
+    COMMUNICATION,
+    COMPUTE,
+    EVALUATION,
+    INPUT,
+    NS_PER_S,
+    PYTHON_INPUT_BUSY,
+    PYTHON_INPUT_ELEMENTS,
+    format_seconds,
+    rank_hosts,
+    rank_list,
+    ranks_with_hosts,
+)
 
 #: TensorFlow Profiler's bands of the input share of step time.
 INPUT_BOUND_MODERATE, INPUT_BOUND_HIGH = 0.05, 0.20
 STEP_PHASES: tuple[str, ...] = (INPUT, COMPUTE, COMMUNICATION)
 DEQUEUE_DEPTH = "queue_depth_at_dequeue"
+#: The share of a rank's training a serial Python generator behind tf.data must be busy to be named. Near
+#: 100 % it sets the steps' pace whether tf.data prefetches or not; without prefetching, all of its time is
+#: the steps' (a script reading 8 elements of 10 ms a step: 87 % and 71 % on its 2 ranks, steps 110 ms).
+SERIAL_INPUT_SATURATED = 0.8
 #: Input spans that are a step's wait for its batch (not a one-off such as ``load_into_memory``).
 PER_STEP_INPUT: tuple[str, ...] = ("dequeue", "next_batch")
 
@@ -75,6 +91,105 @@ def input_share(events: pd.DataFrame, *, input_names: tuple[str, ...] | None = P
     table["input_share"] = np.where(table["step_ns"] > 0, table["input_ns"] / table["step_ns"].clip(lower=1), np.nan)
     table["level"] = [input_bound_level(share) for share in table["input_share"]]
     return table.reset_index()[columns]
+
+
+def python_input_busy(events: pd.DataFrame, counters: pd.DataFrame | None) -> pd.DataFrame:
+    """Per rank: how much of its training the Python generators behind ``tf.data.Dataset.from_generator`` were busy.
+
+    The training is each rank's time from its first training step's end (the first step traces: warm-up,
+    whose elements ``workbench profile`` leaves out too) to its last one's end, less the evaluation inside
+    it (intervals merged). Busy seconds and elements are the ``PYTHON_INPUT_BUSY`` /
+    ``PYTHON_INPUT_ELEMENTS`` counters ``workbench profile`` writes. Columns: rank, busy_s, elements,
+    training_s, busy_share.
+    """
+    columns = ["rank", "busy_s", "elements", "training_s", "busy_share"]
+    if counters is None or counters.empty or events.empty:
+        return pd.DataFrame(columns=columns)
+    found = counters[counters["name"].isin([PYTHON_INPUT_BUSY, PYTHON_INPUT_ELEMENTS])]
+    if found.empty:
+        return pd.DataFrame(columns=columns)
+    totals = found.pivot_table(index="rank", columns="name", values="value", aggfunc="sum").reindex(
+        columns=[PYTHON_INPUT_BUSY, PYTHON_INPUT_ELEMENTS]
+    )
+    steps = events[events["name"].isin(["train_step", *PER_STEP_INPUT]) & events["phase"].isin(STEP_PHASES)]
+    evaluation = events[events["phase"] == EVALUATION]
+    rows = []
+    for rank, total in totals.iterrows():
+        mine = steps[steps["rank"] == rank]
+        if mine.empty:
+            continue
+        first_step = mine[mine["name"] == "train_step"].nsmallest(1, "start_ns")
+        first = int(first_step["end_ns"].iloc[0]) if len(first_step) else int(mine["start_ns"].min())
+        last = int(mine["end_ns"].max())
+        inside = evaluation[
+            (evaluation["rank"] == rank) & (evaluation["end_ns"] > first) & (evaluation["start_ns"] < last)
+        ]
+        training_ns = (last - first) - _merged_ns(
+            inside["start_ns"].clip(lower=first), inside["end_ns"].clip(upper=last)
+        )
+        if training_ns <= 0:
+            continue
+        busy = float(np.nan_to_num(total[PYTHON_INPUT_BUSY]))
+        rows.append(
+            {
+                "rank": int(rank),
+                "busy_s": busy,
+                "elements": int(np.nan_to_num(total[PYTHON_INPUT_ELEMENTS])),
+                "training_s": training_ns / NS_PER_S,
+                "busy_share": busy / (training_ns / NS_PER_S),
+            }
+        )
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _merged_ns(starts: pd.Series, ends: pd.Series) -> int:
+    """Length of the union of intervals (nested evaluation spans count once)."""
+    total, reach = 0, None
+    for start, end in sorted(zip(starts.astype("int64"), ends.astype("int64"))):
+        if reach is None or start > reach:
+            total += end - start
+            reach = end
+        elif end > reach:
+            total += end - reach
+            reach = end
+    return int(total)
+
+
+def python_input_finding(
+    events: pd.DataFrame, counters: pd.DataFrame | None, hosts: Mapping[int, str] | None = None
+) -> pd.DataFrame:
+    """A note when a serial Python generator behind tf.data was busy ``SERIAL_INPUT_SATURATED`` of a rank's training.
+
+    ``from_generator`` calls the generator on one thread, an element at a time: busy nearly all the
+    time, it is likely what the steps wait for, whatever the step spans say (the wait is inside TF's
+    step function, where a script's own pipeline is not timed). How much of it the steps waited is not
+    known, so it is a note; with Keras's own generator input the steps' waits are measured
+    (``input_pipeline``).
+    """
+    columns = ["kind", "ranks", "seconds_lost", "fraction_of_wall", "text"]
+    table = python_input_busy(events, counters)
+    saturated = table[table["busy_share"] >= SERIAL_INPUT_SATURATED]
+    if saturated.empty:
+        return pd.DataFrame(columns=columns)
+    worst = saturated.loc[saturated["busy_share"].idxmax()]
+    each = worst["busy_s"] / worst["elements"] if worst["elements"] else float("nan")
+    text = (
+        f"the Python generator feeding tf.data (Dataset.from_generator) was busy {min(worst['busy_share'], 1):.0%} of"
+        f" {ranks_with_hosts([int(worst['rank'])], hosts or {})}'s training ({format_seconds(worst['busy_s'])} of"
+        f" {format_seconds(worst['training_s'])}, {int(worst['elements'])} elements, {format_seconds(each)} each):"
+        " tf.data calls it on one thread, one element at a time, so this busy it likely sets the pace of the"
+        " steps (its time includes waiting for Python's GIL; the steps' own wait for data is inside TF's step"
+        " function, not timed here). Do the per-element work in Dataset.map(...,"
+        " num_parallel_calls=tf.data.AUTOTUNE), read shards with interleave, prefetch, or cache what it decodes"
+    )
+    row = {
+        "kind": "serial_python_input",
+        "ranks": rank_list(saturated["rank"]),
+        "seconds_lost": float("nan"),
+        "fraction_of_wall": float("nan"),
+        "text": text,
+    }
+    return pd.DataFrame([row], columns=columns)
 
 
 def queue_exhaustion(counters: pd.DataFrame, *, name: str = DEQUEUE_DEPTH) -> pd.DataFrame:
@@ -163,9 +278,12 @@ __all__ = [
     "INPUT_BOUND_HIGH",
     "INPUT_BOUND_MODERATE",
     "PER_STEP_INPUT",
+    "SERIAL_INPUT_SATURATED",
     "input_bound_level",
     "input_findings",
     "input_share",
+    "python_input_busy",
+    "python_input_finding",
     "queue_exhaustion",
     "step_times",
 ]

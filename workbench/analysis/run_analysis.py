@@ -29,6 +29,7 @@ from workbench.analysis.findings import (
     oversubscription_finding_from_meta,
     slow_link_finding,
 )
+from workbench.analysis.input import python_input_finding
 from workbench.analysis.keras_calls import (
     KERAS_CALL_COLUMNS,
     call_memory_findings,
@@ -179,6 +180,7 @@ def analyse_run(
     min_fraction: float = 0.02,
     derive_waits: bool = True,
     rank_meta: pd.DataFrame | Mapping[int, str] | None = None,
+    counters: pd.DataFrame | None = None,
 ) -> RunAnalysis:
     """Breakdown, POP metrics, findings, steps and memory of one run (``Run.load(path)``'s frames).
 
@@ -194,6 +196,8 @@ def analyse_run(
       in a ``straggler`` finding that says on which evidence.
     - Findings add, to ``analysis.findings``: oversubscription from the recorded cluster settings
       (when ``meta`` is given), and notes when no training steps or no memory samples were recorded.
+    - ``counters`` (``Run.counters``): a serial Python generator behind tf.data that was busy nearly all of
+      a rank's training is named (``analysis.input.python_input_finding``).
     - Each rank's host comes from the events, else the memory samples, else ``rank_meta``
       (``Run.rank_meta``): per-rank tables get a ``host`` column, and when ranks ran on more than
       one host the findings name the host next to each rank ("rank 2 (node3)").
@@ -209,8 +213,11 @@ def analyse_run(
         first = events[backwards].iloc[0]
         extra.append(
             backwards_finding(
-                int(backwards.sum()), int(first["rank"]), first.get("name", first["phase"]),
-                events.loc[backwards, "rank"], hosts,
+                int(backwards.sum()),
+                int(first["rank"]),
+                first.get("name", first["phase"]),
+                events.loc[backwards, "rank"],
+                hosts,
             )
         )
         events = events[~backwards]
@@ -272,6 +279,7 @@ def analyse_run(
     # the time each rank was alive (memory samples) outside what it recorded
     extra.append(completion_findings(events, memory, meta, hosts))
     extra.append(combine_findings(retracing_finding(events, hosts, wall_s=wall_s)))
+    extra.append(python_input_finding(events, counters, hosts))
     return RunAnalysis(
         header={**run_header(meta), "rank_hosts": hosts},
         breakdown=with_hosts(per_run.drop(columns="run_id").reset_index(drop=True), hosts),

@@ -42,7 +42,7 @@ def analyse_command(
         print(json.dumps(split.to_dict(), indent=2, allow_nan=False) if as_json else format_split_analysis(split))
         return 0
     run = Run.load(run_dir)
-    result = analysis.analyse_run(run.events, run.memory, run.meta, rank_meta=run.rank_meta)
+    result = analysis.analyse_run(run.events, run.memory, run.meta, rank_meta=run.rank_meta, counters=run.counters)
     if html is not None:
         path = write_analysis_report(html, result, run)
         if not as_json:

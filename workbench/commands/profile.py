@@ -177,7 +177,7 @@ def print_answer(run_path: Path, *, report: bool = True) -> None:
     from workbench.text import format_analysis
 
     run = Run.load(run_path)
-    result = analysis.analyse_run(run.events, run.memory, run.meta, rank_meta=run.rank_meta)
+    result = analysis.analyse_run(run.events, run.memory, run.meta, rank_meta=run.rank_meta, counters=run.counters)
     print(format_analysis(result))
     if report:
         path = write_analysis_report(run_path / REPORT_FILE, result, run)
