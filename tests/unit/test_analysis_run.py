@@ -199,3 +199,7 @@ def test_a_serial_python_generator_busy_nearly_all_of_a_ranks_training_is_named(
     assert "busy 94% of rank 0's training (6.60 s of 7.00 s, 100 elements, 66.0 ms each)" in text
     assert "Dataset.map" in text
     assert "serial_python_input" not in analyse_run(events, meta=meta(ranks=2)).findings["kind"].tolist()
+    # where the steps' waits for their batches were timed (Keras's own generator input), those speak instead
+    waited = events_frame(pd.DataFrame([*rows, span(0, "input", 9.5, 9.6, "next_batch")]))
+    found = analyse_run(waited, meta=meta(ranks=2), counters=counters).findings
+    assert "serial_python_input" not in found["kind"].tolist()

@@ -164,10 +164,12 @@ def python_input_finding(
     time, it is likely what the steps wait for, whatever the step spans say (the wait is inside TF's
     step function, where a script's own pipeline is not timed). How much of it the steps waited is not
     known, so it is a note; with Keras's own generator input the steps' waits are measured
-    (``input_pipeline``).
+    (``input_pipeline``), and a rank with such waits gets no note.
     """
     columns = ["kind", "ranks", "seconds_lost", "fraction_of_wall", "text"]
     table = python_input_busy(events, counters)
+    measured = events.loc[(events["phase"] == INPUT) & events["name"].isin(PER_STEP_INPUT), "rank"].unique()
+    table = table[~table["rank"].isin(measured)]  # the steps' waits were timed (Keras's generator input)
     saturated = table[table["busy_share"] >= SERIAL_INPUT_SATURATED]
     if saturated.empty:
         return pd.DataFrame(columns=columns)
