@@ -15,6 +15,7 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])  # engines cannot im
 
 
 def _allreduce_on_every_rank():
+    import os
     import socket
 
     import horovod.tensorflow as hvd
@@ -32,6 +33,7 @@ def _allreduce_on_every_rank():
         "horovod_rank": hvd.rank(),
         "local_rank": hvd.local_rank(),
         "horovod_sum": summed.tolist(),
+        "preloaded": os.environ.get("LD_PRELOAD", ""),
     }
 
 
@@ -47,6 +49,10 @@ def test_engines_on_every_node_are_one_mpi_world_with_right_sums(mini):
     assert {answer["local_rank"] for answer in answers} == {0}  # one rank per node
     for answer in answers:
         assert answer["horovod_sum"] == pytest.approx((np.arange(4.0) * 10).tolist())
+    # ranks waiting in MPI sleep in their yields: the library reached every rank through Slurm
+    if mini.idle_wait == "sleep":
+        assert all(answer["preloaded"].startswith(str(mini.directory)) for answer in answers)
+        assert "yield as a 50 µs sleep" in mini.status_text()
 
 
 def test_allreduce_across_two_nodes_gets_what_a_tcp_stream_gets_over_the_link(restored):
