@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -680,11 +681,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (``timeout``, a batch system's time limit, ``kill``), raised where the command is, as Ctrl-C is."""
+
+
+def _terminate(signum: int, _frame: Any) -> None:
+    raise _Terminated
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = args.handler
+    # SIGTERM would end the process where it stands: a sweep's miniature cluster and its ranks stayed up, a
+    # run stayed "running". As an exception, the commands' clean-up runs (the cluster is taken down, the run
+    # marked interrupted); ``workbench profile`` installs its own handler while the script runs.
+    try:
+        previous = signal.signal(signal.SIGTERM, _terminate)
+    except ValueError:  # not the main thread (a caller's own thread): leave signals alone
+        previous = None
     try:
         return handler(args)
+    except _Terminated:
+        return 128 + signal.SIGTERM
     except KeyboardInterrupt:
         return 130
     except Exception as error:  # one clear message instead of a traceback; details below it
@@ -693,6 +711,9 @@ def main(argv: list[str] | None = None) -> int:
         for line in message[1:40]:
             print(f"  {line}", file=sys.stderr)
         return 2
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":
