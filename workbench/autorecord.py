@@ -46,6 +46,7 @@ because the trace's timestamps are relative to it.
 from __future__ import annotations
 
 import atexit
+import collections
 import functools
 import importlib.abc
 import json
@@ -197,35 +198,59 @@ class ProducerClock:
         return busy / NS_PER_S, elements
 
 
+class _Pass:
+    """One pass of ``fit`` over a Python source: when it began, and when each batch not yet consumed was ready.
+
+    Only the batches from the next one the steps take on are kept (``offset`` counts those let go), so a
+    long ``fit`` holds a few numbers, not one per batch.
+    """
+
+    def __init__(self) -> None:
+        self.began = time.time_ns()
+        self.ready: collections.deque[int] = collections.deque()  # append / popleft: safe across threads
+        self.offset = 0
+
+    @property
+    def batches(self) -> int:
+        return self.offset + len(self.ready)
+
+    def ready_ns(self, index: int) -> int | None:
+        """When batch ``index`` was ready; the batches before it are let go (the steps took them)."""
+        while self.offset < index and self.ready:
+            self.ready.popleft()
+            self.offset += 1
+        position = index - self.offset
+        return self.ready[position] if 0 <= position < len(self.ready) else None
+
+
 class InputTimer:
     """When each batch of a Python input source became ready, as ``fit``'s ``tf.data`` pipeline pulled it.
 
     Keras gives ``tf.data.Dataset.from_generator`` a callable that makes a fresh pass over the source
     (once per ``fit`` for a generator, once per epoch for a ``Sequence``); this wraps that callable,
-    so each pass is a list of ``(asked_ns, ready_ns)`` per batch, in the order the steps consume them.
-    Its thread runs ahead of the steps (Keras prefetches), so a batch ready before its step began cost
-    the step nothing.
+    so each pass notes when each batch was ready, in the order the steps consume them. Its thread runs
+    ahead of the steps (Keras prefetches), so a batch ready before its step began cost the step nothing.
     """
 
     def __init__(self, recreated_each_epoch: bool) -> None:
         self.recreated_each_epoch = recreated_each_epoch
-        #: Per pass over the source: when it began (ns) and its batches' (asked, ready) times.
-        self.passes: list[tuple[int, list[tuple[int, int]]]] = []
+        self.passes: list[_Pass] = []
 
     def wrap(self, make_pass: Any) -> Any:
         """``make_pass`` (Keras's generator callable) timed: each call is a new pass, each batch noted."""
 
         def timed_pass() -> Any:
-            batches: list[tuple[int, int]] = []
-            self.passes.append((time.time_ns(), batches))
+            made = _Pass()
+            self.passes.append(made)
+            if len(self.passes) > 2:  # a pass before the one before is over: its steps are done
+                del self.passes[0]
             source = iter(make_pass())
             while True:
-                asked = time.time_ns()
                 try:
                     item = next(source)
                 except StopIteration:
                     return
-                batches.append((asked, time.time_ns()))  # list.append: atomic under the GIL
+                made.ready.append(time.time_ns())
                 yield item
 
         return timed_pass
@@ -237,13 +262,11 @@ class InputTimer:
         an extra pass at a ``Sequence``'s first epoch; of the passes begun since then, the one furthest
         along is the one the steps read.
         """
-        candidates = [batches for began, batches in self.passes if began >= since_ns] or [
-            batches for _, batches in self.passes[-1:]
-        ]
+        passes = list(self.passes)
+        candidates = [made for made in passes if made.began >= since_ns] or passes[-1:]
         if not candidates:
             return None
-        batches = max(candidates, key=len)
-        return batches[index][1] if index < len(batches) else None
+        return max(candidates, key=lambda made: made.batches).ready_ns(index)
 
 
 class StepTracker:
