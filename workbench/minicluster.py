@@ -68,11 +68,11 @@ IDLE_WAIT_VARIABLE = "WORKBENCH_MINICLUSTER_IDLE"
 #: A rank waiting in MPI polls, yielding between polls (``mpi_yield_when_idle``). On a real node that spends
 #: the rank's own core; here a node is a quota, and a yield with nothing else to run returns at once, so the
 #: waiting spends the node's share: the compute after the wait is throttled and the kernel's network path,
-#: which every node's packets share, starves (a 407 KB allreduce on 4 nodes of 0.4 core at 1 Gbit/s:
-#: 14.2 ms polling, 5.2 ms with this, the link's own 4.9 ms). Preloaded into the ranks, it makes the yields
-#: of MPI's libraries (the caller's shared object: Open MPI's and MPICH's) a short sleep, so a waiting rank
-#: costs its node about what it costs a real one. Every other yield is left as it is: TensorFlow's locks yield
-#: while they spin, and as sleeps they doubled a 1-node step (0.8 ms to 3.5 ms median at 0.4 core).
+#: which every node's packets share, starves. Preloaded into the ranks, this makes the yields of MPI's
+#: libraries (the caller's shared object: Open MPI's and MPICH's) a short sleep, so a waiting rank costs its
+#: node about what it costs a real one: a 407 KB allreduce on 4 nodes of 0.4 core at 1 Gbit/s took 17.6 ms
+#: polling and 7.0 ms with this (the link's own 4.9 ms). Every other yield is left as it is: TensorFlow's
+#: locks yield while they spin, which is no wait for a peer.
 IDLE_SLEEP_SOURCE = f"""#define _GNU_SOURCE
 #include <dlfcn.h>
 #include <sched.h>
