@@ -61,18 +61,19 @@ RATE_UNITS = {
 }  # fmt: skip
 #: The kernel's smallest CFS quota (1 ms): a share below QUOTA_MIN_US / CPU_PERIOD_US needs a longer period.
 QUOTA_MIN_US = 1_000
-#: How long a rank's ``sched_yield`` sleeps on the nodes (see ``IDLE_SLEEP_SOURCE``), and the variable that
-#: turns it off (``WORKBENCH_MINICLUSTER_IDLE=spin``: ranks yield as they would anywhere else).
+#: How long a yield from MPI sleeps on the nodes (see ``IDLE_SLEEP_SOURCE``), and the variable that asks for it
+#: (``WORKBENCH_MINICLUSTER_IDLE=sleep``; the default, ``spin``, lets ranks yield as they would anywhere else).
 IDLE_SLEEP_US = 50
 IDLE_WAIT_VARIABLE = "WORKBENCH_MINICLUSTER_IDLE"
 #: A rank waiting in MPI polls, yielding between polls (``mpi_yield_when_idle``). On a real node that spends
 #: the rank's own core; here a node is a quota, and a yield with nothing else to run returns at once, so the
-#: waiting spends the node's share: the compute after the wait is throttled and the kernel's network path,
-#: which every node's packets share, starves. Preloaded into the ranks, this makes the yields of MPI's
-#: libraries (the caller's shared object: Open MPI's and MPICH's) a short sleep, so a waiting rank costs its
-#: node about what it costs a real one: a 407 KB allreduce on 4 nodes of 0.4 core at 1 Gbit/s took 17.6 ms
-#: polling and 7.0 ms with this (the link's own 4.9 ms). Every other yield is left as it is: TensorFlow's
-#: locks yield while they spin, which is no wait for a peer.
+#: waiting spends the node's share and the kernel's network path, which every node's packets share, starves.
+#: Preloaded into the ranks, this makes the yields of MPI's libraries (the caller's shared object: Open MPI's
+#: and MPICH's) a short sleep; every other yield (TensorFlow's spinning locks) is left as it is. It is a
+#: trade, so it is asked for, not the default: on 8 nodes of 0.2 core at 1 Gbit/s a 407 KB allreduce took
+#: 6.1-6.4 ms instead of 30 ms polling (the link's own 4.9), but a rank working while the 7 others waited
+#: took 2.6-2.8 s instead of 1.7-1.8 s for the same steps: the sleepers' wake-ups preempt it on the cores
+#: they share. Sleeps growing to 1 ms kept the work at 1.7-1.8 s and the allreduce at 23-24 ms.
 IDLE_SLEEP_SOURCE = f"""#define _GNU_SOURCE
 #include <dlfcn.h>
 #include <sched.h>
@@ -373,9 +374,9 @@ class MiniCluster:
 
     @property
     def idle_wait(self) -> str:
-        """``sleep``: ranks' yields are short sleeps (``IDLE_SLEEP_SOURCE``); ``spin``: as built (no C compiler
-        when the cluster came up) or as asked (``WORKBENCH_MINICLUSTER_IDLE=spin``)."""
-        if os.environ.get(IDLE_WAIT_VARIABLE, "sleep").strip().lower() == "spin":
+        """``sleep`` when asked (``WORKBENCH_MINICLUSTER_IDLE=sleep``) and built (a C compiler when the cluster
+        came up): MPI's yields are short sleeps (``IDLE_SLEEP_SOURCE``); else ``spin``, the default."""
+        if os.environ.get(IDLE_WAIT_VARIABLE, "spin").strip().lower() != "sleep":
             return "spin"
         return "sleep" if (self.directory / IDLE_SLEEP_LIBRARY).is_file() else "spin"
 
@@ -455,9 +456,9 @@ class MiniCluster:
             f"SLURM_CONF={status['slurm_conf']}",
             "ranks waiting in MPI: "
             + (
-                f"yield as a {IDLE_SLEEP_US} µs sleep (the node's share is not spent on polling)"
+                f"MPI's yields are {IDLE_SLEEP_US} µs sleeps ({IDLE_WAIT_VARIABLE}=sleep)"
                 if status["idle_wait"] == "sleep"
-                else "poll and yield (their node's share is spent polling)"
+                else f"poll and yield, spending their node's share ({IDLE_WAIT_VARIABLE}=sleep makes it sleep)"
             ),
         ]
         for node in status["nodes"]:

@@ -8,6 +8,7 @@ import cloudpickle
 import numpy as np
 import pytest
 
+from workbench import minicluster
 from workbench.bench.allreduce import measure
 from workbench.bench.link import tcp_stream
 
@@ -37,7 +38,8 @@ def _allreduce_on_every_rank():
     }
 
 
-def test_engines_on_every_node_are_one_mpi_world_with_right_sums(mini):
+def test_engines_on_every_node_are_one_mpi_world_with_right_sums(mini, monkeypatch):
+    monkeypatch.setenv(minicluster.IDLE_WAIT_VARIABLE, "sleep")  # and MPI's yields as sleeps, when asked
     with mini.cluster(4) as cluster:
         assert cluster.rank_hosts == {0: "node1", 1: "node2", 2: "node3", 3: "node4"}
         answers = cluster.view.apply_sync(_allreduce_on_every_rank)
@@ -49,10 +51,10 @@ def test_engines_on_every_node_are_one_mpi_world_with_right_sums(mini):
     assert {answer["local_rank"] for answer in answers} == {0}  # one rank per node
     for answer in answers:
         assert answer["horovod_sum"] == pytest.approx((np.arange(4.0) * 10).tolist())
-    # ranks waiting in MPI sleep in their yields: the library reached every rank through Slurm
-    if mini.idle_wait == "sleep":
-        assert all(answer["preloaded"].startswith(str(mini.directory)) for answer in answers)
-        assert "yield as a 50 µs sleep" in mini.status_text()
+    # the library that makes MPI's yields sleeps reached every rank through Slurm
+    assert mini.idle_wait == "sleep"
+    assert all(answer["preloaded"].startswith(str(mini.directory)) for answer in answers)
+    assert "MPI's yields are 50 µs sleeps" in mini.status_text()
 
 
 def test_allreduce_across_two_nodes_gets_what_a_tcp_stream_gets_over_the_link(restored):

@@ -229,13 +229,14 @@ if found:
 
 
 @pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None, reason="needs a C compiler")
-def test_ranks_waiting_in_mpi_sleep_in_their_yields_unless_told_to_spin(tmp_path, eight_cores, monkeypatch):
+def test_ranks_waiting_in_mpi_sleep_in_their_yields_when_asked(tmp_path, eight_cores, monkeypatch):
     monkeypatch.delenv(minicluster.IDLE_WAIT_VARIABLE, raising=False)
     monkeypatch.delenv("LD_PRELOAD", raising=False)
     mini = _mini(tmp_path, MiniClusterSpec.make(2))
-    assert mini.idle_wait == "spin" and "LD_PRELOAD" not in mini.cluster_config().env  # nothing built yet
     library = minicluster._build_idle_sleep(tmp_path)
     assert library == tmp_path / minicluster.IDLE_SLEEP_LIBRARY
+    assert mini.idle_wait == "spin" and "LD_PRELOAD" not in mini.cluster_config().env  # the default: not asked
+    monkeypatch.setenv(minicluster.IDLE_WAIT_VARIABLE, "sleep")
     assert mini.idle_wait == "sleep"
     assert mini.cluster_config().env["LD_PRELOAD"] == str(library)
     assert mini.cluster_config(env={"LD_PRELOAD": "/x/mine.so"}).env["LD_PRELOAD"] == f"{library}:/x/mine.so"
@@ -266,6 +267,10 @@ def test_ranks_waiting_in_mpi_sleep_in_their_yields_unless_told_to_spin(tmp_path
     assert took >= 200 * minicluster.IDLE_SLEEP_US / 1e6
     monkeypatch.setenv(minicluster.IDLE_WAIT_VARIABLE, "spin")
     assert mini.idle_wait == "spin" and "LD_PRELOAD" not in mini.cluster_config().env
+    monkeypatch.setenv(minicluster.IDLE_WAIT_VARIABLE, "sleep")  # asked, but no library (no C compiler): spin
+    unbuilt = tmp_path / "unbuilt"
+    unbuilt.mkdir()
+    assert _mini(unbuilt, MiniClusterSpec.make(2)).idle_wait == "spin"
 
 
 def test_cluster_config_places_more_ranks_than_nodes_where_nodes_have_slots(tmp_path, eight_cores):
