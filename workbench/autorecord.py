@@ -147,6 +147,19 @@ def _graph_trains(graph: Any) -> bool:
     return False
 
 
+def _timed_items(source: Any, note: Any) -> Any:
+    """Iterate ``source``, calling ``note(asked_ns, ready_ns)`` for each item as it comes (any thread)."""
+    items = iter(source)
+    while True:
+        asked = time.time_ns()
+        try:
+            item = next(items)
+        except StopIteration:
+            return
+        note(asked, time.time_ns())
+        yield item
+
+
 class ProducerClock:
     """Seconds the Python generators behind ``tf.data.Dataset.from_generator`` spent producing, from their threads.
 
@@ -159,26 +172,20 @@ class ProducerClock:
         self.lock = threading.Lock()
         self.busy_ns = 0
         self.elements = 0
+        #: Whether any generator was wrapped: until then a step has nothing here to look at.
+        self.used = False
 
     def wrap(self, make_iterator: Any, evaluating: Any) -> Any:
         """``make_iterator`` (from_generator's callable) whose elements are timed unless ``evaluating()``."""
+        self.used = True
 
-        def timed(*args: Any) -> Any:
-            source = iter(make_iterator(*args))
-            while True:
-                asked = time.perf_counter_ns()
-                try:
-                    item = next(source)
-                except StopIteration:
-                    return
-                took = time.perf_counter_ns() - asked
-                if not evaluating():
-                    with self.lock:
-                        self.busy_ns += took
-                        self.elements += 1
-                yield item
+        def note(asked: int, ready: int) -> None:
+            if not evaluating():
+                with self.lock:
+                    self.busy_ns += ready - asked
+                    self.elements += 1
 
-        return timed
+        return lambda *args: _timed_items(make_iterator(*args), note)
 
     def mark(self) -> tuple[int, int]:
         """The totals now, to ``forget_since`` them later."""
@@ -244,14 +251,7 @@ class InputTimer:
             self.passes.append(made)
             if len(self.passes) > 2:  # a pass before the one before is over: its steps are done
                 del self.passes[0]
-            source = iter(make_pass())
-            while True:
-                try:
-                    item = next(source)
-                except StopIteration:
-                    return
-                made.ready.append(time.time_ns())
-                yield item
+            return _timed_items(make_pass(), lambda _asked, ready: made.ready.append(ready))
 
         return timed_pass
 
@@ -291,15 +291,14 @@ class StepTracker:
         self.trace_steps = trace_steps
         self.tracing = False
         #: Inside ``fit`` on a Python source: its timer (None otherwise), whether the next data adapter made
-        #: is the training one to time, the batches each step takes (``steps_per_execution``), when the fit
-        #: and the current epoch began and how many batches the steps took since each.
+        #: is the training one to time, the batches each step takes (``steps_per_execution``), and when the
+        #: pass the steps read began (the fit's start, or the epoch's for a ``Sequence``) and the batches taken
+        #: from it so far.
         self.input_timer: InputTimer | None = None
         self.wants_input_timer = False
         self.batches_per_step = 1
-        self.fit_start = 0
-        self.epoch_start = 0
-        self.fit_batches = 0
-        self.epoch_batches = 0
+        self.pass_start = 0
+        self.pass_batches = 0
         #: The Python generators behind tf.data, and whether an evaluation runs (their elements then do not count).
         self.producers = ProducerClock()
         self.evaluating = False
@@ -319,8 +318,9 @@ class StepTracker:
         if self.trace_steps is not None:
             self.trace_window()
         self.busy = True
-        traces = _tracing_count(function)
-        produced = self.producers.mark()
+        watched = self.input_timer is not None or self.producers.used  # else nothing below needs the tracing
+        traces = _tracing_count(function) if watched else None
+        produced = self.producers.mark() if watched else None
         start = time.time_ns()
         self.between(start)
         try:
@@ -328,8 +328,8 @@ class StepTracker:
         finally:
             end = time.time_ns()
             self.busy = False
-            traced = _tracing_count(function) != traces
-            if traced:
+            traced = watched and _tracing_count(function) != traces
+            if traced and produced is not None:
                 self.producers.forget_since(produced)
             self.done(function, name, start, end, traced=traced)
 
@@ -356,12 +356,8 @@ class StepTracker:
         timer = self.input_timer
         if timer is None or self.only is None:
             return start
-        if timer.recreated_each_epoch:
-            ready = timer.ready_ns(self.epoch_batches, self.epoch_start)
-        else:
-            ready = timer.ready_ns(self.fit_batches, self.fit_start)
-        self.epoch_batches += self.batches_per_step
-        self.fit_batches += self.batches_per_step
+        ready = timer.ready_ns(self.pass_batches, self.pass_start)
+        self.pass_batches += self.batches_per_step
         if ready is None or ready <= start or traced:
             return start
         ready = min(ready, end)
@@ -371,8 +367,8 @@ class StepTracker:
 
     def epoch_ended(self) -> None:
         """``fit``'s epoch is over: a ``Sequence``'s next pass starts counting its batches from here."""
-        self.epoch_start = time.time_ns()
-        self.epoch_batches = 0
+        if self.input_timer is not None and self.input_timer.recreated_each_epoch:
+            self.pass_start, self.pass_batches = time.time_ns(), 0
 
     def timed_input(self, adapter: Any, make_pass: Any) -> Any:
         """The training data adapter's pass maker, timed while ``fit`` asks for it (else as it is)."""
@@ -443,8 +439,7 @@ class StepTracker:
             cls.__name__ == "Sequence" for cls in type(source).__mro__[1:]
         )
         self.input_timer, self.wants_input_timer = None, python_source
-        self.fit_start = self.epoch_start = start
-        self.fit_batches = self.epoch_batches = 0
+        self.pass_start, self.pass_batches = start, 0
         try:
             self.batches_per_step = max(1, int(model._steps_per_execution.numpy()))
         except Exception:

@@ -70,10 +70,9 @@ IDLE_WAIT_VARIABLE = "WORKBENCH_MINICLUSTER_IDLE"
 #: waiting spends the node's share and the kernel's network path, which every node's packets share, starves.
 #: Preloaded into the ranks, this makes the yields of MPI's libraries (the caller's shared object: Open MPI's
 #: and MPICH's) a short sleep; every other yield (TensorFlow's spinning locks) is left as it is. It is a
-#: trade, so it is asked for, not the default: on 8 nodes of 0.2 core at 1 Gbit/s a 407 KB allreduce took
-#: 6.1-6.4 ms instead of 30 ms polling (the link's own 4.9), but a rank working while the 7 others waited
-#: took 2.6-2.8 s instead of 1.7-1.8 s for the same steps: the sleepers' wake-ups preempt it on the cores
-#: they share. Sleeps growing to 1 ms kept the work at 1.7-1.8 s and the allreduce at 23-24 ms.
+#: trade, so it is asked for, not the default: on 8 nodes of 0.2 core at 1 Gbit/s it gave a 407 KB allreduce
+#: back the link's speed, but the sleepers' wake-ups preempt a rank working while they wait, on the cores
+#: they share (the measurements: docs/clusters.md, "MPI").
 IDLE_SLEEP_SOURCE = f"""#define _GNU_SOURCE
 #include <dlfcn.h>
 #include <sched.h>
