@@ -154,5 +154,7 @@ measure report-open python benchmarks/report_open.py
 measure browser python benchmarks/browser_measurements.py
 # the miniature cluster (root; builds its own 4 nodes and takes them down, refuses while one is up; a few minutes)
 measure minicluster python benchmarks/minicluster.py --json
+# ranks waiting in MPI on the miniature cluster, polling against sleeping (root; its own 8 nodes; ~10 minutes)
+measure idle-wait python benchmarks/idle_wait.py --json
 python benchmarks/render_readme.py --write
 exit $failed

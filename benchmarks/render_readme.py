@@ -1566,6 +1566,41 @@ def render_minicluster(saved: Mapping[str, Any]) -> str:
     )
 
 
+def render_idle_wait(saved: Mapping[str, Any]) -> str:
+    """Ranks waiting in MPI on the miniature cluster, polling against sleeping: what each costs (median; range)."""
+    r = saved["result"]
+    names = {
+        "spin": "poll and yield (`WORKBENCH_MINICLUSTER_IDLE=spin`)",
+        "sleep": f"MPI's yields sleep {r['idle_sleep_us']} µs as SCHED_BATCH (the default)",
+        "sleep-preempting": "… the same sleep as a normal task (its wake-ups preempt)",
+    }
+
+    def spread(numbers: Mapping[str, Any], unit: str, digits: int) -> str:
+        values = numbers["values"]
+        return f"{fixed(numbers['median'], digits)} {unit} ({fixed(min(values), digits)}–{fixed(max(values), digits)})"
+
+    rows = [
+        [
+            names.get(way, f"`{way}` (a library of one's own)"),
+            spread(numbers["allreduce_ms"], "ms", 1),
+            spread(numbers["working_beside_waiters_s"], "s", 2),
+            spread(numbers["all_working_s"], "s", 2),
+        ]
+        for way, numbers in r["ways"].items()
+    ]
+    header = [
+        "ranks waiting in MPI",
+        f"{number(r['allreduce_bytes'] / 1000)} KB allreduce",
+        f"rank 0's {r['steps']} steps while the {r['nodes'] - 1} others wait",
+        "the same, all working",
+    ]
+    line = (
+        f"{r['nodes']} nodes of {r['cpus_per_node']:g} core at {rate_words(r['link'])}, {r['rounds']} interleaved "
+        "rounds (fresh ranks each), median (range):"
+    )
+    return "\n\n".join([line, table(header, ["l", "r", "r", "r"], rows), source_line(saved)])
+
+
 def render_clock_alignment(saved: Mapping[str, Any]) -> str:
     """The clock-offset estimates of the eval-frequency sweep's multi-rank runs: bound and offset found."""
     clock = saved["result"].get("clock_alignment_ns")
@@ -1759,6 +1794,7 @@ RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "cpu-tuning-reduced": render_cpu_tuning,
     "clock-alignment": render_clock_alignment,
     "minicluster": render_minicluster,
+    "idle-wait": render_idle_wait,
     "headline": render_headline,
 }
 #: Blocks rendered from another block's saved result (block name -> result name).

@@ -61,18 +61,19 @@ RATE_UNITS = {
 }  # fmt: skip
 #: The kernel's smallest CFS quota (1 ms): a share below QUOTA_MIN_US / CPU_PERIOD_US needs a longer period.
 QUOTA_MIN_US = 1_000
-#: How long a yield from MPI sleeps on the nodes (see ``IDLE_SLEEP_SOURCE``), and the variable that asks for it
-#: (``WORKBENCH_MINICLUSTER_IDLE=sleep``; the default, ``spin``, lets ranks yield as they would anywhere else).
+#: How long a yield from MPI sleeps on the nodes (see ``IDLE_SLEEP_SOURCE``), and the variable that chooses
+#: (``WORKBENCH_MINICLUSTER_IDLE``: ``sleep``, the default, or ``spin``, which lets ranks poll and yield as
+#: they would anywhere else).
 IDLE_SLEEP_US = 50
 IDLE_WAIT_VARIABLE = "WORKBENCH_MINICLUSTER_IDLE"
 #: A rank waiting in MPI polls, yielding between polls (``mpi_yield_when_idle``). On a real node that spends
 #: the rank's own core; here a node is a quota, and a yield with nothing else to run returns at once, so the
 #: waiting spends the node's share and the kernel's network path, which every node's packets share, starves.
 #: Preloaded into the ranks, this makes the yields of MPI's libraries (the caller's shared object: Open MPI's
-#: and MPICH's) a short sleep; every other yield (TensorFlow's spinning locks) is left as it is. It is a
-#: trade, so it is asked for, not the default: on 8 nodes of 0.2 core at 1 Gbit/s it gave a 407 KB allreduce
-#: back the link's speed, but the sleepers' wake-ups preempt a rank working while they wait, on the cores
-#: they share (the measurements: docs/clusters.md, "MPI").
+#: and MPICH's) a short sleep; every other yield (TensorFlow's spinning locks) is left as it is. The thread
+#: sleeps as SCHED_BATCH, whose wake-up does not preempt the task running on its core: a plain sleep's
+#: wake-ups, thousands a second, slowed a rank working beside the waiting ones (the measurements:
+#: docs/clusters.md, "MPI"; ``benchmarks/idle_wait.py``).
 IDLE_SLEEP_SOURCE = f"""#define _GNU_SOURCE
 #include <dlfcn.h>
 #include <sched.h>
@@ -100,7 +101,16 @@ int sched_yield(void) {{
     }}
     if (last_from_mpi) {{
         struct timespec pause = {{0, {IDLE_SLEEP_US * 1000}}};
+#ifdef WORKBENCH_SLEEP_PREEMPTS /* a plain sleep, which benchmarks/idle_wait.py measures against */
         nanosleep(&pause, 0);
+#else
+        /* asleep as SCHED_BATCH, whose wake-up does not preempt a rank working on the core the nodes share;
+           a thread given another policy by its user keeps it */
+        struct sched_param none = {{0}};
+        int batch = sched_getscheduler(0) == SCHED_OTHER && sched_setscheduler(0, SCHED_BATCH, &none) == 0;
+        nanosleep(&pause, 0);
+        if (batch) sched_setscheduler(0, SCHED_OTHER, &none);
+#endif
         return 0;
     }}
     return (int)syscall(SYS_sched_yield);
@@ -373,9 +383,10 @@ class MiniCluster:
 
     @property
     def idle_wait(self) -> str:
-        """``sleep`` when asked (``WORKBENCH_MINICLUSTER_IDLE=sleep``) and built (a C compiler when the cluster
-        came up): MPI's yields are short sleeps (``IDLE_SLEEP_SOURCE``); else ``spin``, the default."""
-        if os.environ.get(IDLE_WAIT_VARIABLE, "spin").strip().lower() != "sleep":
+        """``sleep``, the default where the library was built (a C compiler when the cluster came up): MPI's
+        yields are short sleeps (``IDLE_SLEEP_SOURCE``); ``spin`` when asked (``WORKBENCH_MINICLUSTER_IDLE=spin``)
+        or without the library: ranks poll and yield."""
+        if os.environ.get(IDLE_WAIT_VARIABLE, "sleep").strip().lower() == "spin":
             return "spin"
         return "sleep" if (self.directory / IDLE_SLEEP_LIBRARY).is_file() else "spin"
 
@@ -455,9 +466,9 @@ class MiniCluster:
             f"SLURM_CONF={status['slurm_conf']}",
             "ranks waiting in MPI: "
             + (
-                f"MPI's yields are {IDLE_SLEEP_US} µs sleeps ({IDLE_WAIT_VARIABLE}=sleep)"
+                f"MPI's yields are {IDLE_SLEEP_US} µs sleeps ({IDLE_WAIT_VARIABLE}=spin makes them poll)"
                 if status["idle_wait"] == "sleep"
-                else f"poll and yield, spending their node's share ({IDLE_WAIT_VARIABLE}=sleep makes it sleep)"
+                else f"poll and yield, spending their node's share ({IDLE_WAIT_VARIABLE}=spin or no C compiler)"
             ),
         ]
         for node in status["nodes"]:
@@ -674,7 +685,7 @@ def _build(spec: MiniClusterSpec) -> MiniCluster:
         node_ips={node.name: str(hosts[10 + index]) for index, node in enumerate(spec.nodes)},
         cpusets=_cpusets(spec),
     )
-    _build_idle_sleep(directory)
+    build_idle_sleep(directory)
     try:
         _make_network(cluster)
         for node in spec.nodes:
@@ -686,20 +697,27 @@ def _build(spec: MiniClusterSpec) -> MiniCluster:
     return cluster
 
 
-def _build_idle_sleep(directory: Path) -> Path | None:
-    """Compile ``IDLE_SLEEP_SOURCE`` into the cluster's folder; None (ranks spin) without a C compiler."""
+def build_idle_sleep(directory: Path, *, preempting: bool = False) -> Path | None:
+    """Compile ``IDLE_SLEEP_SOURCE`` into ``directory``; None (ranks spin) without a C compiler.
+
+    ``preempting``: the plain sleep instead (its wake-ups preempt; ``idle-sleep-preempting.so``), for
+    ``benchmarks/idle_wait.py`` to measure what sleeping as SCHED_BATCH spares.
+    """
     compiler = shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
         return None
-    source, library = directory / "idle-sleep.c", directory / IDLE_SLEEP_LIBRARY
+    suffix = "-preempting" if preempting else ""
+    source = directory / f"idle-sleep{suffix}.c"
+    library = directory / IDLE_SLEEP_LIBRARY.replace(".so", f"{suffix}.so")
     source.write_text(IDLE_SLEEP_SOURCE)
     result = subprocess.run(
-        [compiler, "-shared", "-fPIC", "-O2", "-o", str(library), str(source), "-ldl"],
+        [compiler, "-shared", "-fPIC", "-O2", *(["-DWORKBENCH_SLEEP_PREEMPTS"] if preempting else []), "-o",
+         str(library), str(source), "-ldl"],
         capture_output=True,
         text=True,
         check=False,
         timeout=60,
-    )
+    )  # fmt: skip
     return library if result.returncode == 0 and library.is_file() else None
 
 

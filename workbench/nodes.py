@@ -178,11 +178,16 @@ def measure_link(mini: Any, nodes: int = 2) -> list[dict[str, Any]]:
     (50 Mbit/s links at 0.2 core: 5.8 MB/s on 2 nodes, 4.1 on 4, 3.8 on 8): the larger counts then run
     slower than the two-node link says, which the node rows of ``bench projection --nodes`` show.
     """
+    with mini.cluster(nodes) as cluster:
+        return link_rows(mini, cluster.view)
+
+
+def link_rows(mini: Any, view: Any) -> list[dict[str, Any]]:
+    """``measure_link`` on engines already started on ``mini``'s nodes (``view``: all of them)."""
     from workbench.bench.allreduce import measure
 
     rate = mini.spec.nodes[0].link_bits_per_s
-    with mini.cluster(nodes) as cluster:
-        results = cluster.view.apply_sync(measure, link_sizes(rate), MIN_SECONDS, True)
+    results = view.apply_sync(measure, link_sizes(rate), MIN_SECONDS, True)
     rows = [row for rank_rows in results for row in rank_rows]
     if not rows:
         raise RuntimeError("the allreduce measurement on the miniature cluster returned no rows")
@@ -212,11 +217,17 @@ def compute_beside_collective(cpu_s: float, nbytes: int, steps: int = STEPS_BESI
     alternate, so a drift falls on both; medians of the compute's wall time per step.
     """
     import statistics
+    import sys
     import time
 
     import numpy as np
     from mpi4py import MPI
 
+    if "horovod.tensorflow" in sys.modules:  # an earlier measurement's (``link_rows``): its thread takes compute
+        import horovod.tensorflow as hvd
+
+        if hvd.is_initialized():
+            hvd.shutdown()
     comm = MPI.COMM_WORLD
     send = np.ones(max(1, int(nbytes) // 4), dtype=np.float32)
     receive = np.empty_like(send)
@@ -240,15 +251,15 @@ def compute_beside_collective(cpu_s: float, nbytes: int, steps: int = STEPS_BESI
     return {"alone_s": statistics.median(alone), "beside_s": statistics.median(beside)}
 
 
-def measure_compute_beside(mini: Any, compute_s: float, nbytes: float, nodes: int = 2) -> dict[str, Any]:
-    """The factor by which a rank's compute slows with the step's allreduce between it, on ``nodes`` nodes.
+def measure_compute_beside(mini: Any, view: Any, compute_s: float, nbytes: float) -> dict[str, Any]:
+    """The factor by which a rank's compute slows with the step's allreduce between it, on the engines of
+    ``view`` (started on ``mini``'s nodes).
 
     The compute is the 1-node run's per step, as CPU time at the node's share (``compute_s`` × share).
     """
     share = min(mini.spec.nodes[0].cpus, 1.0)
     cpu_s = compute_s * share
-    with mini.cluster(nodes) as cluster:
-        results = cluster.view.apply_sync(compute_beside_collective, cpu_s, int(nbytes))
+    results = view.apply_sync(compute_beside_collective, cpu_s, int(nbytes))
     alone = max(r["alone_s"] for r in results)
     beside = max(r["beside_s"] for r in results)
     return {
@@ -269,13 +280,15 @@ def write_nodes_file(
     from workbench.store import write_json_atomic
 
     path = Path(directory) / NODES_FILE
-    two_nodes = measure_link(mini)
+    with mini.cluster(2) as cluster:  # one start of two engines for both (a start costs a Slurm job and imports)
+        two_nodes = link_rows(mini, cluster.view)
+        beside = measure_compute_beside(mini, cluster.view, *step) if step else None
     payload = {
         "nodes": mini.spec.to_json()[: max(counts)],
         "counts": list(counts),
         "allreduce": two_nodes,
         "allreduce_by_nodes": measure_links_at_counts(mini, counts, two_nodes),
-        "compute_beside_collectives": measure_compute_beside(mini, *step) if step else None,
+        "compute_beside_collectives": beside,
         "idle_wait": mini.idle_wait,
         "measured": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }

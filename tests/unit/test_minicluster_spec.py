@@ -228,16 +228,40 @@ if found:
 """
 
 
+#: Prints: seconds for 200 yields from a library named as MPI's; this thread's policy after them; the
+#: policies another thread was seen in while it yielded; the policy of a thread its user made SCHED_IDLE.
+_YIELDS_TIMED = """
+import ctypes, os, sys, threading, time
+probe = ctypes.CDLL(sys.argv[1])
+started = time.perf_counter()
+probe.yields(200)
+took = time.perf_counter() - started
+after = os.sched_getscheduler(0)
+native = []
+worker = threading.Thread(target=lambda: (native.append(threading.get_native_id()), probe.yields(4000)))
+worker.start()
+seen = set()
+while worker.is_alive():
+    if native:
+        try:
+            seen.add(os.sched_getscheduler(native[0]))
+        except OSError:
+            break
+worker.join()
+os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+probe.yields(10)
+print(took, after, ",".join(map(str, sorted(seen))), os.sched_getscheduler(0))
+"""
+
+
 @pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None, reason="needs a C compiler")
-def test_ranks_waiting_in_mpi_sleep_in_their_yields_when_asked(tmp_path, eight_cores, monkeypatch):
+def test_ranks_waiting_in_mpi_sleep_in_their_yields_unless_told_to_spin(tmp_path, eight_cores, monkeypatch):
     monkeypatch.delenv(minicluster.IDLE_WAIT_VARIABLE, raising=False)
     monkeypatch.delenv("LD_PRELOAD", raising=False)
     mini = _mini(tmp_path, MiniClusterSpec.make(2))
-    library = minicluster._build_idle_sleep(tmp_path)
+    library = minicluster.build_idle_sleep(tmp_path)
     assert library == tmp_path / minicluster.IDLE_SLEEP_LIBRARY
-    assert mini.idle_wait == "spin" and "LD_PRELOAD" not in mini.cluster_config().env  # the default: not asked
-    monkeypatch.setenv(minicluster.IDLE_WAIT_VARIABLE, "sleep")
-    assert mini.idle_wait == "sleep"
+    assert mini.idle_wait == "sleep"  # the default, where the library was built
     assert mini.cluster_config().env["LD_PRELOAD"] == str(library)
     assert mini.cluster_config(env={"LD_PRELOAD": "/x/mine.so"}).env["LD_PRELOAD"] == f"{library}:/x/mine.so"
     # MPI's yields sleep, every other one (TensorFlow's spinning locks) is left alone: asked of addresses in
@@ -251,23 +275,31 @@ def test_ranks_waiting_in_mpi_sleep_in_their_yields_when_asked(tmp_path, eight_c
     (tmp_path / "probe.c").write_text("#include <sched.h>\nvoid yields(int n) { while (n-- > 0) sched_yield(); }\n")
     compiler = shutil.which("cc") or shutil.which("gcc")
     subprocess.run([compiler, "-shared", "-fPIC", "-o", str(probe), str(tmp_path / "probe.c")], check=True)
-    timed = (
-        f"import ctypes, time; probe = ctypes.CDLL({str(probe)!r}); t = time.perf_counter(); probe.yields(200); "
-        "print(time.perf_counter() - t)"
-    )
-    took = float(
-        subprocess.run(
-            [sys.executable, "-c", timed],
-            env={**os.environ, "LD_PRELOAD": str(library)},
+
+    def yields_timed(preloaded: Path) -> tuple[float, int, set[int], int]:
+        checked = subprocess.run(
+            [sys.executable, "-c", _YIELDS_TIMED, str(probe)],
+            env={**os.environ, "LD_PRELOAD": str(preloaded)},
             capture_output=True,
             text=True,
             check=True,
-        ).stdout
-    )
+        ).stdout.split()
+        return float(checked[0]), int(checked[1]), {int(p) for p in checked[2].split(",")}, int(checked[3])
+
+    took, after, seen, kept = yields_timed(library)
     assert took >= 200 * minicluster.IDLE_SLEEP_US / 1e6
+    # asleep as SCHED_BATCH (its wake-up does not preempt a working rank), back to SCHED_OTHER after; a thread
+    # its user made SCHED_IDLE stays so
+    assert os.SCHED_BATCH in seen and seen <= {os.SCHED_BATCH, os.SCHED_OTHER}, seen
+    assert (after, kept) == (os.SCHED_OTHER, os.SCHED_IDLE)
+    # the plain sleep the benchmark compares with sleeps as long and never changes the policy
+    plain = minicluster.build_idle_sleep(tmp_path, preempting=True)
+    assert plain is not None and plain != library
+    took, after, seen, kept = yields_timed(plain)
+    assert took >= 200 * minicluster.IDLE_SLEEP_US / 1e6 and seen == {os.SCHED_OTHER}, seen
     monkeypatch.setenv(minicluster.IDLE_WAIT_VARIABLE, "spin")
     assert mini.idle_wait == "spin" and "LD_PRELOAD" not in mini.cluster_config().env
-    monkeypatch.setenv(minicluster.IDLE_WAIT_VARIABLE, "sleep")  # asked, but no library (no C compiler): spin
+    monkeypatch.delenv(minicluster.IDLE_WAIT_VARIABLE)  # the default, but no library (no C compiler): spin
     unbuilt = tmp_path / "unbuilt"
     unbuilt.mkdir()
     assert _mini(unbuilt, MiniClusterSpec.make(2)).idle_wait == "spin"
