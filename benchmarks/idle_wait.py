@@ -52,21 +52,12 @@ def waiting_and_working(nbytes: int, allreduces: int, steps: int) -> dict[str, f
     import time
 
     import numpy as np
-    import tensorflow as tf
     from mpi4py import MPI
 
-    comm = MPI.COMM_WORLD
-    tf.random.set_seed(0)
-    model = tf.keras.Sequential([tf.keras.layers.Dense(256, activation="relu") for _ in range(3)])
-    optimizer = tf.keras.optimizers.SGD(0.01)
-    x = tf.random.normal((512, 256))
+    from workbench.bench.node_step import training_step
 
-    @tf.function
-    def step() -> tf.Tensor:
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(model(x) ** 2)
-        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
-        return loss
+    comm = MPI.COMM_WORLD
+    step = training_step()
 
     def train(count: int) -> float:
         started = time.perf_counter()

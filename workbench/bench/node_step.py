@@ -2,16 +2,17 @@
 
 A small dense Keras model on one thread (the engines set TF's threads), timed after warm-up;
 run on a miniature cluster's nodes at 1, 2 and 4 busy nodes, the same step must take the same
-time (``tests/minicluster/test_node_hardware.py``, ``benchmarks/minicluster.py``).
+time (``tests/minicluster/test_node_hardware.py``, ``benchmarks/minicluster.py``; ``benchmarks/idle_wait.py``
+times it beside ranks waiting in MPI).
 """
 
 from __future__ import annotations
 
+from typing import Any
 
-def mean_step_s(seconds: float) -> float:
-    """Mean wall time of the step over ``seconds``, after 20 steps of warm-up (tracing, caches)."""
-    import time
 
+def training_step() -> Any:
+    """The step, built and ready to call (``step().numpy()`` runs one); the first calls trace it."""
     import tensorflow as tf
 
     tf.random.set_seed(0)
@@ -26,6 +27,14 @@ def mean_step_s(seconds: float) -> float:
         optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
         return loss
 
+    return step
+
+
+def mean_step_s(seconds: float) -> float:
+    """Mean wall time of the step over ``seconds``, after 20 steps of warm-up (tracing, caches)."""
+    import time
+
+    step = training_step()
     for _ in range(20):
         step().numpy()
     count, started = 0, time.perf_counter()
