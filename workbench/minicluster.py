@@ -73,7 +73,7 @@ IDLE_WAIT_VARIABLE = "WORKBENCH_MINICLUSTER_IDLE"
 #: and MPICH's) a short sleep; every other yield (TensorFlow's spinning locks) is left as it is. The thread
 #: sleeps as SCHED_BATCH, whose wake-up does not preempt the task running on its core: a plain sleep's
 #: wake-ups, thousands a second, slowed a rank working beside the waiting ones (the measurements:
-#: docs/clusters.md, "MPI"; ``benchmarks/idle_wait.py``).
+#: docs/clusters.md, "Ranks waiting in MPI"; ``benchmarks/idle_wait.py``).
 IDLE_SLEEP_SOURCE = f"""#define _GNU_SOURCE
 #include <dlfcn.h>
 #include <sched.h>

@@ -89,6 +89,8 @@ STEPS = 30
 #: Well above a step (2-5 ms here): a rank that slept also computes its next step more slowly (cold
 #: caches), which the others wait for too but the sleep does not count; a long sleep keeps that small.
 EXTRA_S = 0.05
+#: In a symmetric job, what a rank may be found to lose to the machine, as a share of the planted extra work.
+NOISE_FRACTION = 0.2
 
 
 def profiled(tmp_path, script: str, *, extra_rank: int = -1) -> tuple[Run, float]:
@@ -118,7 +120,11 @@ def test_symmetric_job_shows_no_straggler(tmp_path, script):
     result = analysis.analyse_run(events, run.memory, run.meta)
     print("load balance", result.pop["load_balance"], result.findings[["kind", "seconds_lost"]].to_dict("records"))
     assert result.pop["load_balance"] >= 0.95
-    assert not {"load_imbalance", "straggler"} & set(result.findings["kind"])
+    # nobody is named for time of the size the extra-work test plants (STEPS x EXTRA_S = 1.5 s). On a shared
+    # machine one rank of a symmetric job can still lose a moment to a neighbour, and that is measured as it
+    # is (a straggler of 0.15 s, load balance 0.99, was seen once): it must stay a small part of the planted
+    rest = result.findings[result.findings["kind"].isin(["load_imbalance", "straggler"])]
+    assert (rest["seconds_lost"].fillna(0) < NOISE_FRACTION * STEPS * EXTRA_S).all(), rest.to_dict("records")
     assert set(result.steps["rank"]) == {0, 1} and (result.steps["steps"] == STEPS).all()
     # a job that ran to its end: no stall (the writer cut off at exit leaves the last negotiations open, which
     # is not one), nothing after the last span worth a finding
