@@ -217,17 +217,14 @@ def compute_beside_collective(cpu_s: float, nbytes: int, steps: int = STEPS_BESI
     alternate, so a drift falls on both; medians of the compute's wall time per step.
     """
     import statistics
-    import sys
     import time
 
     import numpy as np
     from mpi4py import MPI
 
-    if "horovod.tensorflow" in sys.modules:  # an earlier measurement's (``link_rows``): its thread takes compute
-        import horovod.tensorflow as hvd
+    from workbench.workloads.training import stop_idle_horovod
 
-        if hvd.is_initialized():
-            hvd.shutdown()
+    stop_idle_horovod()  # an earlier measurement's (``link_rows``): its idle thread would take compute
     comm = MPI.COMM_WORLD
     send = np.ones(max(1, int(nbytes) // 4), dtype=np.float32)
     receive = np.empty_like(send)

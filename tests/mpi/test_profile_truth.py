@@ -122,7 +122,7 @@ def test_symmetric_job_shows_no_straggler(tmp_path, script):
     assert result.pop["load_balance"] >= 0.95
     # nobody is named for time of the size the extra-work test plants (STEPS x EXTRA_S = 1.5 s). On a shared
     # machine one rank of a symmetric job can still lose a moment to a neighbour, and that is measured as it
-    # is (a straggler of 0.15 s, load balance 0.99, was seen once): it must stay a small part of the planted
+    # is (a straggler of 0.15 s, load balance 0.99, was seen once): it must stay a small part of the planted time
     rest = result.findings[result.findings["kind"].isin(["load_imbalance", "straggler"])]
     assert (rest["seconds_lost"].fillna(0) < NOISE_FRACTION * STEPS * EXTRA_S).all(), rest.to_dict("records")
     assert set(result.steps["rank"]) == {0, 1} and (result.steps["steps"] == STEPS).all()
