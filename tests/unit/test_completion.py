@@ -140,3 +140,20 @@ def test_the_recorded_environment_keeps_tensorflows_variables_and_not_terraforms
         "OMP_NUM_THREADS": "1",
         "TF_NUM_INTRAOP_THREADS": "2",
     }
+
+
+def test_a_long_set_up_before_the_first_span_is_a_note_naming_the_longest_and_the_shortest():
+    # rank 0 lived 10 s and began its spans at 6 s; rank 1 lived 10 s and began at 1 s
+    events = spans((0, 6.0, 10.0), (1, 1.0, 10.0))
+    memory = pd.concat([samples(0, 10.0), samples(1, 10.0)])
+    found = completion_findings(events, memory, {"status": "finished"})
+    assert list(found["kind"]) == ["setup_time"]
+    note = found.iloc[0]
+    assert pd.isna(note["seconds_lost"]) and note["fraction_of_wall"] == 0.6 and note["ranks"] == "0"
+    assert "took 6.00 s on rank 0, 60% of the 10.0 s it lived; the shortest, rank 1's, 1.00 s" in note["text"]
+    # under 2 s, or under a fifth of the rank's life (import time in a long run), nothing is said
+    assert completion_findings(spans((0, 1.5, 3.0)), samples(0, 3.0), {}).empty
+    assert completion_findings(spans((0, 3.0, 30.0)), samples(0, 30.0), {}).empty
+    # a tail and a set-up both: two findings, the tail ranked first (it has a cost)
+    both = completion_findings(spans((0, 3.0, 6.0)), samples(0, 10.0), {})
+    assert list(both["kind"]) == ["unrecorded_tail", "setup_time"]

@@ -8,7 +8,7 @@ Three things on disk say otherwise, and each becomes a finding here:
 - Horovod's timeline: a collective that some ranks submitted and that never ran (``timeline_unfinished``,
   written by ``profile.import_timeline``), which names the ranks that never arrived;
 - each rank's memory samples, taken by a thread from start to exit, against its recorded spans: the time
-  alive after the last span.
+  alive after the last span, and the set-up before the first (a note: it is spent, not lost to a fault).
 """
 
 from __future__ import annotations
@@ -29,6 +29,9 @@ UNRECORDED_MIN_SHARE = 0.1
 NS = ev.NS_PER_S
 #: A failed run's rank whose record ends this many seconds before every other rank's is named as the first.
 FIRST_TO_STOP_S = 1.0
+#: The set-up before a rank's first span is noted from this many seconds and this share of its sampled life.
+SETUP_MIN_S = 2.0
+SETUP_MIN_SHARE = 0.2
 
 
 def completion_findings(
@@ -47,7 +50,8 @@ def completion_findings(
     )
     # a stall explains the time after the last spans: the tail is named only without one
     tail = unrecorded_time_finding(events, memory, hosts) if stalled is None else None
-    return combine_findings(stalled, tail, status_finding(meta, last_seen, hosts))
+    setup = setup_time_finding(events, memory, hosts)
+    return combine_findings(stalled, tail, status_finding(meta, last_seen, hosts), setup)
 
 
 def status_finding(
@@ -151,33 +155,23 @@ def unrecorded_time_finding(
     metrics, built from the spans, do not see.
 
     Reported where it is at least ``UNRECORDED_MIN_S`` and ``UNRECORDED_MIN_SHARE`` of the rank's sampled
-    life; the time before the first span (imports, set-up: every run has some) is named beside it.
-    ``seconds_lost``: the longest such tail.
+    life. ``seconds_lost``: the longest such tail.
     """
-    if memory is None or len(memory) == 0 or len(events) == 0 or "time_ns" not in memory:
+    lives = sampled_lives(events, memory)
+    if lives is None:
         return None
-    own = events[~events["phase"].astype(str).isin(ev.OVERLAP_PHASES)]
-    if own.empty:
-        return None
-    spans = own.groupby("rank").agg(first=("start_ns", "min"), last=("end_ns", "max"))
-    both = spans.join(memory.groupby("rank")["time_ns"].agg(["min", "max"]), how="inner")
-    if both.empty:
-        return None
-    before = ((both["first"] - both["min"]).clip(lower=0) / NS).astype(float)
-    after = ((both["max"] - both["last"]).clip(lower=0) / NS).astype(float)
-    lived = ((both["max"] - both["min"]) / NS).astype(float)
+    after, lived = lives["after_s"], lives["lived_s"]
     shown = (after >= UNRECORDED_MIN_S) & (after >= UNRECORDED_MIN_SHARE * lived)
     if not shown.any():
         return None
-    ranks = [int(r) for r in both.index[shown]]
+    ranks = [int(r) for r in lives.index[shown]]
     worst = int(after[shown].idxmax())
     text = (
         f"{ev.ranks_with_hosts(ranks, hosts)} went on after the last span they recorded:"
         f" {ev.ranks_with_hosts([worst], hosts)} for {ev.format_seconds(after[worst])} of the"
-        f" {ev.format_seconds(lived[worst])} it lived ({ev.format_seconds(before[worst])} of the rest came before its"
-        " first span: imports and set-up). The breakdown and the efficiencies leave that time out: work after the"
-        " last recorded call (a checkpoint, evaluation outside Keras, a final collective) or a stall; wrap the"
-        " work in Recorder.phase(...) to see it"
+        f" {ev.format_seconds(lived[worst])} it lived. The breakdown and the efficiencies leave that time out: work"
+        " after the last recorded call (a checkpoint, evaluation outside Keras, a final collective) or a stall;"
+        " wrap the work in Recorder.phase(...) to see it"
     )
     return pd.DataFrame(
         [
@@ -189,6 +183,70 @@ def unrecorded_time_finding(
                 "ranks": ev.rank_list(ranks),
             }
         ]
+    )
+
+
+def setup_time_finding(
+    events: pd.DataFrame, memory: pd.DataFrame | None, hosts: Mapping[int, str] | None = None
+) -> pd.DataFrame | None:
+    """A note on the time each rank was alive (sampled) before its first recorded span: imports, reading the
+    data, building the model. It is part of the job's wall time that the breakdown and the efficiencies, which
+    start at the first span, leave out, and that adding ranks does not shorten.
+
+    Noted where the longest is at least ``SETUP_MIN_S`` and ``SETUP_MIN_SHARE`` of that rank's sampled life;
+    ``fraction_of_wall``: that share. A note (``seconds_lost`` NaN): the time is spent, not lost to a fault.
+    """
+    lives = sampled_lives(events, memory)
+    if lives is None:
+        return None
+    before, lived = lives["before_s"], lives["lived_s"]
+    worst = int(before.idxmax())
+    if before[worst] < SETUP_MIN_S or before[worst] < SETUP_MIN_SHARE * lived[worst]:
+        return None
+    shortest = int(before.idxmin())
+    others = ""
+    if len(before) > 1:
+        others = f"; the shortest, {ev.ranks_with_hosts([shortest], hosts)}'s, {ev.format_seconds(before[shortest])}"
+    text = (
+        f"Set-up before the first recorded span took {ev.format_seconds(before[worst])} on"
+        f" {ev.ranks_with_hosts([worst], hosts)}, {before[worst] / lived[worst]:.0%} of the"
+        f" {ev.format_seconds(lived[worst])} it lived{others}: imports, reading the data, building the model."
+        " The breakdown and the efficiencies start at the first span and leave it out, and more ranks do not"
+        " shorten it: it bounds the job's speedup. Code with a Recorder of its own can time the loading as a span"
+        ' (rec.phase("input", "load_data")) to see it in the breakdown'
+    )
+    ranks = [int(r) for r in lives.index[before >= SETUP_MIN_SHARE * lived]]
+    return pd.DataFrame(
+        [
+            {
+                "kind": "setup_time",
+                "text": text,
+                "seconds_lost": np.nan,
+                "fraction_of_wall": float(before[worst] / lived[worst]),
+                "ranks": ev.rank_list(ranks or [worst]),
+            }
+        ]
+    )
+
+
+def sampled_lives(events: pd.DataFrame, memory: pd.DataFrame | None) -> pd.DataFrame | None:
+    """Per rank with spans and memory samples: ``before_s`` (first sample to first span), ``after_s`` (last span
+    to last sample) and ``lived_s`` (first to last sample); None without both."""
+    if memory is None or len(memory) == 0 or len(events) == 0 or "time_ns" not in memory:
+        return None
+    own = events[~events["phase"].astype(str).isin(ev.OVERLAP_PHASES)]
+    if own.empty:
+        return None
+    spans = own.groupby("rank").agg(first=("start_ns", "min"), last=("end_ns", "max"))
+    both = spans.join(memory.groupby("rank")["time_ns"].agg(["min", "max"]), how="inner")
+    if both.empty:
+        return None
+    return pd.DataFrame(
+        {
+            "before_s": ((both["first"] - both["min"]).clip(lower=0) / NS).astype(float),
+            "after_s": ((both["max"] - both["last"]).clip(lower=0) / NS).astype(float),
+            "lived_s": ((both["max"] - both["min"]) / NS).astype(float),
+        }
     )
 
 
