@@ -1601,6 +1601,30 @@ def render_idle_wait(saved: Mapping[str, Any]) -> str:
     return "\n\n".join([line, table(header, ["l", "r", "r", "r"], rows), source_line(saved)])
 
 
+def render_cluster_start(saved: Mapping[str, Any]) -> str:
+    """Starting and stopping a local cluster: the controller's heartbeat period, ours against ipyparallel's."""
+    r = saved["result"]
+    names = {
+        "workbench": "pings every 500 ms (workbench)",
+        "ipyparallel-heartbeat": "pings every 3 s (ipyparallel's own)",
+    }
+
+    def spread(numbers: Mapping[str, Any], unit: str = "s") -> str:
+        scale, digits = (1000, 1) if unit == "ms" else (1, 2)
+        low, high, median = (scale * v for v in (min(numbers["values"]), max(numbers["values"]), numbers["median"]))
+        return f"{fixed(median, digits)} {unit} ({fixed(low, digits)}–{fixed(high, digits)})"
+
+    rows = [
+        [f"{names.get(way, way)}, {ranks} rank{'s' if int(ranks) > 1 else ''}", spread(parts["start_s"]),
+         spread(parts["first_task_s"], "ms"), spread(parts["stop_s"])]
+        for way, by_ranks in r["ways"].items()
+        for ranks, parts in by_ranks.items()
+    ]  # fmt: skip
+    header = ["controller", "`start_sync()`", "first task", "`stop_sync()`"]
+    line = f"{r['rounds']} interleaved rounds, a fresh cluster each, median (range):"
+    return "\n\n".join([line, table(header, ["l", "r", "r", "r"], rows), source_line(saved)])
+
+
 def render_clock_alignment(saved: Mapping[str, Any]) -> str:
     """The clock-offset estimates of the eval-frequency sweep's multi-rank runs: bound and offset found."""
     clock = saved["result"].get("clock_alignment_ns")
@@ -1795,6 +1819,7 @@ RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "clock-alignment": render_clock_alignment,
     "minicluster": render_minicluster,
     "idle-wait": render_idle_wait,
+    "cluster-start": render_cluster_start,
     "headline": render_headline,
 }
 #: Blocks rendered from another block's saved result (block name -> result name).

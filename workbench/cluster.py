@@ -47,6 +47,22 @@ LAUNCHER_WAIT_S = 8.0
 HEARTBEAT_LOST_S = 5 * HEARTBEAT_INTERVAL_S
 #: Process states that mean a rank can no longer take part.
 ENDED_STATES = ("gone", "zombie", "dead")
+#: The controller registers an engine at its next heartbeat ping: ipyparallel's 3 s period made every start take
+#: 6-7 s on this machine, 500 ms takes 3.2 s. The period grows with the engines, keeping the controller's pings
+#: under ~128 a second (3 s, ipyparallel's own, from 375 engines), and an engine is dropped after the same 30 s
+#: of missed pings as ipyparallel's default (10 x 3 s).
+HEARTBEAT_PERIOD_MIN_MS = 500
+HEARTBEAT_PERIOD_MAX_MS = 3000
+HEARTBEAT_MISSED_S = 30
+#: The module an engine's nanny runs: it outlives its engine only to say goodbye to the controller (below).
+NANNY_MODULE = "ipyparallel.engine.nanny"
+
+
+def controller_heartbeat_args(engines: int) -> list[str]:
+    """The controller's heartbeat period for ``engines`` and the misses that make ``HEARTBEAT_MISSED_S``."""
+    period_ms = min(HEARTBEAT_PERIOD_MAX_MS, max(HEARTBEAT_PERIOD_MIN_MS, 8 * engines))
+    misses = -(-HEARTBEAT_MISSED_S * 1000 // period_ms)
+    return [f"--HeartMonitor.period={period_ms}", f"--HeartMonitor.max_heartmonitor_misses={misses}"]
 
 
 class ClusterStartError(RuntimeError):
@@ -267,6 +283,7 @@ class Cluster(AsyncFirst):
             # on every normal stop; start failures carry that output in ClusterStartError instead.
             log_level=logging.ERROR,
             delay=0.1,
+            controller_args=controller_heartbeat_args(config.ranks),
         )
         self._cluster_id = self._ipp.cluster_id
         try:
@@ -835,25 +852,57 @@ def processes_of_cluster(cluster_id: str) -> set[int]:
 
 
 def reap_processes(pids: set[int], grace_s: float = 10.0) -> None:
-    """Wait up to ``grace_s`` for ``pids`` to end; terminate, then kill, what is still there."""
-    processes = []
+    """Wait up to ``grace_s`` for ``pids`` to end; terminate, then kill, what is still there.
+
+    Engines' nannies are killed once the rest has gone, without waiting: a nanny whose engine has exited only
+    sends the controller its goodbye, which lingers 3 s (ZMQ) when the controller has stopped first; it holds
+    nothing to save.
+    """
+    processes, nannies = [], []
     for pid in pids:
         if pid == os.getpid():
             continue
         try:
-            processes.append(psutil.Process(pid))
+            process = psutil.Process(pid)
+            (nannies if NANNY_MODULE in process.cmdline() else processes).append(process)
         except psutil.Error:
             continue
-    _gone, alive = psutil.wait_procs(processes, timeout=grace_s)
+    alive = wait_ended(processes, grace_s)
     for process in alive:
         try:
             process.terminate()
         except psutil.Error:
             pass
-    _gone, alive = psutil.wait_procs(alive, timeout=5)
+    for process in nannies:
+        try:
+            process.kill()
+        except psutil.Error:
+            pass
+    alive = wait_ended(alive + nannies, 5)
     for process in alive:
         try:
             process.kill()
         except psutil.Error:
             pass
-    psutil.wait_procs(alive, timeout=5)
+    wait_ended(alive, 5)
+
+
+def wait_ended(processes: list[psutil.Process], timeout_s: float) -> list[psutil.Process]:
+    """Wait up to ``timeout_s`` for ``processes`` to end; return those still running.
+
+    A zombie has ended: its parent (here often init, once mpiexec has gone) reaps it when it will, which
+    ``psutil.wait_procs`` waits for (1-2 s on this machine's init) where nothing is left to stop.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        alive = []
+        for process in processes:
+            try:
+                if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(process)
+            except psutil.Error:
+                continue
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        processes = alive
+        time.sleep(0.02)
