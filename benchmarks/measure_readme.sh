@@ -134,7 +134,7 @@ for repetition in 2 3; do
     done
 done
 # ps-vs-allreduce for the projection: allreduce and one PS task beside worker 0, 1, 2 and 4 nodes of 0.4 core, three
-# repetitions on each link (~8 minutes a sweep); the case study's sweeps above have one repetition and more points
+# repetitions on each link (~14-16 minutes a sweep); the case study's sweeps above have one repetition and more points
 for repetition in 1 2 3; do
     for link in 1gbit unshaped; do
         sweep projection-nodes-sweeps workbench run ps-vs-allreduce --preset ci --data synthetic --ps 1 --sharded no \
