@@ -1566,6 +1566,15 @@ def render_minicluster(saved: Mapping[str, Any]) -> str:
     )
 
 
+def median_and_range(numbers: Mapping[str, Any], unit: str, digits: int, *, scale: float = 1) -> str:
+    """``median unit (min–max)`` of ``{"median", "values"}`` (times ``scale``: 1000 shows seconds as ms)."""
+    values = numbers["values"]
+    return (
+        f"{fixed(scale * numbers['median'], digits)} {unit}"
+        f" ({fixed(scale * min(values), digits)}–{fixed(scale * max(values), digits)})"
+    )
+
+
 def render_idle_wait(saved: Mapping[str, Any]) -> str:
     """Ranks waiting in MPI on the miniature cluster, polling against sleeping: what each costs (median; range)."""
     r = saved["result"]
@@ -1575,16 +1584,12 @@ def render_idle_wait(saved: Mapping[str, Any]) -> str:
         "sleep-preempting": "… the same sleep as a normal task (its wake-ups preempt)",
     }
 
-    def spread(numbers: Mapping[str, Any], unit: str, digits: int) -> str:
-        values = numbers["values"]
-        return f"{fixed(numbers['median'], digits)} {unit} ({fixed(min(values), digits)}–{fixed(max(values), digits)})"
-
     rows = [
         [
             names.get(way, f"`{way}` (a library of one's own)"),
-            spread(numbers["allreduce_ms"], "ms", 1),
-            spread(numbers["working_beside_waiters_s"], "s", 2),
-            spread(numbers["all_working_s"], "s", 2),
+            median_and_range(numbers["allreduce_ms"], "ms", 1),
+            median_and_range(numbers["working_beside_waiters_s"], "s", 2),
+            median_and_range(numbers["all_working_s"], "s", 2),
         ]
         for way, numbers in r["ways"].items()
     ]
@@ -1609,17 +1614,16 @@ def render_cluster_start(saved: Mapping[str, Any]) -> str:
         "ipyparallel-heartbeat": "pings every 3 s (ipyparallel's own)",
     }
 
-    def spread(numbers: Mapping[str, Any], unit: str = "s") -> str:
-        scale, digits = (1000, 1) if unit == "ms" else (1, 2)
-        low, high, median = (scale * v for v in (min(numbers["values"]), max(numbers["values"]), numbers["median"]))
-        return f"{fixed(median, digits)} {unit} ({fixed(low, digits)}–{fixed(high, digits)})"
-
     rows = [
-        [f"{names.get(way, way)}, {ranks} rank{'s' if int(ranks) > 1 else ''}", spread(parts["start_s"]),
-         spread(parts["first_task_s"], "ms"), spread(parts["stop_s"])]
+        [
+            f"{names.get(way, way)}, {ranks} rank{'s' if int(ranks) > 1 else ''}",
+            median_and_range(parts["start_s"], "s", 2),
+            median_and_range(parts["first_task_s"], "ms", 1, scale=1000),
+            median_and_range(parts["stop_s"], "s", 2),
+        ]
         for way, by_ranks in r["ways"].items()
         for ranks, parts in by_ranks.items()
-    ]  # fmt: skip
+    ]
     header = ["controller", "`start_sync()`", "first task", "`stop_sync()`"]
     line = f"{r['rounds']} interleaved rounds, a fresh cluster each, median (range):"
     return "\n\n".join([line, table(header, ["l", "r", "r", "r"], rows), source_line(saved)])

@@ -481,12 +481,7 @@ class Cluster(AsyncFirst):
     def controller_alive(self) -> bool:
         """False once the controller's process has ended (the ranks can no longer report results)."""
         process = getattr(self._ipp.controller, "process", None) if self._ipp is not None else None
-        if process is None:
-            return True
-        try:
-            return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
-        except psutil.Error:
-            return False
+        return process is None or running(process)
 
     def launcher_exit(self, wait_s: float = 0.0) -> dict[str, Any] | None:
         """The launcher's exit data once it has ended (waiting up to ``wait_s``); None while it runs."""
@@ -499,7 +494,7 @@ class Cluster(AsyncFirst):
             if getattr(engine_set, "state", "") == "after":
                 return dict(engine_set.stop_data or {})
             try:
-                if process is None or not process.is_running() or process.status() == psutil.STATUS_ZOMBIE:
+                if process is None or not running(process):
                     code = process.wait(0) if process is not None else None
                     return {"exit_code": code, "pid": getattr(engine_set, "pid", None)}
             except (psutil.Error, TypeError):
@@ -868,23 +863,28 @@ def reap_processes(pids: set[int], grace_s: float = 10.0) -> None:
         except psutil.Error:
             continue
     alive = wait_ended(processes, grace_s)
-    for process in alive:
-        try:
-            process.terminate()
-        except psutil.Error:
-            pass
-    for process in nannies:
-        try:
-            process.kill()
-        except psutil.Error:
-            pass
-    alive = wait_ended(alive + nannies, 5)
-    for process in alive:
-        try:
-            process.kill()
-        except psutil.Error:
-            pass
+    send_to(alive, "terminate")
+    send_to(nannies, "kill")
+    alive = send_to(wait_ended(alive + nannies, 5), "kill")
     wait_ended(alive, 5)
+
+
+def send_to(processes: list[psutil.Process], action: str) -> list[psutil.Process]:
+    """``process.terminate()`` or ``.kill()`` on each (one already gone is skipped); returns ``processes``."""
+    for process in processes:
+        try:
+            getattr(process, action)()
+        except psutil.Error:
+            pass
+    return processes
+
+
+def running(process: psutil.Process) -> bool:
+    """Still running: neither gone nor a zombie (one that has ended, its parent yet to reap it)."""
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def wait_ended(processes: list[psutil.Process], timeout_s: float) -> list[psutil.Process]:
@@ -895,13 +895,7 @@ def wait_ended(processes: list[psutil.Process], timeout_s: float) -> list[psutil
     """
     deadline = time.monotonic() + timeout_s
     while True:
-        alive = []
-        for process in processes:
-            try:
-                if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
-                    alive.append(process)
-            except psutil.Error:
-                continue
+        alive = [process for process in processes if running(process)]
         if not alive or time.monotonic() >= deadline:
             return alive
         processes = alive

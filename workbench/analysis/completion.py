@@ -193,17 +193,18 @@ def setup_time_finding(
     data, building the model. It is part of the job's wall time that the breakdown and the efficiencies, which
     start at the first span, leave out, and that adding ranks does not shorten.
 
-    Noted where the longest is at least ``SETUP_MIN_S`` and ``SETUP_MIN_SHARE`` of that rank's sampled life;
-    ``fraction_of_wall``: that share. A note (``seconds_lost`` NaN): the time is spent, not lost to a fault.
+    Noted for the ranks where it is at least ``SETUP_MIN_S`` and ``SETUP_MIN_SHARE`` of the rank's sampled life;
+    ``fraction_of_wall``: the longest one's share. A note (``seconds_lost`` NaN): the time is spent, not lost
+    to a fault.
     """
     lives = sampled_lives(events, memory)
     if lives is None:
         return None
     before, lived = lives["before_s"], lives["lived_s"]
-    worst = int(before.idxmax())
-    if before[worst] < SETUP_MIN_S or before[worst] < SETUP_MIN_SHARE * lived[worst]:
+    shown = (before >= SETUP_MIN_S) & (before >= SETUP_MIN_SHARE * lived)
+    if not shown.any():
         return None
-    shortest = int(before.idxmin())
+    worst, shortest = int(before[shown].idxmax()), int(before.idxmin())
     others = ""
     if len(before) > 1:
         others = f"; the shortest, {ev.ranks_with_hosts([shortest], hosts)}'s, {ev.format_seconds(before[shortest])}"
@@ -215,7 +216,6 @@ def setup_time_finding(
         " shorten it: it bounds the job's speedup. Code with a Recorder of its own can time the loading as a span"
         ' (rec.phase("input", "load_data")) to see it in the breakdown'
     )
-    ranks = [int(r) for r in lives.index[before >= SETUP_MIN_SHARE * lived]]
     return pd.DataFrame(
         [
             {
@@ -223,7 +223,7 @@ def setup_time_finding(
                 "text": text,
                 "seconds_lost": np.nan,
                 "fraction_of_wall": float(before[worst] / lived[worst]),
-                "ranks": ev.rank_list(ranks or [worst]),
+                "ranks": ev.rank_list([int(r) for r in lives.index[shown]]),
             }
         ]
     )
