@@ -678,7 +678,8 @@ class RunWatch:
     - a rank's process that ended is diagnosed at once (``Cluster.diagnose``), without waiting for
       ipyparallel's heartbeat, and ``check()`` raises ``RankFailedError`` naming it;
     - a rank silent for ``stall_after_s`` while another spins in an MPI wait (``faults.find_stalls``)
-      is written to ``run.json`` as ``stall`` (the dashboard's banner) and logged; cleared when it moves;
+      is written to ``run.json`` as ``stall`` (the dashboard's banner) and logged; cleared when it moves.
+      A rank whose recorder was closed finished recording: it is neither named nor counted as waiting;
     - after ``timeout_s`` every rank's stack is saved to ``stacks.txt`` in the run, the ranks are
       stopped (the cluster is stopped: a rank stuck in MPI cannot be stopped alone) and ``check()`` raises.
     """
@@ -777,15 +778,27 @@ class RunWatch:
             processes[rank] = ("unresponsive", 0.0) if now - seen > HEARTBEAT_LOST_S else ("running", cpu)
         return processes
 
+    def _still_recording(self, silent: dict[int, float], after_s: float) -> dict[int, float]:
+        """``silent`` less the ranks silent for ``after_s`` whose recorder was closed: they finished recording
+        (and may go on unrecorded: evaluating, freeing a model, Horovod's shutdown); they are not stuck."""
+        from workbench.store import read_rank_meta
+
+        return {
+            rank: value
+            for rank, value in silent.items()
+            if value < after_s or "recording_ended_ns" not in read_rank_meta(self.run_path, rank)
+        }
+
     def _check_stalls(self) -> None:
         from workbench.store import update_run_meta
 
-        silent = self.silent_s()
         assert self.stall_after_s is not None
+        silent = self._still_recording(self.silent_s(), self.stall_after_s)
         stalls: list[faults.Stall] = []
         if any(value >= self.stall_after_s for value in silent.values()):
+            processes = {rank: state for rank, state in self._rank_processes().items() if rank in silent}
             stalls = faults.find_stalls(
-                silent, self._rank_processes(), self.stall_after_s, getattr(self.cluster, "rank_hosts", None)
+                silent, processes, self.stall_after_s, getattr(self.cluster, "rank_hosts", None)
             )
             # a rank once seen waiting for a stalled one is waiting, not stuck (a CPU reading can mislead)
             waiting = {rank for stall in self.stalls for rank in stall.waiting}
@@ -819,6 +832,7 @@ class RunWatch:
         with open(stacks_path, "w") as handle:
             handle.write(stacks)
         silent = self.silent_s()
+        silent = self._still_recording(silent, 0.0) or silent  # a rank still recording is the likelier culprit
         stuck = [s.rank for s in self.stalls] or ([max(silent, key=lambda rank: silent[rank])] if silent else [])
         self.failure = faults.Failure(
             rank=stuck[0] if stuck else None,

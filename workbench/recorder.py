@@ -163,6 +163,9 @@ class Recorder:
         self._write_lock = threading.Lock()
         self._stop = threading.Event()
         self._closed = False
+        #: when ``close()`` wrote the last rows (ns): in the rank's file, so a watch knows a rank that records
+        #: no more finished recording rather than stalled (it may work on unrecorded, e.g. freeing a model)
+        self.recording_ended_ns: int | None = None
         #: the last error of a background flush (disk full, ...); ``close()`` raises it if its own flush fails too
         self.write_error: Exception | None = None
         self._write_rank_meta()
@@ -299,6 +302,7 @@ class Recorder:
             pid=os.getpid(),
             clock_offset_ns=self.clock_offset_ns,
             clock_precision_ns=self.clock_precision_ns,
+            **({"recording_ended_ns": self.recording_ended_ns} if self.recording_ended_ns is not None else {}),
         )
 
     def flush(self) -> None:
@@ -346,6 +350,8 @@ class Recorder:
         self._stop.set()
         self._thread.join(timeout=5)
         self.flush()
+        self.recording_ended_ns = time.time_ns()
+        self._write_rank_meta()
 
     def __enter__(self) -> Recorder:
         return self

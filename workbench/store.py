@@ -4,7 +4,7 @@ Layout of a run directory::
 
     <root>/<run_id>/
         run.json                        metadata: config, environment, versions, ranks, status
-        ranks/rank-00000.json           per-rank facts: host, pid, clock offset and its precision
+        ranks/rank-00000.json           per-rank facts: host, pid, clock offset and its precision, when recording ended
         events/rank-00000/<a>-<b>.parquet   event rows of flush batches a..b (append-only)
         memory/rank-00000/<a>-<b>.parquet   memory samples, same scheme
         counters/rank-00000/<a>-<b>.parquet counter values (queue depth, ...), same scheme
@@ -172,6 +172,15 @@ def write_rank_meta(path: str | Path, rank: int, **facts: Any) -> None:
     rank_dir = Path(path) / "ranks"
     rank_dir.mkdir(exist_ok=True)
     write_json_atomic(rank_dir / f"rank-{rank:05d}.json", {"rank": rank, **facts})
+
+
+def read_rank_meta(path: str | Path, rank: int) -> dict[str, Any]:
+    """One rank's facts (``write_rank_meta``); empty where the rank wrote none yet or its file is unreadable."""
+    try:
+        facts = json.loads((Path(path) / "ranks" / f"rank-{rank:05d}.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return facts if isinstance(facts, dict) else {}
 
 
 def _rank_dir(path: Path, stream: str, rank: int) -> Path:

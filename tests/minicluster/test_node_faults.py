@@ -27,9 +27,11 @@ CEILING_S = 120.0
 
 
 def train_like_steps(
-    run_path: str, *, steps: int, compute_s: float, tensor_mb: float, backend: str = "mpi"
+    run_path: str, *, steps: int, compute_s: float, tensor_mb: float, backend: str = "mpi", unrecorded_s: float = 0.0
 ) -> dict[str, Any]:
-    """Steps of busy compute (``compute_s`` of one core) then an allreduce of ``tensor_mb``: a data-parallel step."""
+    """Steps of busy compute (``compute_s`` of one core) then an allreduce of ``tensor_mb``: a data-parallel step.
+
+    ``unrecorded_s``: time asleep after the recorder closed (its heartbeat stopped), as while a model is freed."""
     import numpy as np
     from mpi4py import MPI
 
@@ -49,6 +51,7 @@ def train_like_steps(
                         pass
                 with recorder.phase("communication", "allreduce", step=step, nbytes=gradient.nbytes):
                     comm.Allreduce(gradient, summed, op=MPI.SUM)
+    time.sleep(unrecorded_s)
     return {"rank": comm.Get_rank(), "steps": steps}
 
 
@@ -57,6 +60,7 @@ class StepSettings:
     steps: int = 100_000
     compute_s: float = 0.02
     tensor_mb: float = 0.1
+    unrecorded_s: float = 0.0
 
 
 class StepCase(Case):
@@ -71,7 +75,12 @@ class StepCase(Case):
         return [Point.of(max_ranks, {"steps": settings.steps})]
 
     def workload_kwargs(self, settings: StepSettings, point: Point) -> dict[str, Any]:
-        return {"steps": settings.steps, "compute_s": settings.compute_s, "tensor_mb": settings.tensor_mb}
+        return {
+            "steps": settings.steps,
+            "compute_s": settings.compute_s,
+            "tensor_mb": settings.tensor_mb,
+            "unrecorded_s": settings.unrecorded_s,
+        }
 
     def row(self, run: Run, point: Point, settings: StepSettings) -> dict[str, Any]:
         return {"events": len(run.events)}
@@ -140,6 +149,17 @@ def test_frozen_node_is_a_stall_naming_its_ranks_not_the_ranks_waiting_for_them(
     assert "no heartbeat" in stall[0]["state"]
     assert [result["rank"] for result in outcome["results"]] == [0, 1, 2, 3]  # thawed, it went on
     assert read_run_meta(live.run_path)["status"] == "finished"
+
+
+def test_nodes_whose_recorders_closed_are_not_frozen_ones(restored, tmp_path):
+    """Their heartbeats stop with their recorders: a node asleep after recording is not frozen or unreachable."""
+    with restored.cluster(2) as cluster:
+        experiment = Experiment(StepCase(), ranks=2, out=tmp_path, steps=20, unrecorded_s=10.0)
+        live = experiment.start(cluster, experiment.plan()[0], stall_after_s=3)
+        results = live.wait()
+    assert [result["rank"] for result in results] == [0, 1]
+    meta = read_run_meta(live.run_path)
+    assert meta["status"] == "finished" and meta.get("stall") is None, meta.get("stall")
 
 
 def _finding(run_path: Any, kind: str) -> dict[str, Any]:

@@ -33,9 +33,18 @@ CEILING_S = 120.0
 
 
 def allreduce_steps(
-    run_path: str, *, steps: int, sleep_rank: int = -1, sleep_s: float = 0.0, backend: str = "mpi"
+    run_path: str,
+    *,
+    steps: int,
+    sleep_rank: int = -1,
+    sleep_s: float = 0.0,
+    backend: str = "mpi",
+    unrecorded_s: float = 0.0,
 ) -> dict[str, Any]:
-    """Recorded steps of one small allreduce each (MPI or Horovod); ``sleep_rank`` sleeps ``sleep_s`` before step 5."""
+    """Recorded steps of one small allreduce each (MPI or Horovod); ``sleep_rank`` sleeps ``sleep_s`` before step 5.
+
+    After the recorder closes, ``unrecorded_s`` of work nobody records: rank 0 sleeps, the others spin (a model
+    freed, an evaluation on some ranks)."""
     from mpi4py import MPI
 
     from workbench.recorder import Recorder
@@ -61,6 +70,10 @@ def allreduce_steps(
             with recorder.phase("communication", "allreduce"):
                 reduce(step)
             time.sleep(0.02)
+    deadline = time.monotonic() + unrecorded_s
+    while time.monotonic() < deadline:
+        if rank == 0:
+            time.sleep(0.1)
     return {"rank": rank, "steps": steps}
 
 
@@ -70,6 +83,7 @@ class FaultSettings:
     sleep_rank: int = -1
     sleep_s: float = 0.0
     backend: str = "mpi"
+    unrecorded_s: float = 0.0
 
 
 class FaultCase(Case):
@@ -89,6 +103,7 @@ class FaultCase(Case):
             "sleep_rank": settings.sleep_rank,
             "sleep_s": settings.sleep_s,
             "backend": settings.backend,
+            "unrecorded_s": settings.unrecorded_s,
         }
 
     def row(self, run: Run, point: Point, settings: FaultSettings) -> dict[str, Any]:
@@ -240,6 +255,21 @@ def test_stopped_rank_is_a_stall_and_goes_on_when_continued(own_cluster, tmp_pat
     assert [r["rank"] for r in outcome["results"]] == [0, 1]
     assert read_run_meta(live.run_path)["status"] == "finished"
     print(f"\nSIGSTOP rank 1: stall in run.json after {stall_s:.1f} s (stall_after_s=3); continued, finished")
+
+
+def test_ranks_working_after_their_recorders_closed_are_not_stalled(own_cluster, tmp_path):
+    """A rank whose recorder was closed finished recording: silent and idle while another rank spins, unrecorded,
+    it is not stuck (seen as a false stall on slow nodes while Keras freed InceptionV3 after the last step)."""
+    experiment = Experiment(FaultCase(), ranks=2, out=tmp_path, steps=10, unrecorded_s=7.0)
+    live = experiment.start(own_cluster, experiment.plan()[0], stall_after_s=2)
+    results = live.wait()
+    assert [result["rank"] for result in results] == [0, 1]
+    meta = read_run_meta(live.run_path)
+    assert meta["status"] == "finished" and meta.get("stall") is None, meta.get("stall")
+    ended = [json.loads(path.read_text()) for path in sorted((live.run_path / "ranks").glob("rank-*.json"))]
+    assert [facts["rank"] for facts in ended] == [0, 1]
+    last_events = Run.load(live.run_path).events.groupby("rank")["end_ns"].max()
+    assert all(facts["recording_ended_ns"] >= last_events[facts["rank"]] for facts in ended)
 
 
 def raise_on_rank(run_path: str, *, rank_to_fail: int) -> dict[str, Any]:
