@@ -259,7 +259,7 @@ def test_stopped_rank_is_a_stall_and_goes_on_when_continued(own_cluster, tmp_pat
 
 def test_ranks_working_after_their_recorders_closed_are_not_stalled(own_cluster, tmp_path):
     """A rank whose recorder was closed finished recording: silent and idle while another rank spins, unrecorded,
-    it is not stuck (seen as a false stall on slow nodes while Keras freed InceptionV3 after the last step)."""
+    it is not stuck (seen as a false stall on slow nodes between the last InceptionV3 step and the point's end)."""
     experiment = Experiment(FaultCase(), ranks=2, out=tmp_path, steps=10, unrecorded_s=7.0)
     live = experiment.start(own_cluster, experiment.plan()[0], stall_after_s=2)
     results = live.wait()
