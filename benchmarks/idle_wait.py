@@ -1,19 +1,21 @@
 """How ranks that wait in MPI cost the miniature cluster: polling against sleeping (``WORKBENCH_MINICLUSTER_IDLE``).
 
     sudo .venv/bin/python benchmarks/idle_wait.py --json     # root; about 10 minutes on 2 cores
+    sudo .venv/bin/python benchmarks/idle_wait.py --nodes 4 --cpus-per-node 0.4 --link unshaped --bytes 87e6 \
+        --allreduces 12      # ps-vs-allreduce's nodes and gradients instead
 
 A rank waiting in MPI polls and yields; on a real node that spends its own core, here a node is a share
 of a core, so the waiting spends the share and the kernel's network path every node's packets go through.
 By default the cluster preloads a library that makes MPI's yields short sleeps (``workbench/minicluster.py``,
 ``IDLE_SLEEP_SOURCE``; ``WORKBENCH_MINICLUSTER_IDLE=spin`` turns it off). This measures what each way costs,
-on its own cluster of 8 nodes of 0.2 core at 1 Gbit/s (the projection's smallest share), in rounds that
-interleave the ways so the host's drift falls on each alike. Each round and way starts its own 8 ranks; on
-each:
+on its own cluster of 8 nodes of 0.2 core at 1 Gbit/s (the projection's smallest share; ``--nodes``,
+``--cpus-per-node``, ``--link`` and ``--bytes`` change it), in rounds that interleave the ways so the host's
+drift falls on each alike. Each round and way starts its own ranks, one a node; on each:
 
 - ``allreduce_ms``: the median of rank 0's 407 KB MPI allreduces (eval-frequency's gradients; the link's
   own time for them is about 4.9 ms at 1 Gbit/s on 8 nodes: 2(n-1)/n of the bytes over 125 MB/s);
 - ``working_beside_waiters_s``: rank 0's 150 training steps (``workbench.bench.node_step``'s model) while
-  the 7 others wait in a barrier, as every rank waits for rank 0's evaluation;
+  the others wait in a barrier, as every rank waits for rank 0's evaluation;
 - ``all_working_s``: the same 150 steps on rank 0 while every rank runs them.
 
 Three ways: ``spin`` (poll and yield, ``WORKBENCH_MINICLUSTER_IDLE=spin``), ``sleep`` (the default: MPI's
@@ -32,6 +34,7 @@ import os
 import statistics
 import sys
 import time
+from dataclasses import asdict, dataclass
 from typing import Any
 
 NODES = 8
@@ -43,6 +46,17 @@ STEPS = 150
 ROUNDS = 3
 #: The plain sleep (``build_idle_sleep(preempting=True)``): what sleeping as SCHED_BATCH is measured against.
 PREEMPTING = "sleep-preempting"
+
+
+@dataclass(frozen=True)
+class Setup:
+    """The cluster and the collective measured on it (the defaults: eval-frequency's on the smallest share)."""
+
+    nodes: int = NODES
+    cpus_per_node: float = CPUS_PER_NODE
+    link: str = LINK
+    allreduce_bytes: int = ALLREDUCE_BYTES
+    allreduces: int = ALLREDUCES
 
 
 # -- run on the engines (pickled by value: this file is not importable there) --------------------------------
@@ -89,8 +103,8 @@ def waiting_and_working(nbytes: int, allreduces: int, steps: int) -> dict[str, f
 
 
 # -- the measurement -----------------------------------------------------------------------------------------
-def measure_way(mini: Any, way: str, library: str | None) -> dict[str, float]:
-    """One round of one way: 8 fresh ranks, the idle-wait variable set for them as the way asks."""
+def measure_way(mini: Any, way: str, library: str | None, setup: Setup) -> dict[str, float]:
+    """One round of one way: fresh ranks, one a node, the idle-wait variable set for them as the way asks."""
     from workbench.minicluster import IDLE_WAIT_VARIABLE
 
     before = os.environ.get(IDLE_WAIT_VARIABLE)
@@ -99,8 +113,8 @@ def measure_way(mini: Any, way: str, library: str | None) -> dict[str, float]:
         if way == "sleep" and mini.idle_wait != "sleep":
             raise RuntimeError("the cluster built no idle-sleep library (no C compiler?): nothing to compare")
         settings = {"env": {"LD_PRELOAD": library}} if library else {}
-        with mini.cluster(NODES, **settings) as cluster:
-            results = cluster.view.apply_sync(waiting_and_working, ALLREDUCE_BYTES, ALLREDUCES, STEPS)
+        with mini.cluster(setup.nodes, **settings) as cluster:
+            results = cluster.view.apply_sync(waiting_and_working, setup.allreduce_bytes, setup.allreduces, STEPS)
     finally:
         if before is None:
             os.environ.pop(IDLE_WAIT_VARIABLE, None)
@@ -109,7 +123,7 @@ def measure_way(mini: Any, way: str, library: str | None) -> dict[str, float]:
     return results[0]
 
 
-def measure_all(libraries: dict[str, str], rounds: int) -> dict[str, Any]:
+def measure_all(libraries: dict[str, str], rounds: int, setup: Setup = Setup()) -> dict[str, Any]:
     from workbench import minicluster
 
     minicluster.check_host()
@@ -119,7 +133,7 @@ def measure_all(libraries: dict[str, str], rounds: int) -> dict[str, Any]:
             "`workbench minicluster down` first, when nobody is using it"
         )
     measured: dict[str, dict[str, list[float]]] = {}
-    with minicluster.minicluster(nodes=NODES, cpus_per_node=CPUS_PER_NODE, link=LINK) as mini:
+    with minicluster.minicluster(nodes=setup.nodes, cpus_per_node=setup.cpus_per_node, link=setup.link) as mini:
         preempting = minicluster.build_idle_sleep(mini.directory, preempting=True)
         if preempting is None:
             raise minicluster.MiniClusterError("no C compiler (cc): the sleeping ways cannot be built")
@@ -128,14 +142,11 @@ def measure_all(libraries: dict[str, str], rounds: int) -> dict[str, Any]:
         for round_number in range(rounds):
             print(f"round {round_number + 1} of {rounds}: {', '.join(ways)}", file=sys.stderr, flush=True)
             for way in ways:
-                result = measure_way(mini, way, libraries.get(way))
+                result = measure_way(mini, way, libraries.get(way), setup)
                 for name, value in result.items():
                     measured.setdefault(way, {}).setdefault(name, []).append(value)
     return {
-        "nodes": NODES,
-        "cpus_per_node": CPUS_PER_NODE,
-        "link": LINK,
-        "allreduce_bytes": ALLREDUCE_BYTES,
+        **asdict(setup),
         "steps": STEPS,
         "rounds": rounds,
         "idle_sleep_us": minicluster.IDLE_SLEEP_US,
@@ -150,7 +161,7 @@ def measure_all(libraries: dict[str, str], rounds: int) -> dict[str, Any]:
 def text(result: dict[str, Any]) -> str:
     lines = [
         f"{result['nodes']} nodes of {result['cpus_per_node']:g} core, link {result['link']}, "
-        f"{result['rounds']} interleaved rounds (medians; range)"
+        f"allreduce of {result['allreduce_bytes'] / 1e6:.3g} MB, {result['rounds']} interleaved rounds (medians; range)"
     ]
     for way, numbers in result["ways"].items():
 
@@ -172,6 +183,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--library", action="append", default=[], metavar="NAME=PATH", help="another way: a library to preload"
     )
+    parser.add_argument("--nodes", type=int, default=NODES, help=f"nodes, a rank each (default {NODES})")
+    parser.add_argument(
+        "--cpus-per-node",
+        type=float,
+        default=CPUS_PER_NODE,
+        help=f"each node's share of a core (default {CPUS_PER_NODE})",
+    )
+    parser.add_argument("--link", default=LINK, help=f"each node's link, e.g. 50mbit, or unshaped (default {LINK})")
+    parser.add_argument(
+        "--bytes", type=float, default=ALLREDUCE_BYTES, help=f"bytes an allreduce sums (default {ALLREDUCE_BYTES})"
+    )
+    parser.add_argument(
+        "--allreduces", type=int, default=ALLREDUCES, help=f"timed allreduces a round (default {ALLREDUCES})"
+    )
     args = parser.parse_args(argv)
     from workbench.minicluster import MiniClusterError
 
@@ -183,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
         libraries[name] = os.path.abspath(path)
     started = time.perf_counter()
     try:
-        result = measure_all(libraries, args.rounds)
+        setup = Setup(args.nodes, args.cpus_per_node, args.link, int(args.bytes), args.allreduces)
+        result = measure_all(libraries, args.rounds, setup)
     except MiniClusterError as error:
         print(f"benchmarks/idle_wait.py: {error}", file=sys.stderr)
         return 1

@@ -1817,6 +1817,7 @@ RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "projection": render_projection,
     "projection-seeds": render_projection_seeds,
     "projection-nodes": render_projection_nodes,
+    "projection-nodes-sleeping": render_projection_nodes,
     "horovod-step": render_horovod_step,
     "ps-vs-allreduce-reduced": render_ps_vs_allreduce,
     "cpu-tuning-reduced": render_cpu_tuning,

@@ -418,8 +418,13 @@ def _cmd_project(args: argparse.Namespace) -> int:
 
 def _cmd_bench_projection(args: argparse.Namespace) -> int:
     from workbench.bench import projection
+    from workbench.config import ConfigError
 
-    return projection.main(as_json=args.json, allreduce_json=args.allreduce, seeds=args.seeds, nodes=args.nodes)
+    if args.sweeps and not args.nodes:
+        raise ConfigError("--sweeps names sweeps on a miniature cluster's nodes: give it with --nodes")
+    return projection.main(
+        as_json=args.json, allreduce_json=args.allreduce, seeds=args.seeds, nodes=args.nodes, sweeps=args.sweeps
+    )
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
@@ -521,6 +526,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--nodes",
         action="store_true",
         help="only the sweeps on a miniature cluster's nodes (artifacts/nodes-*), each count from its 1-node run",
+    )
+    projection_bench.add_argument(
+        "--sweeps",
+        nargs="+",
+        default=None,
+        metavar="GLOB",
+        help="with --nodes: these sweeps instead, a glob per sweep matching its repetitions "
+        "(e.g. 'runs/nodes-eval-frequency-1gbit-r*'); the case is read from each sweep.json",
     )
     projection_bench.set_defaults(handler=_cmd_bench_projection)
 

@@ -96,3 +96,24 @@ def test_the_node_table_says_where_the_hosts_speed_was_not_sampled():
     text = format_nodes(result)
     assert "+10.0%" in text and "nan" not in text and "–" in text.splitlines()[1]
     assert "at the host's measured speed" not in text  # nothing to say without samples
+
+
+def test_sweeps_named_by_glob_take_their_case_from_sweep_json_and_one_glob_is_one_case(tmp_path, capsys):
+    from workbench.bench.projection import sweeps_of
+    from workbench.cli import main
+    from workbench.config import ConfigError
+
+    for name, case in (("ef-r1", "eval-frequency"), ("ef-r2", "eval-frequency"), ("ip-r1", "input-pipeline")):
+        (tmp_path / name).mkdir()
+        pd.DataFrame({"point": ["n1"]}).to_parquet(tmp_path / name / "runs.parquet")
+        (tmp_path / name / "sweep.json").write_text(json.dumps({"case": case}))
+    assert sweeps_of([str(tmp_path / "ef-r*"), str(tmp_path / "ip-r1")]) == [
+        ("eval-frequency", str(tmp_path / "ef-r*")),
+        ("input-pipeline", str(tmp_path / "ip-r1")),
+    ]
+    with pytest.raises(ConfigError, match=r"matches sweeps of 2 cases \(eval-frequency, input-pipeline\)"):
+        sweeps_of([str(tmp_path / "*-r1")])
+    with pytest.raises(ConfigError, match="no sweep matches"):
+        sweeps_of([str(tmp_path / "nothing-*")])
+    assert main(["bench", "projection", "--sweeps", str(tmp_path / "ef-r*")]) == 2
+    assert "give it with --nodes" in capsys.readouterr().err

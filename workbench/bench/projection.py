@@ -315,6 +315,38 @@ def _round_s(row: Any, batch: int) -> float:
     return float(row["workers"]) * batch / float(row["images_per_s"])
 
 
+def sweeps_of(patterns: Sequence[str | Path]) -> list[tuple[str, str]]:
+    """``(case, pattern)`` for ``run_nodes`` from globs of sweep directories, each case read from its ``sweep.json``.
+
+    One glob is one sweep's repetitions, so it must match sweeps of one case (one clear error otherwise).
+    """
+    from workbench.config import ConfigError
+
+    sweeps = []
+    for pattern in patterns:
+        cases = set()
+        for _case, _pattern, directory in _sweep_directories([("", pattern)]):
+            try:
+                cases.add(str(json.loads((directory / "sweep.json").read_text())["case"]))
+            except (OSError, ValueError, KeyError, TypeError) as error:
+                raise ConfigError(
+                    f"{directory}/sweep.json does not name its case ({error}): pass a directory `workbench run --out`"
+                    " wrote"
+                ) from error
+        if not cases:
+            raise ConfigError(
+                f"no sweep matches {pattern}: give a directory (or a glob of them) that `workbench run CASE --nodes"
+                " ... --out DIR` wrote, with runs.parquet inside"
+            )
+        if len(cases) > 1:
+            raise ConfigError(
+                f"{pattern} matches sweeps of {len(cases)} cases ({', '.join(sorted(cases))}): give one glob per case,"
+                " each matching the repetitions of one sweep"
+            )
+        sweeps.append((cases.pop(), str(pattern)))
+    return sweeps
+
+
 def _sweep_directories(sweeps: Sequence[tuple[str, str | Path]]) -> list[tuple[str, str, Path]]:
     """``(case, pattern, directory)`` for every saved sweep each pattern matches (a glob, or one path)."""
     import glob
@@ -689,17 +721,24 @@ def format_nodes(result: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(as_json: bool = False, allreduce_json: str | None = None, seeds: bool = False, nodes: bool = False) -> int:
-    """``workbench bench projection [--json] [--allreduce FILE] [--seeds | --nodes]``.
+def main(
+    as_json: bool = False,
+    allreduce_json: str | None = None,
+    seeds: bool = False,
+    nodes: bool = False,
+    sweeps: Sequence[str] | None = None,
+) -> int:
+    """``workbench bench projection [--json] [--allreduce FILE] [--seeds | --nodes [--sweeps GLOB ...]]``.
 
     ``--seeds``: the projection from a system description beside seeds 004 and 001 (``bench.seed_systems``);
-    ``--nodes``: the sweeps on a miniature cluster's nodes, each count predicted from 1 node (``run_nodes``).
+    ``--nodes``: the sweeps on a miniature cluster's nodes, each count predicted from 1 node (``run_nodes``),
+    those under ``artifacts/nodes-*`` or the globs ``sweeps`` names (one glob a sweep's repetitions).
     """
     from workbench.analysis import json_ready
     from workbench.bench.allreduce import read_rows
 
     if nodes:
-        result, text = run_nodes(), format_nodes
+        result, text = run_nodes(sweeps_of(sweeps) if sweeps else NODE_SWEEPS), format_nodes
     elif seeds:
         from workbench.bench import seed_systems
 
