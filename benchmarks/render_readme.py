@@ -1335,6 +1335,8 @@ def case_and_nodes(name: str) -> str:
 def render_projection_nodes(saved: Mapping[str, Any]) -> str:
     """Sweeps on a miniature cluster's nodes: each count's medians beside the prediction from its 1-node run."""
     result = saved["result"]
+    # a rank's compute per step in the predicted run over its 1-node run's (results saved before 2026-11-27 lack it)
+    growth = any("compute_growth" in r for r in result["validation"])
     rows = [
         [
             r["case"],
@@ -1349,6 +1351,7 @@ def render_projection_nodes(saved: Mapping[str, Any]) -> str:
             r["limiter"],
             times(r.get("host_slowdown")),
             signed_share(r.get("error_at_host_speed")),
+            *([times(r.get("compute_growth")) or "–"] if growth else []),
         ]
         for r in sorted(
             result["validation"], key=lambda r: (r["case"], r["cluster"], r["point"].split("/", 1)[1], r["ranks"])
@@ -1387,8 +1390,9 @@ def render_projection_nodes(saved: Mapping[str, Any]) -> str:
                 "limit",
                 "host slower",
                 "error at host speed",
+                *(["compute per step vs 1 node"] if growth else []),
             ],
-            ["l", "l", "l", "r", "r", "r", "r", "r", "r", "l", "r", "r"],
+            ["l", "l", "l", "r", "r", "r", "r", "r", "r", "l", "r", "r", *(["r"] if growth else [])],
             rows,
         ),
         "",

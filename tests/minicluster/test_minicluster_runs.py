@@ -100,6 +100,8 @@ def test_a_sweep_over_node_counts_records_its_nodes_and_link_and_is_projected_fr
     errors = [row["error"] for row in rows]
     # the host's speed was sampled through the sweep: every run's window read back, and the check repeated at it
     assert all(row["host_slowdown"] > 0 and math.isfinite(row["error_at_host_speed"]) for row in rows), rows
+    # each rank's compute per step on 2 nodes against 1 node's, the model's constant, read from both runs
+    assert all(0.2 < row["compute_growth"] < 5 for row in rows), [row["compute_growth"] for row in rows]
     print(f"\n2 nodes predicted from 1 (one ci run each): errors {', '.join(f'{e:+.1%}' for e in errors)}")
     # one short run per point on a shared machine: a gross miss (a wrong network, a missing term) is what fails
     assert all(abs(error) < 0.5 for error in errors), errors

@@ -95,6 +95,9 @@ def test_the_node_table_says_where_the_hosts_speed_was_not_sampled():
     }
     text = format_nodes(result)
     assert "+10.0%" in text and "nan" not in text and "–" in text.splitlines()[1]
+    assert text.splitlines()[1].endswith("–")  # no compute per step either (a result saved before it was kept)
+    row["compute_growth"] = 0.8
+    assert format_nodes({**result, "validation": [row]}).splitlines()[1].endswith("0.80x")
     assert "at the host's measured speed" not in text  # nothing to say without samples
 
 

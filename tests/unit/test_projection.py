@@ -599,8 +599,8 @@ def test_validation_compares_medians_of_repetitions_and_keeps_each_ones_error(tm
         {"point": "n1/backend=mpi4py/k=1", "ranks": 1, "backend": "mpi4py", "wall_s": 9.9},
         {"point": "n2/backend=mpi4py/k=1", "ranks": 2, "backend": "mpi4py", "wall_s": 2.0},
     ]
-    for row, threads in zip(rows, (2, 1)):
-        row["path"] = recorded(shared / "runs", row["point"].replace("/", "-"), row["ranks"], threads, 10)
+    for row, threads, compute_ms in zip(rows, (2, 1), (10, 20)):  # its 2-rank run computed twice as long a step
+        row["path"] = recorded(shared / "runs", row["point"].replace("/", "-"), row["ranks"], threads, compute_ms)
     pd.DataFrame(rows).to_parquet(shared / "runs.parquet")
 
     net = pj.network(HOST, horovod_thread_cores=0.35)
@@ -621,6 +621,8 @@ def test_validation_compares_medians_of_repetitions_and_keeps_each_ones_error(tm
     assert same["predicted_s"] == pytest.approx(np.median(predicted))
     assert same["error"] == pytest.approx(np.median(predicted) / 2.0 - 1)
     assert same["errors_each"] == pytest.approx([predicted[0] / 1.0 - 1, predicted[1] / 3.0 - 1])
+    # what the model holds constant, read from both runs: a rank's compute per step, 2-rank over 1-rank
+    assert same["compute_growth"] == pytest.approx(1.0) and other["compute_growth"] == pytest.approx(2.0)
 
 
 def test_parameter_server_points_are_projected_from_the_allreduce_run_and_the_rpcs_the_ps_run_added(tmp_path):

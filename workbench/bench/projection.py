@@ -185,9 +185,19 @@ def validation_table(
                 "predicted_at_host_speed_s": float(np.median(at_speed)),
                 "error_at_host_speed": float(np.median(at_speed)) / measured - 1.0 if measured > 0 else math.nan,
                 "errors_each_at_host_speed": [p / m["measured_s"] - 1.0 for p, m in zip(at_speed, members)],
+                # a rank's compute per step in the predicted run over the base run's (medians): 1 where each
+                # rank kept its hardware as the model assumes
+                "compute_growth": _median_or_nan([m["compute_growth"] for m in members]),
             }
         )
     return pd.DataFrame(rows, columns=VALIDATION_COLUMNS)
+
+
+def _median_or_nan(values: Any) -> float:
+    """The median of the finite values (NaN where there are none: a run without compute spans)."""
+    finite = np.asarray(values, dtype=float)
+    finite = finite[np.isfinite(finite)]
+    return float(np.median(finite)) if finite.size else math.nan
 
 
 VALIDATION_COLUMNS = (
@@ -212,6 +222,7 @@ VALIDATION_COLUMNS = (
     "predicted_at_host_speed_s",
     "error_at_host_speed",
     "errors_each_at_host_speed",
+    "compute_growth",
 )
 
 
@@ -281,6 +292,11 @@ def _validation_entries(sweeps: Sequence[tuple[str, str | Path]], net: pj.Networ
                 network = replace(network, per_call_s=0.0, horovod_thread_cores=0.0)
             target = Run.load(row.path)
             threads = (_run_threads(run.meta), _run_threads(target.meta))
+            # what the model holds constant, as the target ran it: a rank's compute per step (a real node's
+            # stays; here the nodes share one machine's cores and kernel, and theirs can grow with the count)
+            target_costs = pj.step_costs(target.events, target.meta, target.memory, **inputs)
+            base_compute = _median_or_nan(profile.compute_s)
+            growth = _median_or_nan(target_costs.compute_s) / base_compute if base_compute > 0 else math.nan
             # how much slower the host's cores were during this run than during the base run (None: not sampled)
             slower = _host_slowdown(samples, run.events, target.events) if samples is not None else None
             entries.append(
@@ -296,6 +312,7 @@ def _validation_entries(sweeps: Sequence[tuple[str, str | Path]], net: pj.Networ
                     "measured_s": measured,
                     "profile": profile,
                     "host_slowdown": slower,
+                    "compute_growth": growth,
                     "network": network,
                     "kind": kind,
                     "kwargs": kwargs,
@@ -685,7 +702,7 @@ def format_nodes(result: Mapping[str, Any]) -> str:
         )
     lines = [
         f"{'cluster':<36} {'point':<28} {'reps':>4} {'measured s':>10} {'spread':>6} {'predicted s':>11} {'error':>7}"
-        f" {'host slower':>11} {'error at host speed':>19}"
+        f" {'host slower':>11} {'error at host speed':>19} {'compute/step':>12}"
     ]
     for row in table.itertuples():
         lines.append(
@@ -696,7 +713,16 @@ def format_nodes(result: Mapping[str, Any]) -> str:
                 if math.isfinite(row.host_slowdown) and math.isfinite(row.error_at_host_speed)
                 else f" {'–':>11} {'–':>19}"  # the host's speed was not sampled beside this sweep
             )
+            + (
+                f" {growth:>11.2f}x"
+                if math.isfinite(growth := getattr(row, "compute_growth", math.nan))
+                else f" {'–':>12}"
+            )
         )
+    lines.append(
+        "compute/step: a rank's compute per step in the predicted run over the 1-node run's (medians, warm-up"
+        " left out); the model holds it at 1"
+    )
     lines.append(
         f"across nodes: median |error| {result['median_error']:.1%}, max {result['max_error']:.1%} over"
         f" {result['runs']} points (goal: median <= 5 %, max <= 10 %)"
