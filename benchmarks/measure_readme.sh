@@ -7,7 +7,7 @@
 #   benchmarks/measure_readme.sh overhead   # only the named ones
 #   benchmarks/measure_readme.sh projection-sweeps projection   # the projection's validation, ~15 minutes
 #   benchmarks/measure_readme.sh projection-nodes-sweeps projection-nodes   # ... across nodes, ~2 h 20 min, root
-#   benchmarks/measure_readme.sh projection-nodes-sleeping-sweeps projection-nodes-sleeping   # ranks asleep, ~2 h
+#   benchmarks/measure_readme.sh projection-nodes-sleeping-sweeps projection-nodes-sleeping   # ranks asleep, ~3 h
 #   benchmarks/measure_readme.sh pop-scaling-nodes-50mbit pop-scaling-nodes-1gbit eval-frequency-nodes-50mbit \
 #       eval-frequency-nodes-1gbit ps-vs-allreduce-nodes-1gbit ps-vs-allreduce-nodes-unshaped cpu-tuning-nodes
 #       # the case studies on nodes, ~85 minutes, root
@@ -150,23 +150,32 @@ for link in unshaped 1gbit; do
 done
 measure projection-nodes workbench bench projection --nodes --json
 # the sweeps measured again with the ranks waiting in MPI asleep (the miniature cluster's default since
-# 2026-11-26), kept apart from the polling ones above: three repetitions of each (~2 h 10 min in all: eval-frequency
-# 8 and 4 min a sweep, input-pipeline 9, ps-vs-allreduce 14-16)
+# 2026-11-26), kept apart from the polling ones above: three repetitions of each, interleaved (~3 h in all; a sweep
+# of eval-frequency takes 3-5 min on 4 nodes of 0.4 core, 8-12 on 8 of 0.2, input-pipeline 9, pop-scaling 9-11,
+# ps-vs-allreduce 14-16)
 for repetition in 1 2 3; do
-    sweep projection-nodes-sleeping-sweeps workbench run eval-frequency --preset ci --backend mpi4py --nodes 1,2,4,8 \
-        --cpus-per-node 0.2 --link 1gbit --out artifacts/sleepbatch/nodes-eval-frequency-1gbit-r$repetition --json
-    sweep projection-nodes-sleeping-sweeps workbench run eval-frequency --preset ci --backend mpi4py --nodes 1,2,4 \
-        --cpus-per-node 0.4 --link 1gbit --out artifacts/sleepbatch/nodes-eval-frequency-0.4core-1gbit-r$repetition --json
+    for link in 1gbit 50mbit; do
+        sweep projection-nodes-sleeping-sweeps workbench run eval-frequency --preset ci --backend mpi4py \
+            --nodes 1,2,4,8 --cpus-per-node 0.2 --link $link \
+            --out artifacts/sleepbatch/nodes-eval-frequency-$link-r$repetition --json
+        sweep projection-nodes-sleeping-sweeps workbench run eval-frequency --preset ci --backend mpi4py \
+            --nodes 1,2,4 --cpus-per-node 0.4 --link $link \
+            --out artifacts/sleepbatch/nodes-eval-frequency-0.4core-$link-r$repetition --json
+    done
     sweep projection-nodes-sleeping-sweeps workbench run input-pipeline --preset reduced --threads 1 --intervals 1,8 \
         --seconds 5 --nodes 1,2,4,8 --cpus-per-node 0.2 --link 1gbit \
         --out artifacts/sleepbatch/nodes-input-pipeline-1gbit-r$repetition --json
+    sweep projection-nodes-sleeping-sweeps workbench run pop-scaling --preset reduced --nodes 1,2,4 --cpus-per-node 0.4 \
+        --link 1gbit --out artifacts/sleepbatch/nodes-pop-scaling-1gbit-r$repetition --json
     sweep projection-nodes-sleeping-sweeps workbench run ps-vs-allreduce --preset ci --data synthetic --ps 1 \
         --sharded no --measured-steps 6 --repetitions 2 --nodes 1,2,4 --cpus-per-node 0.4 --link unshaped \
         --out artifacts/sleepbatch/nodes-ps-vs-allreduce-unshaped-r$repetition --json
 done
 measure projection-nodes-sleeping workbench bench projection --nodes --json --sweeps \
-    'artifacts/sleepbatch/nodes-eval-frequency-1gbit-r*' 'artifacts/sleepbatch/nodes-eval-frequency-0.4core-1gbit-r*' \
-    'artifacts/sleepbatch/nodes-input-pipeline-1gbit-r*' 'artifacts/sleepbatch/nodes-ps-vs-allreduce-unshaped-r*'
+    'artifacts/sleepbatch/nodes-eval-frequency-1gbit-r*' 'artifacts/sleepbatch/nodes-eval-frequency-50mbit-r*' \
+    'artifacts/sleepbatch/nodes-eval-frequency-0.4core-1gbit-r*' 'artifacts/sleepbatch/nodes-eval-frequency-0.4core-50mbit-r*' \
+    'artifacts/sleepbatch/nodes-input-pipeline-1gbit-r*' 'artifacts/sleepbatch/nodes-pop-scaling-1gbit-r*' \
+    'artifacts/sleepbatch/nodes-ps-vs-allreduce-unshaped-r*'
 # the reports the reduced sweeps above wrote, opened in headless Chromium
 measure report-open python benchmarks/report_open.py
 # the browser test writes its measurements (event -> screen, first figure, redraw in the browser)

@@ -185,8 +185,8 @@ def validation_table(
                 "predicted_at_host_speed_s": float(np.median(at_speed)),
                 "error_at_host_speed": float(np.median(at_speed)) / measured - 1.0 if measured > 0 else math.nan,
                 "errors_each_at_host_speed": [p / m["measured_s"] - 1.0 for p, m in zip(at_speed, members)],
-                # a rank's compute per step in the predicted run over the base run's (medians): 1 where each
-                # rank kept its hardware as the model assumes
+                # a rank's compute per step (per sample, strong scaling) in the predicted run over the base run's:
+                # 1 where each rank kept its hardware as the model assumes
                 "compute_growth": _median_or_nan([m["compute_growth"] for m in members]),
             }
         )
@@ -297,6 +297,8 @@ def _validation_entries(sweeps: Sequence[tuple[str, str | Path]], net: pj.Networ
             target_costs = pj.step_costs(target.events, target.meta, target.memory, **inputs)
             base_compute = _median_or_nan(profile.compute_s)
             growth = _median_or_nan(target_costs.compute_s) / base_compute if base_compute > 0 else math.nan
+            if kind == "strong":  # each rank's share of the global batch shrinks, and its step's compute with it
+                growth *= int(row.ranks) / int(base["ranks"])
             # how much slower the host's cores were during this run than during the base run (None: not sampled)
             slower = _host_slowdown(samples, run.events, target.events) if samples is not None else None
             entries.append(
@@ -721,7 +723,7 @@ def format_nodes(result: Mapping[str, Any]) -> str:
         )
     lines.append(
         "compute/step: a rank's compute per step in the predicted run over the 1-node run's (medians, warm-up"
-        " left out); the model holds it at 1"
+        " left out; per sample of its batch under strong scaling); the model holds it at 1"
     )
     lines.append(
         f"across nodes: median |error| {result['median_error']:.1%}, max {result['max_error']:.1%} over"
