@@ -184,6 +184,9 @@ measure browser python benchmarks/browser_measurements.py
 measure minicluster python benchmarks/minicluster.py --json
 # ranks waiting in MPI on the miniature cluster, polling against sleeping (root; its own 8 nodes; ~10 minutes)
 measure idle-wait python benchmarks/idle_wait.py --json
+# the same on ps-vs-allreduce's nodes and gradients, unshaped (root; ~4 minutes)
+measure idle-wait-unshaped python benchmarks/idle_wait.py --nodes 4 --cpus-per-node 0.4 --link unshaped --bytes 87e6 \
+    --allreduces 12 --rounds 2 --json
 # starting and stopping a local cluster of 1 and 2 ranks, the controller's heartbeat ours and ipyparallel's (~1 minute)
 measure cluster-start python benchmarks/cluster_start.py --json
 python benchmarks/render_readme.py --write
