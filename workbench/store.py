@@ -167,17 +167,21 @@ def read_run_meta(path: str | Path) -> dict[str, Any]:
     return meta
 
 
+def _rank_meta_file(path: str | Path, rank: int) -> Path:
+    return Path(path) / "ranks" / f"rank-{rank:05d}.json"
+
+
 def write_rank_meta(path: str | Path, rank: int, **facts: Any) -> None:
     """Per-rank facts (host, pid, clock offset); one file per rank so ranks never contend."""
-    rank_dir = Path(path) / "ranks"
-    rank_dir.mkdir(exist_ok=True)
-    write_json_atomic(rank_dir / f"rank-{rank:05d}.json", {"rank": rank, **facts})
+    meta_file = _rank_meta_file(path, rank)
+    meta_file.parent.mkdir(exist_ok=True)
+    write_json_atomic(meta_file, {"rank": rank, **facts})
 
 
 def read_rank_meta(path: str | Path, rank: int) -> dict[str, Any]:
     """One rank's facts (``write_rank_meta``); empty where the rank wrote none yet or its file is unreadable."""
     try:
-        facts = json.loads((Path(path) / "ranks" / f"rank-{rank:05d}.json").read_text())
+        facts = json.loads(_rank_meta_file(path, rank).read_text())
     except (OSError, json.JSONDecodeError):
         return {}
     return facts if isinstance(facts, dict) else {}
