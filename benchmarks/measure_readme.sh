@@ -187,6 +187,10 @@ measure idle-wait python benchmarks/idle_wait.py --json
 # the same on ps-vs-allreduce's nodes and gradients, unshaped (root; ~4 minutes)
 measure idle-wait-unshaped python benchmarks/idle_wait.py --nodes 4 --cpus-per-node 0.4 --link unshaped --bytes 87e6 \
     --allreduces 12 --rounds 2 --json
+# the allreduce that follows a training step under a node's CPU quota, against rested and back to back
+# (root; its own 2, then 8 nodes of 0.2 core at 1 Gbit/s; ~1.5 minutes each)
+measure collective-after-compute python benchmarks/collective_after_compute.py --json
+measure collective-after-compute-8nodes python benchmarks/collective_after_compute.py --nodes 8 --json
 # starting and stopping a local cluster of 1 and 2 ranks, the controller's heartbeat ours and ipyparallel's (~1 minute)
 measure cluster-start python benchmarks/cluster_start.py --json
 python benchmarks/render_readme.py --write
