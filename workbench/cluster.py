@@ -45,6 +45,11 @@ STACK_SIGNAL = signal.SIGUSR2
 LAUNCHER_WAIT_S = 8.0
 #: A rank on another host whose recorder has not beaten for this long is unresponsive (frozen or unreachable).
 HEARTBEAT_LOST_S = 5 * HEARTBEAT_INTERVAL_S
+#: How often a run's watch asks Slurm whether the engines' job still runs.
+JOB_CHECK_S = 5.0
+#: Slurm not answering this long while no rank records or beats: the cluster is gone (slurmctld and the nodes
+#: with it), not restarting; a run that only lost slurmctld goes on, its ranks still beating.
+CLUSTER_LOST_S = 30.0
 #: Process states that mean a rank can no longer take part.
 ENDED_STATES = ("gone", "zombie", "dead")
 #: The controller registers an engine at its next heartbeat ping: ipyparallel's 3 s period made every start take
@@ -680,6 +685,8 @@ class RunWatch:
     - a rank silent for ``stall_after_s`` while another spins in an MPI wait (``faults.find_stalls``)
       is written to ``run.json`` as ``stall`` (the dashboard's banner) and logged; cleared when it moves.
       A rank whose recorder was closed finished recording: it is neither named nor counted as waiting;
+    - the engines' Slurm job ended (cancelled, its time limit, a node failure), or Slurm stopped answering
+      for ``CLUSTER_LOST_S`` while no rank recorded or beat: ``check()`` raises, naming the job's state;
     - after ``timeout_s`` every rank's stack is saved to ``stacks.txt`` in the run, the ranks are
       stopped (the cluster is stopped: a rank stuck in MPI cannot be stopped alone) and ``check()`` raises.
     """
@@ -710,6 +717,8 @@ class RunWatch:
         self._flagged: dict[int, float] = {}  # rank -> when it was first seen stalled
         self._next_node_check = time.monotonic()
         self._heartbeats: dict[int, tuple[float, float]] = {}  # rank -> (when its last heartbeat was read, CPU %)
+        self._next_job_check = time.monotonic() + JOB_CHECK_S
+        self._slurm_silent_since: float | None = None
 
     def diagnose(self, error: BaseException | None = None) -> faults.Failure | None:
         """The failure behind ``error`` (or behind a rank that ended), once; later calls return the same."""
@@ -739,11 +748,44 @@ class RunWatch:
             if failure is not None:
                 self._error = faults.RankFailedError(failure, self.run_path)
                 raise self._error
+        if time.monotonic() >= self._next_job_check:
+            self._check_job()
+            self._next_job_check = time.monotonic() + JOB_CHECK_S
         if self.timeout_s is not None and time.time() - self.started > self.timeout_s:
             self._time_out()
         if self.stall_after_s is not None and time.monotonic() >= self._next_stall_check:
             self._next_stall_check = time.monotonic() + self.stall_every_s
             self._check_stalls()
+
+    def _check_job(self) -> None:
+        """Raise when the engines' Slurm job is over, or Slurm and every rank went quiet together."""
+        job_id = getattr(self.cluster, "slurm_job_id", None)
+        if not job_id:
+            return
+        state = slurm.job_state_now(job_id)
+        if state is not None:
+            self._slurm_silent_since = None
+            if state.active:
+                return
+            cause = (
+                f"the ranks' {state.describe()}: its engines are gone (cancelled, past its time limit, or a node"
+                " failed); start the cluster again"
+            )
+        else:
+            now = time.monotonic()
+            self._slurm_silent_since = self._slurm_silent_since or now
+            heard = [*self.silent_s().values(), *(time.time() - seen for seen, _ in self._heartbeats.values())]
+            quiet_s = min(heard, default=float("inf"))
+            if now - self._slurm_silent_since < CLUSTER_LOST_S or quiet_s < CLUSTER_LOST_S:
+                return
+            cause = (
+                f"Slurm has not answered for {now - self._slurm_silent_since:.0f} s and no rank has recorded or beaten"
+                f" for {quiet_s:.0f} s: the cluster is gone (slurmctld and its nodes down, or unreachable); start"
+                " it again"
+            )
+        self.failure = faults.Failure(rank=None, cause=cause, source="slurm")
+        self._error = faults.RankFailedError(self.failure, self.run_path)
+        raise self._error
 
     def silent_s(self) -> dict[int, float]:
         """Seconds since each rank's last recorded event (since the run started for a rank with none)."""

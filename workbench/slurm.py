@@ -30,6 +30,8 @@ from ipyparallel.cluster.launcher import LauncherError, SlurmEngineSetLauncher
 
 from workbench.config import ClusterConfig, ConfigError
 
+#: How long one squeue or sacct call may take before Slurm counts as not answering.
+QUERY_TIMEOUT_S = 10.0
 #: Job states in which the job's processes may still exist.
 ACTIVE_STATES = frozenset(
     {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "RESIZING", "REQUEUED", "SIGNALING"}
@@ -169,11 +171,27 @@ async def _output(*command: str) -> str:
 
 async def job_state(job_id: str) -> JobState | None:
     """The job's state now; ``UNKNOWN`` once Slurm forgot it; None when Slurm could not be asked."""
-    code, line, error = await _run("squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T|%r")
+    return await asyncio.to_thread(job_state_now, job_id)
+
+
+def job_state_now(job_id: str, timeout_s: float = QUERY_TIMEOUT_S) -> JobState | None:
+    """``job_state`` without an event loop: a run's watch asks between its checks, in a notebook's loop too."""
+
+    def run(*command: str) -> tuple[int, str, str]:
+        try:
+            done = subprocess.run(
+                command, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=timeout_s, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired) as error:
+            return 1, "", str(error)
+        return done.returncode, done.stdout.strip(), done.stderr.strip()
+
+    code, line, error = run("squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T|%r")
     if code != 0 and "invalid job id" not in error.lower():
         return None  # a busy or restarting slurmctld: ask again at the next poll
     if not line and shutil.which("sacct"):
-        line = await _output("sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State,Reason")
+        code, line, _ = run("sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State,Reason")
+        line = line if code == 0 else ""
     if not line:
         return JobState(job_id, "UNKNOWN", "no longer known to squeue or sacct")
     state, _, reason = line.splitlines()[0].partition("|")

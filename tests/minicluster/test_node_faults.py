@@ -128,6 +128,30 @@ def test_node_lost_is_one_error_naming_the_node_and_its_ranks(restored, tmp_path
     assert all(after[rank] >= before[rank] for rank in before)
 
 
+def test_engines_job_cancelled_is_one_error_naming_the_jobs_state(restored, tmp_path):
+    """The ranks' Slurm job ends under a run (scancel, a time limit): one error saying so, not a run that waits on.
+
+    Found when the whole cluster was taken down under a sweep: its point waited on, with no word, until
+    pytest's timeout 15 minutes later. Slurm's own word on the job is what says the engines are gone."""
+    import subprocess
+
+    with restored.cluster(2) as cluster:
+        experiment = Experiment(StepCase(), ranks=2, out=tmp_path)
+        live = experiment.start(cluster, experiment.plan()[0])
+        _wait_for(lambda: len(_events_per_rank(live.run_path)) == 2, "events of 2 ranks")
+        job_id = cluster.slurm_job_id
+        cancelled_at = time.monotonic()
+        subprocess.run(["scancel", str(job_id)], check=True)
+        with pytest.raises(RankFailedError) as raised:
+            live.wait()
+        detected_s = time.monotonic() - cancelled_at
+    message = str(raised.value)
+    print(f"\nthe engines' job cancelled: after {detected_s:.1f} s: {message}")
+    assert f"Slurm job {job_id} is CANCELLED" in message, message
+    assert detected_s < 30  # the watch asks Slurm every 5 s
+    assert read_run_meta(live.run_path)["status"] == "failed"
+
+
 def test_frozen_node_is_a_stall_naming_its_ranks_not_the_ranks_waiting_for_them(restored, tmp_path):
     mini = restored
     with mini.cluster(4) as cluster:
