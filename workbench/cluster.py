@@ -19,6 +19,7 @@ its processes are gone.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import shutil
@@ -26,6 +27,7 @@ import signal
 import socket
 import tempfile
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
@@ -47,9 +49,12 @@ LAUNCHER_WAIT_S = 8.0
 HEARTBEAT_LOST_S = 5 * HEARTBEAT_INTERVAL_S
 #: How often a run's watch asks Slurm whether the engines' job still runs.
 JOB_CHECK_S = 5.0
+#: How long a check waits for Slurm's answer before reading it at the next check instead.
+JOB_ANSWER_S = 0.5
 #: Slurm not answering this long while no rank records or beats: the cluster is gone (slurmctld and the nodes
-#: with it), not restarting; a run that only lost slurmctld goes on, its ranks still beating.
-CLUSTER_LOST_S = 30.0
+#: with it), not restarting; a run that only lost slurmctld goes on, its ranks still beating. Below the
+#: controller's 30 s without engine heartbeats, after which ipyparallel says only that an engine died.
+CLUSTER_LOST_S = 20.0
 #: Process states that mean a rank can no longer take part.
 ENDED_STATES = ("gone", "zombie", "dead")
 #: The controller registers an engine at its next heartbeat ping: ipyparallel's 3 s period made every start take
@@ -719,6 +724,7 @@ class RunWatch:
         self._heartbeats: dict[int, tuple[float, float]] = {}  # rank -> (when its last heartbeat was read, CPU %)
         self._next_job_check = time.monotonic() + JOB_CHECK_S
         self._slurm_silent_since: float | None = None
+        self._job_asked: Future[slurm.JobState | None] | None = None
 
     def diagnose(self, error: BaseException | None = None) -> faults.Failure | None:
         """The failure behind ``error`` (or behind a rank that ended), once; later calls return the same."""
@@ -758,11 +764,21 @@ class RunWatch:
             self._check_stalls()
 
     def _check_job(self) -> None:
-        """Raise when the engines' Slurm job is over, or Slurm and every rank went quiet together."""
+        """Raise when the engines' Slurm job is over, or Slurm and every rank went quiet together.
+
+        Slurm is asked in the background (a stopped slurmctld holds squeue for its whole timeout): an answer
+        within ``JOB_ANSWER_S`` is read at once, a later one at the next check; until then Slurm counts as
+        not answering.
+        """
         job_id = getattr(self.cluster, "slurm_job_id", None)
         if not job_id:
             return
-        state = slurm.job_state_now(job_id)
+        asked = self._job_asked
+        if asked is None or asked.done():
+            asked = self._job_asked = _slurm_queries().submit(slurm.job_state_now, job_id)
+            with contextlib.suppress(TimeoutError):
+                asked.result(timeout=JOB_ANSWER_S)
+        state = asked.result() if asked.done() else None
         if state is not None:
             self._slurm_silent_since = None
             if state.active:
@@ -888,6 +904,17 @@ class RunWatch:
         self.cluster.stop_sync(grace_s=2.0)
         self._error = faults.RankFailedError(self.failure, self.run_path)
         raise self._error
+
+
+_SLURM_QUERIES: ThreadPoolExecutor | None = None
+
+
+def _slurm_queries() -> ThreadPoolExecutor:
+    """One small pool for every run's questions to Slurm (a sweep watches one run after another)."""
+    global _SLURM_QUERIES
+    if _SLURM_QUERIES is None:
+        _SLURM_QUERIES = ThreadPoolExecutor(max_workers=2, thread_name_prefix="workbench-slurm")
+    return _SLURM_QUERIES
 
 
 def processes_of_cluster(cluster_id: str) -> set[int]:

@@ -152,6 +152,46 @@ def test_engines_job_cancelled_is_one_error_naming_the_jobs_state(restored, tmp_
     assert read_run_meta(live.run_path)["status"] == "failed"
 
 
+def test_slurm_silent_fails_the_run_only_once_its_ranks_are_silent_too(restored, tmp_path):
+    """slurmctld not answering while the ranks work is no fault; with every node silent too, the cluster is gone."""
+    import os
+    import signal
+
+    from workbench.cluster import CLUSTER_LOST_S
+
+    controller = restored.pids["slurmctld"]
+    with restored.cluster(2) as cluster:
+        experiment = Experiment(StepCase(), ranks=2, out=tmp_path)
+        live = experiment.start(cluster, experiment.plan()[0])
+        outcome: dict[str, Any] = {}
+
+        def wait() -> None:
+            try:
+                live.wait()
+            except RankFailedError as error:
+                outcome["error"] = error
+
+        waiter = threading.Thread(target=wait)
+        _wait_for(lambda: len(_events_per_rank(live.run_path)) == 2, "events of 2 ranks")
+        waiter.start()
+        os.kill(controller, signal.SIGSTOP)
+        try:
+            time.sleep(CLUSTER_LOST_S + 5)  # Slurm silent past the limit, the ranks beating: the run goes on
+            assert waiter.is_alive() and "error" not in outcome, outcome
+            assert read_run_meta(live.run_path)["status"] == "running"
+            for node in restored.node_names[:2]:
+                restored.freeze(node)
+            waiter.join(CEILING_S)
+        finally:
+            for node in restored.node_names[:2]:
+                restored.thaw(node)
+            os.kill(controller, signal.SIGCONT)
+    message = str(outcome.get("error"))
+    print(f"\nslurmctld stopped, then both nodes frozen: {message}")
+    assert "Slurm has not answered" in message and "the cluster is gone" in message, message
+    assert read_run_meta(live.run_path)["status"] == "failed"
+
+
 def test_frozen_node_is_a_stall_naming_its_ranks_not_the_ranks_waiting_for_them(restored, tmp_path):
     mini = restored
     with mini.cluster(4) as cluster:
