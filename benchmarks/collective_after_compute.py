@@ -29,6 +29,8 @@ import sys
 import time
 from typing import Any
 
+from cluster_options import add_cluster_options
+
 NODES = 2
 CPUS_PER_NODE = 0.2
 LINK = "1gbit"
@@ -106,12 +108,7 @@ def allreduce_after(nbytes: int, calls: int) -> dict[str, float]:
 def measure_all(nodes: int, cpus_per_node: float, link: str, nbytes: int, calls: int, rounds: int) -> dict[str, Any]:
     from workbench import minicluster
 
-    minicluster.check_host()
-    if minicluster.status() is not None:
-        raise minicluster.MiniClusterError(
-            "a miniature cluster is already up: this benchmark builds its own (and takes it down); "
-            "`workbench minicluster down` first, when nobody is using it"
-        )
+    minicluster.check_host_for_own_cluster()
     measured: dict[str, list[float]] = {}
     with minicluster.minicluster(nodes=nodes, cpus_per_node=cpus_per_node, link=link) as mini:
         idle_wait = mini.idle_wait
@@ -157,12 +154,7 @@ def text(result: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--nodes", type=int, default=NODES, help=f"nodes, a rank each (default {NODES})")
-    parser.add_argument(
-        "--cpus-per-node", type=float, default=CPUS_PER_NODE, help=f"each node's share of a core ({CPUS_PER_NODE})"
-    )
-    parser.add_argument("--link", default=LINK, help=f"each node's link, e.g. 50mbit, or unshaped (default {LINK})")
-    parser.add_argument("--bytes", type=float, default=ALLREDUCE_BYTES, help=f"bytes summed ({ALLREDUCE_BYTES})")
+    add_cluster_options(parser, nodes=NODES, cpus_per_node=CPUS_PER_NODE, link=LINK, nbytes=ALLREDUCE_BYTES)
     parser.add_argument("--calls", type=int, default=CALLS, help=f"timed allreduces per way a round ({CALLS})")
     parser.add_argument("--rounds", type=int, default=ROUNDS, help=f"rounds, fresh ranks each ({ROUNDS})")
     args = parser.parse_args(argv)

@@ -37,6 +37,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from cluster_options import add_cluster_options
+
 NODES = 8
 CPUS_PER_NODE = 0.2
 LINK = "1gbit"
@@ -126,12 +128,7 @@ def measure_way(mini: Any, way: str, library: str | None, setup: Setup) -> dict[
 def measure_all(libraries: dict[str, str], rounds: int, setup: Setup = Setup()) -> dict[str, Any]:
     from workbench import minicluster
 
-    minicluster.check_host()
-    if minicluster.status() is not None:
-        raise minicluster.MiniClusterError(
-            "a miniature cluster is already up: this benchmark builds its own (and takes it down); "
-            "`workbench minicluster down` first, when nobody is using it"
-        )
+    minicluster.check_host_for_own_cluster()
     measured: dict[str, dict[str, list[float]]] = {}
     with minicluster.minicluster(nodes=setup.nodes, cpus_per_node=setup.cpus_per_node, link=setup.link) as mini:
         preempting = minicluster.build_idle_sleep(mini.directory, preempting=True)
@@ -183,17 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--library", action="append", default=[], metavar="NAME=PATH", help="another way: a library to preload"
     )
-    parser.add_argument("--nodes", type=int, default=NODES, help=f"nodes, a rank each (default {NODES})")
-    parser.add_argument(
-        "--cpus-per-node",
-        type=float,
-        default=CPUS_PER_NODE,
-        help=f"each node's share of a core (default {CPUS_PER_NODE})",
-    )
-    parser.add_argument("--link", default=LINK, help=f"each node's link, e.g. 50mbit, or unshaped (default {LINK})")
-    parser.add_argument(
-        "--bytes", type=float, default=ALLREDUCE_BYTES, help=f"bytes an allreduce sums (default {ALLREDUCE_BYTES})"
-    )
+    add_cluster_options(parser, nodes=NODES, cpus_per_node=CPUS_PER_NODE, link=LINK, nbytes=ALLREDUCE_BYTES)
     parser.add_argument(
         "--allreduces", type=int, default=ALLREDUCES, help=f"timed allreduces a round (default {ALLREDUCES})"
     )

@@ -162,12 +162,7 @@ def mini_rate_mbps(rate: str) -> float:
 def measure_all() -> dict[str, Any]:
     from workbench import minicluster
 
-    minicluster.check_host()
-    if minicluster.status() is not None:
-        raise minicluster.MiniClusterError(
-            "a miniature cluster is already up: this benchmark builds its own (and takes it down); "
-            "`workbench minicluster down` first, when nobody is using it"
-        )
+    minicluster.check_host_for_own_cluster()
     started = time.perf_counter()
     with minicluster.minicluster(nodes=NODES, cpus_per_node=CPUS_PER_NODE, link=LINK) as mini:
         up_s = time.perf_counter() - started

@@ -626,6 +626,17 @@ def minicluster(nodes: int = 2, **settings: Any) -> Iterator[MiniCluster]:
 # -- can it run here ----------------------------------------------------------------------------------
 
 
+def check_host_for_own_cluster() -> None:
+    """``check_host``, and refuse while a cluster is up: for a program that builds its own and takes it down
+    (a benchmark), which must not take down someone else's."""
+    check_host()
+    if status() is not None:
+        raise MiniClusterError(
+            "a miniature cluster is already up: this program builds its own (and takes it down); "
+            "`workbench minicluster down` first, when nobody is using it"
+        )
+
+
 def check_host() -> None:
     """One MiniClusterError naming the first missing part and what to do; nothing when all is there."""
     if os.geteuid() != 0:
