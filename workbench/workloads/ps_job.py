@@ -243,10 +243,14 @@ def run_job(run_path: str, settings: InceptionSettings, comm: Any = None) -> dic
     address = job_addresses(comm, hosts)[rank]
     roles = roles_of_rank(rank, ranks, settings.ps)
     threads = threads_for_workers(settings, hosts.count(host))  # this host's cores shared by its workers
-    ports = free_ports(len(roles) + (rank == 0), address)
-    placed = comm.allgather(
-        {"rank": rank, "host": host, "address": address, "roles": roles, "ports": ports, "threads": threads}
-    )
+    while True:  # ranks on one address pick their ports apart: two could be handed the same one, freed between
+        ports = free_ports(len(roles) + (rank == 0), address)
+        placed = comm.allgather(
+            {"rank": rank, "host": host, "address": address, "roles": roles, "ports": ports, "threads": threads}
+        )
+        taken = [(rank_placed["address"], port) for rank_placed in placed for port in rank_placed["ports"]]
+        if len(set(taken)) == len(taken):  # every rank sees the same list, so all pick again or none
+            break
     cluster = cluster_spec(placed)
     spec = {
         "run_path": str(run_path),
