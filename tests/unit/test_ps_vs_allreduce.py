@@ -306,3 +306,17 @@ def test_efficiency_over_repeated_sweeps_hand_computed():
     # against the same sweep's allreduce: 8/4, 4/2, 16/2
     assert ps["over_allreduce_each"] == [2.0, 2.0, 8.0] and ps["over_allreduce"] == 2.0
     assert efficiency_over_repetitions([]).empty
+
+
+def test_the_ps_jobs_ports_differ_and_lie_below_the_ephemeral_range():
+    """Outgoing connections take ports from the kernel's ephemeral range: a server's port there could be gone."""
+    import socket
+
+    from workbench.workloads.ps_job import LOWEST_PORT, _ephemeral_ports_start, free_ports
+
+    ports = free_ports(6)
+    assert len(set(ports)) == 6
+    assert all(LOWEST_PORT <= port < _ephemeral_ports_start() for port in ports), ports
+    for port in ports:  # each still free to listen on
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", port))

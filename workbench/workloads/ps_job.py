@@ -45,13 +45,39 @@ IDENTITY_FILE = "identity"
 WAIT_POLL_S = 0.2
 
 
-def free_ports(count: int, host: str = LOOPBACK) -> list[int]:
-    """``count`` TCP ports free on ``host`` now (held open together so they differ)."""
-    sockets = []
+#: The lowest port the job's servers listen on (they are picked below the kernel's ephemeral range).
+LOWEST_PORT = 10_000
+
+
+def _ephemeral_ports_start() -> int:
+    """The first port the kernel hands to outgoing connections (ip_local_port_range; 32768 by default)."""
     try:
-        for _ in range(count):
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def free_ports(count: int, host: str = LOOPBACK) -> list[int]:
+    """``count`` TCP ports free on ``host`` now, held open together so they differ.
+
+    Picked below the kernel's ephemeral range where there is room: a port from that range, free when picked,
+    was taken by an outgoing connection (the job's own gRPC channels) before its server bound it, and the
+    server could not start (seen once in `make test`)."""
+    import random
+
+    below = list(range(LOWEST_PORT, _ephemeral_ports_start()))
+    random.shuffle(below)
+    sockets: list[socket.socket] = []
+    try:
+        for port in [*below[: 50 * count], *[0] * count]:  # bounded tries, then any port the kernel gives
+            if len(sockets) == count:
+                break
             sock = socket.socket()
-            sock.bind((host, 0))
+            try:
+                sock.bind((host, port))
+            except OSError:
+                sock.close()
+                continue
             sockets.append(sock)
         return [s.getsockname()[1] for s in sockets]
     finally:
@@ -243,7 +269,7 @@ def run_job(run_path: str, settings: InceptionSettings, comm: Any = None) -> dic
     address = job_addresses(comm, hosts)[rank]
     roles = roles_of_rank(rank, ranks, settings.ps)
     threads = threads_for_workers(settings, hosts.count(host))  # this host's cores shared by its workers
-    while True:  # ranks on one address pick their ports apart: two could be handed the same one, freed between
+    while True:  # ranks on one address pick their ports apart: two could pick the same one
         ports = free_ports(len(roles) + (rank == 0), address)
         placed = comm.allgather(
             {"rank": rank, "host": host, "address": address, "roles": roles, "ports": ports, "threads": threads}
