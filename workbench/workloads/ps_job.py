@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -63,8 +64,6 @@ def free_ports(count: int, host: str = LOOPBACK) -> list[int]:
     Picked below the kernel's ephemeral range where there is room: a port from that range, free when picked,
     was taken by an outgoing connection (the job's own gRPC channels) before its server bound it, and the
     server could not start (seen once in `make test`)."""
-    import random
-
     below = list(range(LOWEST_PORT, _ephemeral_ports_start()))
     random.shuffle(below)
     sockets: list[socket.socket] = []
