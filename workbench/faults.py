@@ -149,6 +149,22 @@ def nanny_exits(output: str) -> list[tuple[int, float]]:
     return sorted(first.items(), key=lambda item: item[1])
 
 
+#: How much of a rank's exception the one-line cause keeps.
+EXCEPTION_LINE_CHARS = 300
+
+
+def exception_line(message: str) -> str:
+    """The one line a person needs from a rank's exception message: its first line, and where that only
+    introduces what follows ("its log ends:"), the last line too: a log's or a traceback's end names the cause.
+    """
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    if len(lines) > 1 and lines[0].endswith(":"):
+        return f"{lines[0]} … {lines[-1]}"
+    return lines[0]
+
+
 def engine_errors(error: BaseException | None) -> list[tuple[int | None, str, str]]:
     """``[(engine id, exception name, message)]`` of ipyparallel's ``CompositeError`` / ``RemoteError``."""
     if error is None:
@@ -228,9 +244,9 @@ def diagnose(
             source = "process"
         elif raised:
             rank, name, value = raised[0]
-            first_line = value.strip().splitlines()[0] if value.strip() else ""
-            cause = f"raised {name}: {first_line}"[:300]
+            cause = f"raised {name}: {exception_line(value)}"[:EXCEPTION_LINE_CHARS]
             source = "exception"
+            details += [f"rank {rank} raised {name}: {line}" for line in value.strip().splitlines()[1:][-20:]]
     hosts = dict(rank_hosts or {})
     lost = [node for node in lost_nodes(launcher_output) if node in hosts.values()]
     # a rank the launcher saw killed on another node came first; else a whole node gone explains the rest

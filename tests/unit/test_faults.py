@@ -113,7 +113,30 @@ def test_a_python_exception_names_its_rank():
         raise RemoteError("RuntimeError", "rank 1 was told to fail\nmore", "tb", {"engine_id": 1})
     except RemoteError as error:
         failure = diagnose(error=error, rank_states={0: "sleeping", 1: "sleeping"})
-    assert failure == Failure(rank=1, cause="raised RuntimeError: rank 1 was told to fail", source="exception")
+    assert failure == Failure(
+        rank=1,
+        cause="raised RuntimeError: rank 1 was told to fail",
+        source="exception",
+        details=("rank 1 raised RuntimeError: more",),
+    )
+
+
+def test_an_exception_that_introduces_a_log_names_the_logs_last_line():
+    """A workload that ends with "its log ends:" and a traceback: the cause is at the traceback's end."""
+    message = (
+        "PS job: the chief failed (exit 1); its log ends:\nTraceback (most recent call last):\n"
+        '  File "chief.py", line 3, in <module>\n'
+        "tensorflow.python.framework.errors_impl.UnavailableError: worker1 is gone"
+    )
+    try:
+        raise RemoteError("RuntimeError", message, "tb", {"engine_id": 0})
+    except RemoteError as error:
+        failure = diagnose(error=error, rank_states={0: "sleeping", 1: "sleeping"})
+    assert failure is not None and failure.message() == (
+        "rank 0 raised RuntimeError: PS job: the chief failed (exit 1); its log ends: …"
+        " tensorflow.python.framework.errors_impl.UnavailableError: worker1 is gone"
+    )
+    assert failure.details[-1].endswith("UnavailableError: worker1 is gone") and len(failure.details) == 3
 
 
 def test_stalls_name_the_idle_or_stopped_rank_not_the_one_waiting_in_mpi():
