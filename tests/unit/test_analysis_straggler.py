@@ -8,6 +8,7 @@ submits its tensor at 100k+15 and rank 1 at 100k+44: lateness says rank 0 waited
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -128,3 +129,90 @@ def test_host_work_between_steps_is_its_own_finding():
     found = analyse_run(events_frame(pd.DataFrame(rows)), meta={"run_id": "r", "ranks": 2}).findings.set_index("kind")
     assert "host_work" in found.index and found.loc["host_work", "ranks"] == "1"
     assert found.loc["host_work", "seconds_lost"] == pytest.approx(3 * 0.050 / 2)  # mean over ranks
+
+
+def collective_run() -> list[dict]:
+    """3 ranks, 2 epochs of 3 steps (ms). Each step the ranks leave the last collective together at S, compute 10,
+    14 and 12 ms (rank 1: 18 in step 4), and the collective ends 6 ms after the last arrival; 100 ms of evaluation
+    between the epochs; a final barrier of 500 ms in the last step. Each rank's clock is off by rank x 1 s."""
+    rows, start = [], 0
+    for step in range(6):
+        if step == 3:
+            start += 100
+        compute = {0: 10, 1: 18 if step == 4 else 14, 2: 12}
+        end = start + max(compute.values()) + 6
+        for rank, ms in compute.items():
+            offset = rank * 1000
+            common = {"rank": rank, "step": step, "epoch": step // 3}
+            rows.append({**common, "phase": "compute", "name": "train_step",
+                         "start_ns": (offset + start) * MS, "end_ns": (offset + start + ms) * MS})
+            rows.append({**common, "phase": "communication", "name": "allreduce",
+                         "start_ns": (offset + start + ms) * MS, "end_ns": (offset + end) * MS})
+            if step == 5:
+                rows.append({**common, "phase": "communication", "name": "final_barrier",
+                             "start_ns": (offset + end) * MS, "end_ns": (offset + end + 500) * MS})
+        start = end
+    return rows
+
+
+def test_collective_split_parts_each_step_into_the_ranks_work_the_wait_and_the_collective():
+    from workbench.analysis import collective_intervals, collective_split
+
+    intervals = collective_intervals(events_frame(collective_run()))
+    split = collective_split(intervals).set_index("step")
+    # step 0 is warm-up, step 3 follows the evaluation, step 5 holds the run's final barrier
+    assert list(split.index) == [1, 2, 4] and set(split["ranks"]) == {3} and list(split["epoch"]) == [0, 0, 1]
+    assert split.loc[1, "between_s"] == pytest.approx(0.012)  # (10 + 14 + 12) / 3
+    assert split.loc[1, "slowest_s"] == pytest.approx(0.014)
+    assert split.loc[1, "wait_s"] == pytest.approx(0.002)
+    assert split.loc[4, "between_s"] == pytest.approx(0.040 / 3)
+    assert split.loc[4, "wait_s"] == pytest.approx(0.018 - 0.040 / 3)
+    assert split["collective_s"].tolist() == pytest.approx([0.006] * 3)  # the last arrival's
+    # a step one rank did not record is left out; 1 rank, or no collective spans: nothing to split
+    missing = [r for r in collective_run() if not (r["rank"] == 2 and r["step"] == 2)]
+    assert list(collective_split(collective_intervals(events_frame(missing)))["step"]) == [1, 4]
+    assert collective_intervals(events_frame([r for r in collective_run() if r["rank"] == 0])).empty
+    assert collective_intervals(events_frame([r for r in collective_run() if r["phase"] == "compute"])).empty
+
+
+def test_step_correlation_is_the_mean_over_pairs_of_ranks():
+    from workbench.analysis import step_correlation
+
+    steps = [0.010, 0.014, 0.011, 0.019]
+    together = [0.020, 0.028, 0.022, 0.038]  # rank 1: rank 0's steps doubled
+    opposite = [0.019, 0.011, 0.014, 0.010]  # rank 2: rank 0's steps reversed
+    intervals = pd.DataFrame(
+        [
+            {"rank": rank, "epoch": 0, "step": step, "between_s": seconds[step], "collective_s": 0.001}
+            for rank, seconds in enumerate((steps, together, opposite))
+            for step in range(4)
+        ]
+    )
+    pairs = [np.corrcoef(a, b)[0, 1] for a, b in ((steps, together), (steps, opposite), (together, opposite))]
+    assert step_correlation(intervals) == pytest.approx(np.mean(pairs))
+    assert step_correlation(intervals[intervals["rank"] < 2]) == pytest.approx(1.0)
+    assert np.isnan(step_correlation(intervals[intervals["step"] < 2]))  # 2 steps: too few
+
+
+def test_collectives_recorded_after_the_steps_put_the_wait_in_the_collective_not_the_step():
+    """``collective_run``'s steps end at different times (10, 14, 12 ms) and the ranks wait in the allreduce after
+    them: step lengths would call rank 1, the last to arrive, the one that waited longest."""
+    events = events_frame(collective_run())
+    waits = step_waits(events).set_index(["step", "rank"])
+    for step, slowest in ((1, 14), (2, 14), (4, 18)):
+        for rank, own in ((0, 10), (1, 18 if step == 4 else 14), (2, 12)):
+            row = waits.loc[(step, rank)]
+            assert row["evidence"] == "between_collectives" and row["late_rank"] == 1
+            assert row["wait_s"] == pytest.approx((slowest - own) / 1000)
+            assert row["compute_s"] == pytest.approx(own / 1000)  # the whole step: the wait lies after it
+            assert row["wait_end_ns"] == row["end_ns"] + round((slowest - own) * MS)  # in the collective
+    # the steps this evidence cannot read (after the evaluation, the run's last) get no wait from step lengths
+    assert set(waits.loc[[3, 5], "evidence"]) == {""} and (waits.loc[[3, 5], "wait_s"] == 0).all()
+    seconds = phase_breakdown(with_derived_waits(events, waits.reset_index()), by=("rank",)).pivot_table(
+        index="rank", columns="phase", values="seconds"
+    )
+    assert seconds.loc[0, "communication_wait"] == pytest.approx(0.016)  # 4 + 4 + 8 ms
+    assert seconds.loc[1, "communication_wait"] == 0 or np.isnan(seconds.loc[1, "communication_wait"])
+    assert seconds.loc[0, "compute"] == pytest.approx(0.060)  # 6 steps of 10 ms, none taken by the wait
+    found = straggler_rows(waits.reset_index(), wall_s=0.2, min_fraction=0.0)
+    assert found and found[0]["ranks"] == "1" and "between its collectives" in found[0]["text"], found

@@ -51,7 +51,10 @@ from workbench.analysis.scaling import (
 )
 from workbench.analysis.straggler import (
     allreduce_lateness,
+    collective_intervals,
+    collective_split,
     communication_overlap,
+    step_correlation,
     step_spans,
     step_waits,
     straggler_rows,
@@ -70,6 +73,8 @@ __all__ = [
     "allreduce_lateness",
     "analyse_run",
     "call_memory_findings",
+    "collective_intervals",
+    "collective_split",
     "combine_findings",
     "communication_overlap",
     "compare_runs",
@@ -109,6 +114,7 @@ __all__ = [
     "run_hosts",
     "scaling_efficiency",
     "scaling_table",
+    "step_correlation",
     "step_spans",
     "step_throughput",
     "step_times",

@@ -2,7 +2,7 @@
 
 Horovod's timeline shows collectives *in flight* on its background thread while the ranks keep
 computing, so its spans are no measure of blocked time. Blocked time is derived here, per step
-and rank, from one of two kinds of evidence (``evidence`` says which):
+and rank, from one of these kinds of evidence (``evidence`` says which):
 
 - ``lateness`` (Horovod's timeline): inside every ``NEGOTIATE_*`` the coordinator marks when each
   rank submitted the tensor. A rank's *arrival* in a step is when it submitted its last tensor of
@@ -16,6 +16,12 @@ and rank, from one of two kinds of evidence (``evidence`` says which):
   ``Recorder.phase("communication", "allreduce")`` around ``MPI.Allreduce``): a rank's arrival is
   the start of its last such span in the step, and it is blocked until the last rank arrives:
   ``wait = latest arrival - own arrival``, at most the span's own length.
+- ``between_collectives`` (blocking collectives recorded as ``communication`` spans after the step,
+  e.g. ``Recorder.phase("communication", "allreduce")`` around ``MPI.Allreduce`` outside the step's
+  span): the ranks leave a collective together, so a rank's work until its next collective is its
+  arrival: ``wait = max(work over ranks) - own work``, at most its collective's length, and the wait
+  lies in the collective, not in the step (``collective_intervals``). Where a run records its
+  collectives so, step lengths say nothing of waits (the steps do not end together) and are not used.
 - ``step_length`` (step spans only): ranks in lock step end a step together, so a rank whose step
   lasts longer than the shortest one of the same step spent the difference waiting:
   ``wait = duration - min(duration over ranks)``. Blind to imbalance *inside* the step (ranks
@@ -49,6 +55,7 @@ STEP_WAIT_COLUMNS: tuple[str, ...] = (
     "compute_s",
     "late_rank",
     "evidence",
+    "wait_end_ns",
 )
 #: ``allreduce_lateness`` columns.
 LATENESS_COLUMNS: tuple[str, ...] = ("step", "rank", "tensors", "arrival_ns", "lateness_s", "last")
@@ -57,6 +64,7 @@ WAIT_SPAN_NAME = "wait_for_late_rank"
 LATENESS = "lateness"
 ARRIVAL = "arrival"
 STEP_LENGTH = "step_length"
+BETWEEN_COLLECTIVES = "between_collectives"
 TF_PROFILER = "tf_profiler"
 #: Name of the spans ``formats.tf_profile`` imports (one per Horovod kernel, start to done).
 TF_PROFILER_SPAN = "tf_horovod_wait"
@@ -66,6 +74,7 @@ EVIDENCE_TEXT = {
     LATENESS: "Horovod's negotiation readiness (lateness)",
     ARRIVAL: "when each rank entered its blocking collective",
     STEP_LENGTH: "step lengths (the others' steps last longer)",
+    BETWEEN_COLLECTIVES: "each rank's work between its collectives",
 }
 #: Each rank's first step traces and compiles the step function; ranks finish that at different
 #: times, which is start-up, not a loss in steady state: no wait is derived in it.
@@ -256,7 +265,9 @@ def step_waits(events: pd.DataFrame, *, step_name: str = STEP_NAME) -> pd.DataFr
 
     ``wait_s`` from lateness where the timeline covers the step, else from step length where every
     rank recorded the step (see the module docstring); ``compute_s = duration_s - wait_s``
-    (clipped at 0). Steps some rank lacks and have no lateness get ``wait_s = 0`` and ``evidence``
+    (clipped at 0), or the whole step where the wait lies in a collective after it
+    (``between_collectives``). ``wait_end_ns``: where the wait ends (the step's end, or inside the
+    collective). Steps some rank lacks and have no lateness get ``wait_s = 0`` and ``evidence``
     "". ``late_rank`` is the step's last arrival (-1 when unknown). No steps: an empty frame with
     ``STEP_WAIT_COLUMNS``.
     """
@@ -274,6 +285,8 @@ def step_waits(events: pd.DataFrame, *, step_name: str = STEP_NAME) -> pd.DataFr
     late = dict(zip(shortest_rank["step"], shortest_rank["rank"]))
     steps["late_rank"] = [late[s] if c else -1 for s, c in zip(steps["step"], complete)]
 
+    steps["wait_end_ns"] = steps["end_ns"]
+    _take_gap_waits(steps, events)
     _take_waits(steps, collective_arrivals(events, steps), "wait_from_arrival", ARRIVAL)
     lateness = allreduce_lateness(events, step_name=step_name)
     if len(lateness):
@@ -294,8 +307,41 @@ def step_waits(events: pd.DataFrame, *, step_name: str = STEP_NAME) -> pd.DataFr
     steps.loc[warmup, "wait_s"] = 0.0
     steps.loc[warmup, "evidence"] = ""
     steps.loc[warmup, "late_rank"] = -1
-    steps["compute_s"] = (steps["duration_s"] - steps["wait_s"]).clip(lower=0.0)
+    in_step = steps["evidence"] != BETWEEN_COLLECTIVES
+    steps["compute_s"] = (steps["duration_s"] - np.where(in_step, steps["wait_s"], 0.0)).clip(lower=0.0)
+    steps["wait_end_ns"] = np.where(in_step, steps["end_ns"], steps["wait_end_ns"]).astype("int64")
     return steps[list(STEP_WAIT_COLUMNS)].reset_index(drop=True)
+
+
+def _take_gap_waits(steps: pd.DataFrame, events: pd.DataFrame) -> None:
+    """``between_collectives`` waits where a run records its collectives after its steps' spans; there step
+    lengths say nothing of waits, so the steps this evidence does not cover keep none."""
+    intervals = collective_intervals(events, warmup_steps=0)
+    if intervals.empty:
+        return
+    slowest = intervals.groupby(["epoch", "step"])["between_s"].transform("max")
+    wait = np.minimum(slowest - intervals["between_s"], intervals["collective_s"]).clip(lower=0.0).to_numpy()
+    gaps = pd.DataFrame(
+        {
+            "step": intervals["step"].to_numpy(),
+            "rank": intervals["rank"].to_numpy(),
+            "wait_from_gap": wait,
+            # nullable: a left merge must not turn nanoseconds since 1970 into floats (256 ns steps)
+            "gap_end_ns": pd.array(
+                intervals["start_ns"].to_numpy(np.int64) + np.round(wait * NS_PER_S).astype(np.int64), dtype="Int64"
+            ),
+        }
+    )
+    merged = steps.merge(gaps, on=["step", "rank"], how="left")
+    covered = merged["wait_from_gap"].notna().to_numpy()
+    after_step = covered & (merged["gap_end_ns"].to_numpy() > merged["end_ns"].to_numpy())
+    if not after_step.any():
+        return  # the collectives lie inside the steps: arrivals and step lengths hold there
+    steps["wait_s"] = np.where(covered, merged["wait_from_gap"].to_numpy(), 0.0)
+    steps["evidence"] = np.where(covered, BETWEEN_COLLECTIVES, "")
+    steps["wait_end_ns"] = np.where(covered, merged["gap_end_ns"].fillna(0).to_numpy(np.int64), steps["end_ns"])
+    last = gaps[gaps["wait_from_gap"] == 0].drop_duplicates("step").set_index("step")["rank"]
+    steps["late_rank"] = np.where(covered, steps["step"].map(last).fillna(-1), -1).astype("int64")
 
 
 def _take_waits(steps: pd.DataFrame, waits: pd.DataFrame, column: str, evidence: str) -> None:
@@ -309,6 +355,98 @@ def _take_waits(steps: pd.DataFrame, waits: pd.DataFrame, column: str, evidence:
     last_rank = waits.loc[waits[column] == 0].drop_duplicates("step").set_index("step")["rank"]
     steps["late_rank"] = np.where(covered, steps["step"].map(last_rank).fillna(-1), steps["late_rank"])
     steps["late_rank"] = steps["late_rank"].astype("int64")
+
+
+#: ``collective_intervals`` columns.
+COLLECTIVE_INTERVAL_COLUMNS: tuple[str, ...] = ("rank", "epoch", "step", "start_ns", "between_s", "collective_s")
+#: ``collective_split`` columns.
+COLLECTIVE_SPLIT_COLUMNS: tuple[str, ...] = (
+    "epoch",
+    "step",
+    "ranks",
+    "between_s",
+    "slowest_s",
+    "wait_s",
+    "collective_s",
+)
+
+
+def collective_intervals(events: pd.DataFrame, *, warmup_steps: int = WARMUP_STEPS) -> pd.DataFrame:
+    """Per rank and step of a run whose ranks meet in a blocking collective: when its collective started
+    (``start_ns``, its own clock), its time since its previous collective (``between_s``) and its own
+    collective's length (``collective_s``).
+
+    Read on each rank's own clock, so no clock alignment is needed. A step's collective spans are its
+    ``communication`` spans, first start to last end. Left out: steps across an epoch's end (evaluation
+    lies between), the first ``warmup_steps``, each rank's last step (the run's end shares its number: a
+    final barrier, the last evaluation) and steps some rank did not record. Fewer than 2 ranks, or no
+    communication spans with a step: empty.
+    """
+    empty = pd.DataFrame(
+        {c: pd.Series(dtype="float64" if c.endswith("_s") else "int64") for c in COLLECTIVE_INTERVAL_COLUMNS}
+    )
+    if events.empty or "step" not in events:
+        return empty
+    spans = events[(events["phase"] == ev.COMMUNICATION).to_numpy() & (events["step"].to_numpy() >= 0)]
+    ranks = spans["rank"].nunique()
+    if spans.empty or ranks < 2:
+        return empty
+    epoch = spans["epoch"] if "epoch" in spans else pd.Series(-1, index=spans.index)
+    per_step = (
+        spans.assign(epoch=epoch)
+        .groupby(["rank", "epoch", "step"], sort=False)
+        .agg(start_ns=("start_ns", "min"), end_ns=("end_ns", "max"))
+        .reset_index()
+        .sort_values(["rank", "start_ns"], kind="stable")
+    )
+    previous = per_step.groupby("rank", sort=False)[["end_ns", "epoch"]].shift()
+    per_step["between_s"] = (per_step["start_ns"] - previous["end_ns"]) / NS_PER_S
+    per_step["collective_s"] = (per_step["end_ns"] - per_step["start_ns"]) / NS_PER_S
+    last = per_step.groupby("rank", sort=False)["start_ns"].transform("max") == per_step["start_ns"]
+    kept = per_step[(previous["epoch"] == per_step["epoch"]) & (per_step["step"] >= warmup_steps) & ~last]
+    kept = kept[kept.groupby(["epoch", "step"])["rank"].transform("nunique") == ranks]
+    return kept[list(COLLECTIVE_INTERVAL_COLUMNS)].reset_index(drop=True)
+
+
+def collective_split(intervals: pd.DataFrame) -> pd.DataFrame:
+    """Per step (``collective_intervals``' steps): the ranks' mean time between collectives, the wait for
+    the last of them, and the collective's own time once the last one has come.
+
+    Why: a projection's step is the slowest rank's work plus the collective; checking it against a run
+    needs the run's step split the same way, to tell a misjudged wait from a misjudged link. The ranks
+    leave a collective together, so ``wait_s = slowest_s - between_s`` is the mean rank's wait (what
+    ``project``'s ``waiting_s`` holds per step), and the step's shortest collective, the last arrival's,
+    is the collective's own time (``collective_s``).
+    """
+    table = (
+        intervals.groupby(["epoch", "step"], sort=True)
+        .agg(
+            ranks=("rank", "nunique"),
+            between_s=("between_s", "mean"),
+            slowest_s=("between_s", "max"),
+            collective_s=("collective_s", "min"),
+        )
+        .reset_index()
+    )
+    table["wait_s"] = table["slowest_s"] - table["between_s"]
+    return table[list(COLLECTIVE_SPLIT_COLUMNS)].astype({"epoch": "int64", "step": "int64", "ranks": "int64"})
+
+
+def step_correlation(intervals: pd.DataFrame) -> float:
+    """The mean correlation, over pairs of ranks, of their times between collectives step by step (NaN with
+    fewer than 2 ranks or 3 steps).
+
+    Why: the wait for the slowest rank is ``E[max]`` of the ranks' steps only where they vary independently;
+    steps that slow together on every rank (a shared host, the same batch sizes) make less wait than that.
+    """
+    table = intervals.pivot_table(index=["epoch", "step"], columns="rank", values="between_s")
+    if table.shape[1] < 2 or len(table) < 3:
+        return float("nan")
+    with np.errstate(invalid="ignore", divide="ignore"):  # a rank whose steps never varied: NaN, left out
+        matrix = np.corrcoef(table.to_numpy().T)
+    pairs = matrix[np.triu_indices(table.shape[1], 1)]
+    pairs = pairs[np.isfinite(pairs)]
+    return float(pairs.mean()) if pairs.size else float("nan")
 
 
 def collective_arrivals(events: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
@@ -377,15 +515,17 @@ def profiler_waits(events: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
 
 
 def wait_spans(waits: pd.DataFrame, *, run_id: str = "") -> pd.DataFrame:
-    """The derived waits as ``communication_wait`` spans at the end of each step (events schema).
+    """The derived waits as ``communication_wait`` spans ending at ``wait_end_ns`` (events schema): the end
+    of each step, or inside the collective after it (``between_collectives``).
 
-    Added to a run's events they nest inside their step span, so the breakdown gives the wait
-    to ``communication_wait`` and only the rest of the step to compute.
+    Added to a run's events they nest inside their step span (or collective span), so the breakdown gives
+    the wait to ``communication_wait`` and only the rest of the step to compute (of the collective, to
+    communication).
     """
     rows = waits[waits["wait_s"] > 0]
     if rows.empty:
         return ev.empty_events()
-    end = rows["end_ns"].to_numpy(np.int64)
+    end = (rows["wait_end_ns"] if "wait_end_ns" in rows else rows["end_ns"]).to_numpy(np.int64)
     start = end - np.round(rows["wait_s"].to_numpy() * NS_PER_S).astype(np.int64)
     return events_frame(
         pd.DataFrame(
@@ -447,7 +587,7 @@ def straggler_rows(
         evidence = set(others["evidence"])
         source = "; ".join(
             f"{EVIDENCE_TEXT[kind]} in {int((others['evidence'] == kind).sum())} rank-steps"
-            for kind in (TF_PROFILER, LATENESS, ARRIVAL, STEP_LENGTH)
+            for kind in (TF_PROFILER, LATENESS, ARRIVAL, BETWEEN_COLLECTIVES, STEP_LENGTH)
             if kind in evidence
         )
         other_ranks = sorted(int(r) for r in others["rank"].unique())
