@@ -104,6 +104,11 @@ def test_a_sweep_over_node_counts_records_its_nodes_and_link_and_is_projected_fr
     assert all(row["host_slowdown"] > 0 and math.isfinite(row["error_at_host_speed"]) for row in rows), rows
     # each rank's compute per step on 2 nodes against 1 node's, the model's constant, read from both runs
     assert all(0.2 < row["compute_growth"] < 5 for row in rows), [row["compute_growth"] for row in rows]
+    # where the 2-node step went, read from the ranks' allreduce spans beside the model's parts
+    for row in rows:
+        measured, predicted = row["measured_step_split"], row["predicted_step_split"]
+        assert measured["between_s"] > 0 and measured["collective_s"] > 0 and measured["wait_s"] >= 0, measured
+        assert -1 <= measured["correlation"] <= 1 and predicted["collective_s"] > 0, (measured, predicted)
     print(f"\n2 nodes predicted from 1 (one ci run each): errors {', '.join(f'{e:+.1%}' for e in errors)}")
     # one short run per point on a shared machine: a gross miss (a wrong network, a missing term) is what fails.
     # Such runs missed by up to 33 % quiet and 30 % beside a busy core, and by 51 % once on a loaded CI host: a

@@ -610,19 +610,28 @@ def test_validation_compares_medians_of_repetitions_and_keeps_each_ones_error(tm
     same, other = table.iloc[0], table.iloc[1]
     assert (same["cores"], same["repetitions"], other["cores"], other["repetitions"]) == ("same", 2, "2 -> 1", 1)
     # each repetition predicted from its own 1-rank run; no Horovod thread charged to mpi4py
-    predicted = []
+    predicted, model_steps = [], []
     for repetition in (0, 1):
         base = pd.read_parquet(tmp_path / f"sweep-1thread-r{repetition}" / "runs.parquet")["path"].iloc[0]
         run = Run.load(base)
         profile = pj.step_costs(run.events, run.meta, run.memory)
         no_horovod = pj.network(net, per_call_s=0.0, horovod_thread_cores=0.0)
-        predicted.append(float(pj.project(profile, [2], no_horovod, bootstrap=0).table["wall_s"].iloc[0]))
+        model = pj.project(profile, [2], no_horovod, bootstrap=0).table.iloc[0]
+        predicted.append(float(model["wall_s"]))
+        model_steps.append(float(model["step_s"]))
     assert same["measured_s"] == pytest.approx(2.0) and same["measured_spread"] == pytest.approx(2.0)
     assert same["predicted_s"] == pytest.approx(np.median(predicted))
     assert same["error"] == pytest.approx(np.median(predicted) / 2.0 - 1)
     assert same["errors_each"] == pytest.approx([predicted[0] / 1.0 - 1, predicted[1] / 3.0 - 1])
     # what the model holds constant, read from both runs: a rank's compute per step, 2-rank over 1-rank
     assert same["compute_growth"] == pytest.approx(1.0) and other["compute_growth"] == pytest.approx(2.0)
+    # where a step went: both ranks recorded the same steps (compute 10 and 12 ms, then an instant allreduce), so
+    # no wait and no collective, and steps that never vary have no correlation; the model's parts add up to its step
+    split = dict(same["measured_step_split"])
+    assert math.isnan(split.pop("correlation"))
+    assert split == pytest.approx({"between_s": 0.011, "wait_s": 0.0, "collective_s": 0.0})
+    assert sum(same["predicted_step_split"].values()) == pytest.approx(np.median(model_steps))
+    assert same["predicted_step_split"]["collective_s"] > 0  # the 1 MB allreduce on the host's network
 
 
 def test_parameter_server_points_are_projected_from_the_allreduce_run_and_the_rpcs_the_ps_run_added(tmp_path):

@@ -188,9 +188,47 @@ def validation_table(
                 # a rank's compute per step (per sample, strong scaling) in the predicted run over the base run's:
                 # 1 where each rank kept its hardware as the model assumes
                 "compute_growth": _median_or_nan([m["compute_growth"] for m in members]),
+                # where a step's time went, measured and as the model has it (medians over the repetitions)
+                "measured_step_split": _median_split([m["measured_split"] for m in members]),
+                "predicted_step_split": _median_split([_predicted_split(m, thread_scaling) for m in members]),
             }
         )
     return pd.DataFrame(rows, columns=VALIDATION_COLUMNS)
+
+
+#: A step's parts, as ``straggler.collective_split`` measures them and ``_predicted_split`` reads the model's.
+SPLIT = ("between_s", "wait_s", "collective_s")
+
+
+def _measured_split(intervals: pd.DataFrame | None) -> dict[str, float] | None:
+    """A run's step in ``SPLIT``'s parts, means over its steps, and how its ranks' steps vary together
+    (``correlation``; None: its ranks met in no blocking collective it recorded)."""
+    from workbench.analysis.straggler import collective_split, step_correlation
+
+    if intervals is None or intervals.empty:
+        return None
+    split = collective_split(intervals)
+    return {**{name: float(split[name].mean()) for name in SPLIT}, "correlation": step_correlation(intervals)}
+
+
+def _median_split(splits: Sequence[Mapping[str, float] | None]) -> dict[str, float] | None:
+    """Each part's median over the repetitions that have a split (None: none has)."""
+    found = [split for split in splits if split]
+    return {name: _median_or_nan([split[name] for split in found]) for name in found[0]} if found else None
+
+
+def _predicted_split(entry: Mapping[str, Any], thread_scaling: float) -> dict[str, float] | None:
+    """The model's step at the entry's count in ``collective_split``'s parts: the collective and the wait per
+    step, the rest of the step between (None: the model has no training steps there)."""
+    if entry["kwargs"].get("scheme", "allreduce") == "ps":
+        return None
+    row = _projected_row(entry, thread_scaling)
+    training = row["epoch_s"] - row["evaluation_s"] - row["checkpoint_s"]
+    steps = training / row["step_s"] if row["step_s"] > 0 else math.nan
+    if not steps > 0:
+        return None
+    wait, collective = row["waiting_s"] / steps, (row["communication_s"] + row["per_call_s"]) / steps
+    return {"between_s": row["step_s"] - wait - collective, "wait_s": wait, "collective_s": collective}
 
 
 def _median_or_nan(values: Any) -> float:
@@ -223,6 +261,8 @@ VALIDATION_COLUMNS = (
     "error_at_host_speed",
     "errors_each_at_host_speed",
     "compute_growth",
+    "measured_step_split",
+    "predicted_step_split",
 )
 
 
@@ -232,6 +272,7 @@ def _validation_entries(sweeps: Sequence[tuple[str, str | Path]], net: pj.Networ
     A sweep run on a miniature cluster's nodes (``nodes.json`` beside it, ``workbench run CASE --nodes``)
     is predicted with the network fitted to the link measured on that cluster, one rank per node.
     """
+    from workbench.analysis.straggler import collective_intervals
     from workbench.nodes import describe_sweep_cluster, read_nodes_file
     from workbench.store import Run
 
@@ -301,6 +342,9 @@ def _validation_entries(sweeps: Sequence[tuple[str, str | Path]], net: pj.Networ
                 growth *= int(row.ranks) / int(base["ranks"])
             # how much slower the host's cores were during this run than during the base run (None: not sampled)
             slower = _host_slowdown(samples, run.events, target.events) if samples is not None else None
+            # the parameter servers' workers meet in no collective: their steps have no such split
+            barrier = kwargs.get("scheme", "allreduce") != "ps"
+            intervals = collective_intervals(target.events, warmup_steps=pj.WARMUP_STEPS) if barrier else None
             entries.append(
                 {
                     "case": case,
@@ -315,6 +359,9 @@ def _validation_entries(sweeps: Sequence[tuple[str, str | Path]], net: pj.Networ
                     "profile": profile,
                     "host_slowdown": slower,
                     "compute_growth": growth,
+                    # per step, means over the steps: the ranks' time between collectives, the wait for the last,
+                    # the collective after it (None: the run's ranks met in no blocking collective it recorded)
+                    "measured_split": _measured_split(intervals),
                     "network": network,
                     "kind": kind,
                     "kwargs": kwargs,
@@ -404,16 +451,21 @@ def _predict(entry: Mapping[str, Any], thread_scaling: float, at_target_speed: b
         if entry.get("host_slowdown") is None:
             return math.nan, ""
         profile = profile.on_slower_cores(entry["host_slowdown"])
-    result = pj.project(
-        profile,
+    row = _projected_row(entry, thread_scaling, profile)
+    return float(row[entry["quantity"]]), str(row["limiter"])
+
+
+def _projected_row(entry: Mapping[str, Any], thread_scaling: float, profile: pj.StepCosts | None = None) -> pd.Series:
+    """The model's row at the entry's rank count, from its base run's costs (or ``profile``)."""
+    return pj.project(
+        profile or entry["profile"],
         [entry["ranks"]],
         entry["network"],
         kind=entry.get("kind", "weak"),
         changes=pj.Changes(**entry["kwargs"]),
         thread_scaling=thread_scaling,
         bootstrap=0,
-    )
-    return float(result.table[entry["quantity"]].iloc[0]), str(result.table["limiter"].iloc[0])
+    ).table.iloc[0]
 
 
 def _case_inputs(case: str, run: Any, row: Any) -> tuple[dict[str, Any], float, str]:
@@ -746,7 +798,32 @@ def format_nodes(result: Mapping[str, Any]) -> str:
         if speed.get("median_error") is not None:
             line += f"; at host speed median {speed['median_error']:.1%} / max {speed['max_error']:.1%}"
         lines.append(line)
+    lines += step_split_lines(table)
     return "\n".join(lines)
+
+
+def step_split_lines(table: pd.DataFrame) -> list[str]:
+    """Where each point's step went, measured / predicted in ms: the time between collectives, the wait for
+    the last rank, the collective after it (points whose ranks met in a collective; [] when none did)."""
+    if "measured_step_split" not in table:
+        return []
+    split = table[table["measured_step_split"].notna() & table["predicted_step_split"].notna()]
+    if split.empty:
+        return []
+    lines = [
+        "",
+        "a step, measured / predicted (ms; means over the steps, medians over the repetitions), and how the"
+        " ranks' steps varied together (the model: not at all):",
+        f"{'cluster':<36} {'point':<28} {'nodes':>5} {'between':>13} {'wait':>13} {'collective':>13}"
+        f" {'correlation':>11}",
+    ]
+    for row in split.itertuples():
+        measured, predicted = row.measured_step_split, row.predicted_step_split
+        parts = " ".join(f"{measured[name] * 1e3:>6.3g}/{predicted[name] * 1e3:<6.3g}" for name in SPLIT)
+        correlation = measured.get("correlation", math.nan)
+        shown = f"{correlation:>11.2f}" if math.isfinite(correlation) else f"{'–':>11}"
+        lines.append(f"{row.cluster:<36} {row.point:<28} {row.ranks:>5} {parts} {shown}")
+    return lines
 
 
 def main(
