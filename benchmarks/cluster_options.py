@@ -1,8 +1,14 @@
-"""The miniature-cluster options the benchmarks that build their own cluster share (nodes, share, link, bytes)."""
+"""What the benchmarks that build their own miniature cluster share: its options (nodes, share, link, bytes) and
+how a measurement is run and printed."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
 
 
 def add_cluster_options(
@@ -18,3 +24,21 @@ def add_cluster_options(
     )
     parser.add_argument("--link", default=link, help=f"each node's link, e.g. 50mbit, or unshaped (default {link})")
     parser.add_argument("--bytes", type=float, default=nbytes, help=f"bytes an allreduce sums (default {nbytes})")
+
+
+def run_measurement(
+    script: str, measure: Callable[[], dict[str, Any]], text: Callable[[dict[str, Any]], str], *, as_json: bool
+) -> int:
+    """``measure()`` with its seconds added, printed as one JSON object or as ``text``; one error line naming
+    ``script`` (exit 1) when the miniature cluster cannot be had (one already up, not root, no Slurm)."""
+    from workbench.minicluster import MiniClusterError
+
+    started = time.perf_counter()
+    try:
+        result = measure()
+    except MiniClusterError as error:
+        print(f"{script}: {error}", file=sys.stderr)
+        return 1
+    result["seconds"] = time.perf_counter() - started
+    print(json.dumps(result, indent=1) if as_json else text(result))
+    return 0

@@ -23,13 +23,12 @@ Rounds start fresh ranks on the same cluster; ``--json`` prints one JSON object
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
 from typing import Any
 
-from cluster_options import add_cluster_options
+from cluster_options import add_cluster_options, run_measurement
 
 NODES = 2
 CPUS_PER_NODE = 0.2
@@ -45,7 +44,6 @@ def allreduce_after(nbytes: int, calls: int) -> dict[str, float]:
     """On every rank: the allreduce's median seconds after each way, and the step's CPU seconds."""
     import resource
     import statistics
-    import time
 
     import numpy as np
     from mpi4py import MPI
@@ -158,17 +156,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=CALLS, help=f"timed allreduces per way a round ({CALLS})")
     parser.add_argument("--rounds", type=int, default=ROUNDS, help=f"rounds, fresh ranks each ({ROUNDS})")
     args = parser.parse_args(argv)
-    from workbench.minicluster import MiniClusterError
-
-    started = time.perf_counter()
-    try:
-        result = measure_all(args.nodes, args.cpus_per_node, args.link, int(args.bytes), args.calls, args.rounds)
-    except MiniClusterError as error:
-        print(f"benchmarks/collective_after_compute.py: {error}", file=sys.stderr)
-        return 1
-    result["seconds"] = time.perf_counter() - started
-    print(json.dumps(result, indent=1) if args.json else text(result))
-    return 0
+    return run_measurement(
+        "benchmarks/collective_after_compute.py",
+        lambda: measure_all(args.nodes, args.cpus_per_node, args.link, int(args.bytes), args.calls, args.rounds),
+        text,
+        as_json=args.json,
+    )
 
 
 if __name__ == "__main__":

@@ -29,7 +29,6 @@ rendered from it).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -37,7 +36,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from cluster_options import add_cluster_options
+from cluster_options import add_cluster_options, run_measurement
 
 NODES = 8
 CPUS_PER_NODE = 0.2
@@ -65,7 +64,6 @@ class Setup:
 def waiting_and_working(nbytes: int, allreduces: int, steps: int) -> dict[str, float]:
     """On every rank: the three measurements, in one order; rank 0's numbers are the ones reported."""
     import statistics
-    import time
 
     import numpy as np
     from mpi4py import MPI
@@ -185,24 +183,16 @@ def main(argv: list[str] | None = None) -> int:
         "--allreduces", type=int, default=ALLREDUCES, help=f"timed allreduces a round (default {ALLREDUCES})"
     )
     args = parser.parse_args(argv)
-    from workbench.minicluster import MiniClusterError
-
     libraries = {}
     for entry in args.library:
         name, _, path = entry.partition("=")
         if not name or not os.path.isfile(path):
             parser.error(f"--library {entry}: give NAME=PATH of a shared library that exists")
         libraries[name] = os.path.abspath(path)
-    started = time.perf_counter()
-    try:
-        setup = Setup(args.nodes, args.cpus_per_node, args.link, int(args.bytes), args.allreduces)
-        result = measure_all(libraries, args.rounds, setup)
-    except MiniClusterError as error:
-        print(f"benchmarks/idle_wait.py: {error}", file=sys.stderr)
-        return 1
-    result["seconds"] = time.perf_counter() - started
-    print(json.dumps(result, indent=1) if args.json else text(result))
-    return 0
+    setup = Setup(args.nodes, args.cpus_per_node, args.link, int(args.bytes), args.allreduces)
+    return run_measurement(
+        "benchmarks/idle_wait.py", lambda: measure_all(libraries, args.rounds, setup), text, as_json=args.json
+    )
 
 
 if __name__ == "__main__":
