@@ -7,7 +7,7 @@
 #   benchmarks/measure_readme.sh overhead   # only the named ones
 #   benchmarks/measure_readme.sh projection-sweeps projection   # the projection's validation, ~15 minutes
 #   benchmarks/measure_readme.sh projection-nodes-sweeps projection-nodes   # ... across nodes, ~2 h 20 min, root
-#   benchmarks/measure_readme.sh projection-nodes-sleeping-sweeps projection-nodes-sleeping   # ranks asleep, ~3 h
+#   benchmarks/measure_readme.sh projection-nodes-sleeping-sweeps projection-nodes-sleeping   # ranks asleep, ~4 h 40 min
 #   benchmarks/measure_readme.sh pop-scaling-nodes-50mbit pop-scaling-nodes-1gbit eval-frequency-nodes-50mbit \
 #       eval-frequency-nodes-1gbit ps-vs-allreduce-nodes-1gbit ps-vs-allreduce-nodes-unshaped cpu-tuning-nodes
 #       # the case studies on nodes, ~85 minutes, root
@@ -171,11 +171,26 @@ for repetition in 1 2 3; do
         --sharded no --measured-steps 6 --repetitions 2 --nodes 1,2,4 --cpus-per-node 0.4 --link unshaped \
         --out artifacts/sleepbatch/nodes-ps-vs-allreduce-unshaped-r$repetition --json
 done
+# each case's other link, asleep (2026-11-27, ~1 h 40 min): pop-scaling where the link is the limit (50 Mbit/s),
+# ps-vs-allreduce where it is slow (1 Gbit/s)
+for repetition in 1 2 3; do
+    sweep projection-nodes-sleeping-sweeps workbench run pop-scaling --preset reduced --nodes 1,2,4 --cpus-per-node 0.4 \
+        --link 50mbit --out artifacts/sleepbatch/nodes-pop-scaling-50mbit-r$repetition --json
+    sweep projection-nodes-sleeping-sweeps workbench run ps-vs-allreduce --preset ci --data synthetic --ps 1 \
+        --sharded no --measured-steps 6 --repetitions 2 --nodes 1,2,4 --cpus-per-node 0.4 --link 1gbit \
+        --out artifacts/sleepbatch/nodes-ps-vs-allreduce-1gbit-r$repetition --json
+done
 measure projection-nodes-sleeping workbench bench projection --nodes --json --sweeps \
     'artifacts/sleepbatch/nodes-eval-frequency-1gbit-r*' 'artifacts/sleepbatch/nodes-eval-frequency-50mbit-r*' \
     'artifacts/sleepbatch/nodes-eval-frequency-0.4core-1gbit-r*' 'artifacts/sleepbatch/nodes-eval-frequency-0.4core-50mbit-r*' \
-    'artifacts/sleepbatch/nodes-input-pipeline-1gbit-r*' 'artifacts/sleepbatch/nodes-pop-scaling-1gbit-r*' \
-    'artifacts/sleepbatch/nodes-ps-vs-allreduce-unshaped-r*'
+    'artifacts/sleepbatch/nodes-input-pipeline-1gbit-r*' 'artifacts/sleepbatch/nodes-pop-scaling-1gbit-r*' 'artifacts/sleepbatch/nodes-pop-scaling-50mbit-r*' \
+    'artifacts/sleepbatch/nodes-ps-vs-allreduce-unshaped-r*' 'artifacts/sleepbatch/nodes-ps-vs-allreduce-1gbit-r*'
+# a step's skeleton (the 1-node run's CPU per step, then its allreduce) on the nodes of two of those sweeps, beside
+# the workload's own step split (root; builds its own cluster; ~5 minutes each)
+measure step-rhythm-eval-frequency python benchmarks/step_rhythm.py 'artifacts/sleepbatch/nodes-eval-frequency-1gbit-r*' \
+    --point k=20 --json
+measure step-rhythm-pop-scaling python benchmarks/step_rhythm.py 'artifacts/sleepbatch/nodes-pop-scaling-1gbit-r*' \
+    --point weak --steps 60 --json
 # the reports the reduced sweeps above wrote, opened in headless Chromium
 measure report-open python benchmarks/report_open.py
 # the browser test writes its measurements (event -> screen, first figure, redraw in the browser)

@@ -1410,9 +1410,66 @@ def render_projection_nodes(saved: Mapping[str, Any]) -> str:
         "",
         speed_line,
         "",
+        *step_split_table(result["validation"]),
         source_line(saved),
     ]
     return "\n".join(lines)
+
+
+def correlation(value: float | None) -> str:
+    """A correlation with 2 decimals (``0.27``, ``−0.05``); – where there is none."""
+    if value is None or not math.isfinite(value):
+        return "–"
+    return "0.00" if round(value, 2) == 0 else f"{value:.2f}".replace("-", "−")
+
+
+def step_split_table(validation: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Where a step went at each point whose ranks met in a collective, measured beside the model (results
+    saved before 2026-11-27 lack it: nothing)."""
+    found = [r for r in validation if r.get("measured_step_split") and r.get("predicted_step_split")]
+    if not found:
+        return []
+
+    def pair(r: Mapping[str, Any], name: str) -> str:
+        measured, predicted = r["measured_step_split"][name], r["predicted_step_split"][name]
+        return f"{number(measured * 1e3)} / {number(predicted * 1e3)}"
+
+    rows = [
+        [
+            r["case"],
+            r["cluster"].split(": ", 1)[-1],
+            r["point"].split("/", 1)[-1],
+            str(r["ranks"]),
+            pair(r, "between_s"),
+            pair(r, "wait_s"),
+            pair(r, "collective_s"),
+            correlation(r["measured_step_split"].get("correlation")),
+        ]
+        for r in sorted(found, key=lambda r: (r["case"], r["cluster"], r["point"].split("/", 1)[1], r["ranks"]))
+    ]
+    return [
+        "Where a training step's time went at each point, measured / as the model has it (means over the steps,"
+        " medians over the repetitions): the ranks' time between collectives, the wait for the last rank to"
+        " arrive, and the collective after it (the last arrival's own; `analysis.collective_split`); and how the"
+        " ranks' times between collectives varied together step by step (`analysis.step_correlation`, the mean"
+        " over pairs of ranks; the model draws them independently).",
+        "",
+        table(
+            [
+                "case",
+                "nodes' share and link",
+                "point",
+                "nodes",
+                "between (ms)",
+                "wait (ms)",
+                "collective (ms)",
+                "step correlation",
+            ],
+            ["l", "l", "l", "r", "r", "r", "r", "r"],
+            rows,
+        ),
+        "",
+    ]
 
 
 def render_projection_seeds(saved: Mapping[str, Any]) -> str:
@@ -1731,8 +1788,8 @@ def projection_nodes_headline(saved: Mapping[str, Any]) -> str:
     return (
         f"- **The projection across nodes:** each node count projected from its sweep's 1-node run is within"
         f" {share(result['median_error'])} (median) and {share(result['max_error'])} (max) of the measured medians"
-        f" of {result['runs']} points on {counts[0]}–{counts[-1]} nodes (the goal: 5 % and 10 %); by case, median"
-        f" and max: {cases}."
+        f" of {result['runs']} points on {counts[0]}–{counts[-1]} nodes, ranks waiting in MPI asleep (the goal:"
+        f" 5 % and 10 %); by case, median and max: {cases}."
     )
 
 
@@ -1778,14 +1835,14 @@ def render_headline(saved: Mapping[str, Any]) -> str:
         "peer, hence the workbench's 4).",
         nodes_headline(load(POP_NODE_SWEEPS[1]), load(EVAL_NODE_SWEEPS[1])),
         schemes_headline(load(PS_NODE_SWEEPS[1]), load(PS_NODE_SWEEPS[0]), load(CPU_NODE_SWEEPS[0])),
-        projection_nodes_headline(load("projection-nodes")),
+        projection_nodes_headline(load("projection-nodes-sleeping")),
     ]
     sources = (
         "overhead, analysis-categorical, analysis-split-100m, browser, live, live-1024, dashboard-cost,"
         " eval-frequency-reduced,"
         " input-pipeline-reduced,"
         f" projection, minicluster, {POP_NODE_SWEEPS[1]}, {EVAL_NODE_SWEEPS[1]}, {', '.join(PS_NODE_SWEEPS)},"
-        f" {CPU_NODE_SWEEPS[0]}, projection-nodes"
+        f" {CPU_NODE_SWEEPS[0]}, projection-nodes-sleeping"
     )
     return (
         "\n".join(lines)
