@@ -30,6 +30,8 @@ import numpy as np
 import pandas as pd
 from cluster_options import run_measurement
 
+from workbench.analysis.straggler import SPLIT_PARTS
+
 STEPS = 150
 ROUNDS = 2
 WARMUP_STEPS = 3
@@ -70,7 +72,7 @@ def skeleton_steps(cpu_draws: list[float], nbytes: int, steps: int, seed: int) -
 def workload_steps(directories: list[Path], point: str) -> tuple[dict[str, Any], np.ndarray, float]:
     """Per count, the workload's step split (medians over the sweeps); the 1-node runs' seconds per step
     (compute and input, warm-up left out; pooled) and gradient bytes (median)."""
-    from workbench.analysis import collective_intervals, collective_split, step_correlation
+    from workbench.analysis import collective_intervals, collective_summary
     from workbench.analysis import projection as pj
     from workbench.store import Run
 
@@ -87,16 +89,9 @@ def workload_steps(directories: list[Path], point: str) -> tuple[dict[str, Any],
                 draws.append(np.asarray(costs.compute_s) + np.asarray(costs.input_s))
                 gradient_bytes.append(costs.gradient_bytes)
                 continue
-            intervals = collective_intervals(run.events, warmup_steps=pj.WARMUP_STEPS)
-            if intervals.empty:
-                continue
-            split = collective_split(intervals)
-            by_count.setdefault(int(count), []).append(
-                {
-                    **{name: float(split[name].mean()) for name in ("between_s", "wait_s", "collective_s")},
-                    "correlation": step_correlation(intervals),
-                }
-            )
+            summary = collective_summary(collective_intervals(run.events, warmup_steps=pj.WARMUP_STEPS))
+            if summary is not None:
+                by_count.setdefault(int(count), []).append(summary)
     if not draws:
         raise SystemExit(f"no 1-node run of {point!r} in {[str(d) for d in directories]}: give --point a value")
     medians = {
@@ -109,7 +104,7 @@ def workload_steps(directories: list[Path], point: str) -> tuple[dict[str, Any],
 # -- the measurement -----------------------------------------------------------------------------------------
 def measure(pattern: str, point: str, steps: int, rounds: int) -> dict[str, Any]:
     from workbench import minicluster
-    from workbench.analysis import collective_split, step_correlation
+    from workbench.analysis import collective_summary
     from workbench.nodes import describe_sweep_cluster, read_nodes_file
 
     minicluster.check_host_for_own_cluster()
@@ -138,13 +133,8 @@ def measure(pattern: str, point: str, steps: int, rounds: int) -> dict[str, Any]
                         if i >= WARMUP_STEPS
                     ]
                 )
-                split = collective_split(intervals)
-                skeleton.setdefault(count, []).append(
-                    {
-                        **{name: float(split[name].mean()) for name in ("between_s", "wait_s", "collective_s")},
-                        "correlation": step_correlation(intervals) if count > 1 else float("nan"),
-                    }
-                )
+                # 1 node: no pair of ranks, so no correlation (NaN)
+                skeleton.setdefault(count, []).append(collective_summary(intervals))
     return {
         "sweeps": pattern,
         "point": point,
@@ -180,11 +170,10 @@ def text(result: dict[str, Any]) -> str:
         if not skeleton:
             continue
         parts = "  ".join(
-            f"{name[:-2]} {measured[name] * 1e3:.3g} / {skeleton[name] * 1e3:.3g}"
-            for name in ("between_s", "wait_s", "collective_s")
+            f"{name[:-2]} {measured[name] * 1e3:.3g} / {skeleton[name] * 1e3:.3g}" for name in SPLIT_PARTS
         )
-        step_w = sum(measured[n] for n in ("between_s", "wait_s", "collective_s"))
-        step_s = sum(skeleton[n] for n in ("between_s", "wait_s", "collective_s"))
+        step_w = sum(measured[n] for n in SPLIT_PARTS)
+        step_s = sum(skeleton[n] for n in SPLIT_PARTS)
         lines.append(
             f"  {count} nodes: {parts}  correlation {measured['correlation']:.2f} / {skeleton['correlation']:.2f}"
             f"  step {step_w * 1e3:.3g} / {step_s * 1e3:.3g} ({step_s / step_w - 1:+.1%})"

@@ -286,8 +286,9 @@ def step_waits(events: pd.DataFrame, *, step_name: str = STEP_NAME) -> pd.DataFr
     steps["late_rank"] = [late[s] if c else -1 for s, c in zip(steps["step"], complete)]
 
     steps["wait_end_ns"] = steps["end_ns"]
-    _take_gap_waits(steps, events)
-    _take_waits(steps, collective_arrivals(events, steps), "wait_from_arrival", ARRIVAL)
+    collectives = events[events["phase"] == ev.COMMUNICATION]  # both kinds of evidence read only these
+    _take_gap_waits(steps, collectives)
+    _take_waits(steps, collective_arrivals(collectives, steps), "wait_from_arrival", ARRIVAL)
     lateness = allreduce_lateness(events, step_name=step_name)
     if len(lateness):
         latest = lateness.groupby("step")["arrival_ns"].transform("max")
@@ -430,6 +431,19 @@ def collective_split(intervals: pd.DataFrame) -> pd.DataFrame:
     )
     table["wait_s"] = table["slowest_s"] - table["between_s"]
     return table[list(COLLECTIVE_SPLIT_COLUMNS)].astype({"epoch": "int64", "step": "int64", "ranks": "int64"})
+
+
+#: The parts of a step ``collective_summary`` averages.
+SPLIT_PARTS: tuple[str, ...] = ("between_s", "wait_s", "collective_s")
+
+
+def collective_summary(intervals: pd.DataFrame) -> dict[str, float] | None:
+    """A run's step in ``collective_split``'s parts (``SPLIT_PARTS``, means over its steps) and how its ranks'
+    steps varied together (``correlation``, ``step_correlation``); None without intervals."""
+    if intervals.empty:
+        return None
+    split = collective_split(intervals)
+    return {**{name: float(split[name].mean()) for name in SPLIT_PARTS}, "correlation": step_correlation(intervals)}
 
 
 def step_correlation(intervals: pd.DataFrame) -> float:

@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from workbench.analysis import projection as pj
+from workbench.analysis.straggler import SPLIT_PARTS
 from workbench.events import BYTES_PER_MB
 from workbench.hostspeed import SAMPLES_FILE, read_samples, speed_in_window
 
@@ -137,7 +138,8 @@ def validation_table(
     rows = []
     for key, members in groups.items():
         measured = float(np.median([m["measured_s"] for m in members]))
-        predictions = [_predict(m, thread_scaling) for m in members]
+        projected = [_projected_row(m, thread_scaling) for m in members]
+        predictions = [_quantity(m, row) for m, row in zip(members, projected)]
         predicted = float(np.median([p for p, _ in predictions]))
         limiter = min(predictions, key=lambda p: abs(p[0] - predicted))[1]
         others = [(group, other) for other, group in groups.items() if other[:3] == key[:3] and other != key]
@@ -190,25 +192,10 @@ def validation_table(
                 "compute_growth": _median_or_nan([m["compute_growth"] for m in members]),
                 # where a step's time went, measured and as the model has it (medians over the repetitions)
                 "measured_step_split": _median_split([m["measured_split"] for m in members]),
-                "predicted_step_split": _median_split([_predicted_split(m, thread_scaling) for m in members]),
+                "predicted_step_split": _median_split([_predicted_split(m, row) for m, row in zip(members, projected)]),
             }
         )
     return pd.DataFrame(rows, columns=VALIDATION_COLUMNS)
-
-
-#: A step's parts, as ``straggler.collective_split`` measures them and ``_predicted_split`` reads the model's.
-SPLIT = ("between_s", "wait_s", "collective_s")
-
-
-def _measured_split(intervals: pd.DataFrame | None) -> dict[str, float] | None:
-    """A run's step in ``SPLIT``'s parts, means over its steps, and how its ranks' steps vary together
-    (``correlation``; None: its ranks met in no blocking collective it recorded)."""
-    from workbench.analysis.straggler import collective_split, step_correlation
-
-    if intervals is None or intervals.empty:
-        return None
-    split = collective_split(intervals)
-    return {**{name: float(split[name].mean()) for name in SPLIT}, "correlation": step_correlation(intervals)}
 
 
 def _median_split(splits: Sequence[Mapping[str, float] | None]) -> dict[str, float] | None:
@@ -217,12 +204,12 @@ def _median_split(splits: Sequence[Mapping[str, float] | None]) -> dict[str, flo
     return {name: _median_or_nan([split[name] for split in found]) for name in found[0]} if found else None
 
 
-def _predicted_split(entry: Mapping[str, Any], thread_scaling: float) -> dict[str, float] | None:
-    """The model's step at the entry's count in ``collective_split``'s parts: the collective and the wait per
-    step, the rest of the step between (None: the model has no training steps there)."""
+def _predicted_split(entry: Mapping[str, Any], row: pd.Series) -> dict[str, float] | None:
+    """The model's step (``row``, its projection at the entry's count) in ``collective_split``'s parts: the
+    collective and the wait per step, the rest of the step between (None: the model has no training steps
+    there, or the scheme meets in no collective)."""
     if entry["kwargs"].get("scheme", "allreduce") == "ps":
         return None
-    row = _projected_row(entry, thread_scaling)
     training = row["epoch_s"] - row["evaluation_s"] - row["checkpoint_s"]
     steps = training / row["step_s"] if row["step_s"] > 0 else math.nan
     if not steps > 0:
@@ -272,7 +259,7 @@ def _validation_entries(sweeps: Sequence[tuple[str, str | Path]], net: pj.Networ
     A sweep run on a miniature cluster's nodes (``nodes.json`` beside it, ``workbench run CASE --nodes``)
     is predicted with the network fitted to the link measured on that cluster, one rank per node.
     """
-    from workbench.analysis.straggler import collective_intervals
+    from workbench.analysis.straggler import collective_intervals, collective_summary
     from workbench.nodes import describe_sweep_cluster, read_nodes_file
     from workbench.store import Run
 
@@ -345,6 +332,7 @@ def _validation_entries(sweeps: Sequence[tuple[str, str | Path]], net: pj.Networ
             # the parameter servers' workers meet in no collective: their steps have no such split
             barrier = kwargs.get("scheme", "allreduce") != "ps"
             intervals = collective_intervals(target.events, warmup_steps=pj.WARMUP_STEPS) if barrier else None
+            measured_split = collective_summary(intervals) if intervals is not None else None
             entries.append(
                 {
                     "case": case,
@@ -361,7 +349,7 @@ def _validation_entries(sweeps: Sequence[tuple[str, str | Path]], net: pj.Networ
                     "compute_growth": growth,
                     # per step, means over the steps: the ranks' time between collectives, the wait for the last,
                     # the collective after it (None: the run's ranks met in no blocking collective it recorded)
-                    "measured_split": _measured_split(intervals),
+                    "measured_split": measured_split,
                     "network": network,
                     "kind": kind,
                     "kwargs": kwargs,
@@ -451,7 +439,11 @@ def _predict(entry: Mapping[str, Any], thread_scaling: float, at_target_speed: b
         if entry.get("host_slowdown") is None:
             return math.nan, ""
         profile = profile.on_slower_cores(entry["host_slowdown"])
-    row = _projected_row(entry, thread_scaling, profile)
+    return _quantity(entry, _projected_row(entry, thread_scaling, profile))
+
+
+def _quantity(entry: Mapping[str, Any], row: pd.Series) -> tuple[float, str]:
+    """The entry's quantity in its projected ``row``, and what limits it there."""
     return float(row[entry["quantity"]]), str(row["limiter"])
 
 
@@ -819,7 +811,7 @@ def step_split_lines(table: pd.DataFrame) -> list[str]:
     ]
     for row in split.itertuples():
         measured, predicted = row.measured_step_split, row.predicted_step_split
-        parts = " ".join(f"{measured[name] * 1e3:>6.3g}/{predicted[name] * 1e3:<6.3g}" for name in SPLIT)
+        parts = " ".join(f"{measured[name] * 1e3:>6.3g}/{predicted[name] * 1e3:<6.3g}" for name in SPLIT_PARTS)
         correlation = measured.get("correlation", math.nan)
         shown = f"{correlation:>11.2f}" if math.isfinite(correlation) else f"{'–':>11}"
         lines.append(f"{row.cluster:<36} {row.point:<28} {row.ranks:>5} {parts} {shown}")
