@@ -7,7 +7,7 @@
 #   benchmarks/measure_readme.sh overhead   # only the named ones
 #   benchmarks/measure_readme.sh projection-sweeps projection   # the projection's validation, ~15 minutes
 #   benchmarks/measure_readme.sh projection-nodes-sweeps projection-nodes   # ... across nodes, ~2 h 20 min, root
-#   benchmarks/measure_readme.sh projection-nodes-sleeping-sweeps projection-nodes-sleeping   # ranks asleep, ~4 h 40 min
+#   benchmarks/measure_readme.sh projection-nodes-sleeping-sweeps projection-nodes-sleeping   # ranks asleep, ~5 h 40 min
 #   benchmarks/measure_readme.sh pop-scaling-nodes-50mbit pop-scaling-nodes-1gbit eval-frequency-nodes-50mbit \
 #       eval-frequency-nodes-1gbit ps-vs-allreduce-nodes-1gbit ps-vs-allreduce-nodes-unshaped cpu-tuning-nodes
 #       # the case studies on nodes, ~85 minutes, root
@@ -180,10 +180,25 @@ for repetition in 1 2 3; do
         --sharded no --measured-steps 6 --repetitions 2 --nodes 1,2,4 --cpus-per-node 0.4 --link 1gbit \
         --out artifacts/sleepbatch/nodes-ps-vs-allreduce-1gbit-r$repetition --json
 done
+# the 1 Gbit/s eval-frequency and input-pipeline sweeps again with the lighter recorder (2026-11-27, ~1 h): the old
+# one's flushes had lengthened the steps' collectives on these nodes (benchmarks/recording_on_quota.py)
+for repetition in 1 2 3; do
+    sweep projection-nodes-sleeping-sweeps workbench run eval-frequency --preset ci --backend mpi4py \
+        --nodes 1,2,4,8 --cpus-per-node 0.2 --link 1gbit \
+        --out artifacts/lightrec/nodes-eval-frequency-1gbit-r$repetition --json
+    sweep projection-nodes-sleeping-sweeps workbench run eval-frequency --preset ci --backend mpi4py \
+        --nodes 1,2,4 --cpus-per-node 0.4 --link 1gbit \
+        --out artifacts/lightrec/nodes-eval-frequency-0.4core-1gbit-r$repetition --json
+done
+for repetition in 1 2 3; do
+    sweep projection-nodes-sleeping-sweeps workbench run input-pipeline --preset reduced --threads 1 --intervals 1,8 \
+        --seconds 5 --nodes 1,2,4,8 --cpus-per-node 0.2 --link 1gbit \
+        --out artifacts/lightrec/nodes-input-pipeline-1gbit-r$repetition --json
+done
 measure projection-nodes-sleeping workbench bench projection --nodes --json --sweeps \
-    'artifacts/sleepbatch/nodes-eval-frequency-1gbit-r*' 'artifacts/sleepbatch/nodes-eval-frequency-50mbit-r*' \
-    'artifacts/sleepbatch/nodes-eval-frequency-0.4core-1gbit-r*' 'artifacts/sleepbatch/nodes-eval-frequency-0.4core-50mbit-r*' \
-    'artifacts/sleepbatch/nodes-input-pipeline-1gbit-r*' 'artifacts/sleepbatch/nodes-pop-scaling-1gbit-r*' 'artifacts/sleepbatch/nodes-pop-scaling-50mbit-r*' \
+    'artifacts/lightrec/nodes-eval-frequency-1gbit-r*' 'artifacts/sleepbatch/nodes-eval-frequency-50mbit-r*' \
+    'artifacts/lightrec/nodes-eval-frequency-0.4core-1gbit-r*' 'artifacts/sleepbatch/nodes-eval-frequency-0.4core-50mbit-r*' \
+    'artifacts/lightrec/nodes-input-pipeline-1gbit-r*' 'artifacts/sleepbatch/nodes-pop-scaling-1gbit-r*' 'artifacts/sleepbatch/nodes-pop-scaling-50mbit-r*' \
     'artifacts/sleepbatch/nodes-ps-vs-allreduce-unshaped-r*' 'artifacts/sleepbatch/nodes-ps-vs-allreduce-1gbit-r*'
 # a step's skeleton (the 1-node run's CPU per step, then its allreduce) on the nodes of two of those sweeps, beside
 # the workload's own step split (root; builds its own cluster; ~5 minutes each)
@@ -202,6 +217,10 @@ measure idle-wait python benchmarks/idle_wait.py --json
 # the same on ps-vs-allreduce's nodes and gradients, unshaped (root; ~4 minutes)
 measure idle-wait-unshaped python benchmarks/idle_wait.py --nodes 4 --cpus-per-node 0.4 --link unshaped --bytes 87e6 \
     --allreduces 12 --rounds 2 --json
+# what recording costs a step on nodes of 0.2 core, 1 to 8 of them (root; its own 8 nodes; ~6 minutes);
+# recording-on-quota-before was this command at 882c6da (the recorder before its lighter flushes) with
+# --flush-interval 0.25 (the workloads' cadence then): it is kept, not measured again here
+measure recording-on-quota python benchmarks/recording_on_quota.py --json
 # the allreduce that follows a training step under a node's CPU quota, against rested and back to back
 # (root; its own 2, then 8 nodes of 0.2 core at 1 Gbit/s; ~1.5 minutes each)
 measure collective-after-compute python benchmarks/collective_after_compute.py --json

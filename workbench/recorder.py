@@ -101,6 +101,9 @@ class _Span:
 #: (busy 2-core machine): 512 a second keeps its poll near a quarter of a core at 1 024 ranks.
 FLUSH_FILES_PER_S = 512
 DEFAULT_FLUSH_INTERVAL_S = 0.5
+#: memory samples are written at most this often, spans and counters (heartbeats) at the flush interval: a live
+#: view's memory lags by a second at most
+SAMPLES_FLUSH_INTERVAL_S = 1.0
 
 
 def default_flush_interval(ranks: object) -> float:
@@ -153,13 +156,20 @@ class Recorder:
         #: (phase, name, detail) -> the row head a span starts with, checked once
         self._heads: dict[tuple[str, str | None, str], tuple[str, str, str]] = {}
         self._memory_interval_s = memory_interval_s
-        self._last_memory_sample = 0.0
+        #: the background thread's tasks each come due an interval after the last (the first: after start)
+        started = time.monotonic()
+        self._last_memory_sample = self._last_flush = self._last_samples_flush = started
         #: a heartbeat row (``HEARTBEAT``: this process's CPU % since the last one) from the background
         #: thread: a rank waiting in MPI still beats, a frozen process or an unreachable node does not
         self._heartbeat_interval_s = heartbeat_interval_s
         self._heartbeat_process = psutil.Process()
         self._heartbeat_process.cpu_percent(None)
-        self._last_heartbeat = 0.0
+        # the first heartbeat with the first flush: a rank frozen early is still one that was seen beating
+        self._last_heartbeat = (
+            started
+            - (heartbeat_interval_s or 0.0)
+            + min(self.flush_interval_s, heartbeat_interval_s or self.flush_interval_s)
+        )
         self._write_lock = threading.Lock()
         self._stop = threading.Event()
         self._closed = False
@@ -305,12 +315,14 @@ class Recorder:
             **({"recording_ended_ns": self.recording_ended_ns} if self.recording_ended_ns is not None else {}),
         )
 
-    def flush(self) -> None:
-        """Write buffered rows now (the background thread does this every interval)."""
+    def flush(self, *, memory: bool = True) -> None:
+        """Write buffered rows now (the background thread does this every interval); ``memory=False``: the
+        memory samples stay buffered for a later flush."""
         with self._write_lock:
             self._flush_stream(self._events, EVENT_COLUMNS[3:], self._event_writer)
-            self._flush_stream(self._memory, MEMORY_COLUMNS[3:], self._memory_writer)
             self._flush_stream(self._counters, COUNTER_COLUMNS[3:], self._counter_writer)
+            if memory:
+                self._flush_stream(self._memory, MEMORY_COLUMNS[3:], self._memory_writer)
 
     def _flush_stream(self, buffer: collections.deque, columns: tuple[str, ...], writer: StreamWriter) -> None:
         count = len(buffer)
@@ -324,7 +336,7 @@ class Recorder:
             raise
 
     def _background(self) -> None:
-        while not self._stop.wait(self._tick()):
+        while not self._stop.wait(self._until_due()):
             try:
                 now = time.monotonic()
                 if self._memory_interval_s and now - self._last_memory_sample >= self._memory_interval_s:
@@ -333,14 +345,26 @@ class Recorder:
                 if self._heartbeat_interval_s and now - self._last_heartbeat >= self._heartbeat_interval_s:
                     self._last_heartbeat = now
                     self.counter(HEARTBEAT, self._heartbeat_process.cpu_percent(None))
-                self.flush()
+                # at the flush interval, not at each sample's, and the memory samples at most every
+                # SAMPLES_FLUSH_INTERVAL_S: every part file costs the rank CPU (about 1 ms), and on a node with
+                # a CPU quota that CPU is taken from its steps (docs/measurements.md); counters are written
+                # when they have rows (a heartbeat a second), so a frozen rank is told apart as soon as before
+                if now - self._last_flush >= self.flush_interval_s:
+                    self._last_flush = now
+                    memory = now - self._last_samples_flush >= SAMPLES_FLUSH_INTERVAL_S
+                    if memory:
+                        self._last_samples_flush = now
+                    self.flush(memory=memory)
             except Exception as error:  # e.g. disk full: rows stay buffered, close() raises it
                 self.write_error = error
                 continue
 
-    def _tick(self) -> float:
-        intervals = [self.flush_interval_s, self._memory_interval_s, self._heartbeat_interval_s]
-        return min(interval for interval in intervals if interval)
+    def _until_due(self) -> float:
+        """Seconds until the background thread's next task is due: a memory sample, a heartbeat, a flush."""
+        due = [(self._last_flush, self.flush_interval_s)]
+        due += [(self._last_memory_sample, self._memory_interval_s), (self._last_heartbeat, self._heartbeat_interval_s)]
+        now = time.monotonic()
+        return max(0.0, min(last + interval - now for last, interval in due if interval))
 
     def close(self) -> None:
         """Stop the background thread and write everything still buffered."""

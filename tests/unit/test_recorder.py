@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import itertools
 import time
 
 import pytest
@@ -163,3 +164,29 @@ def test_a_large_jobs_ranks_flush_less_often_so_a_live_view_reads_512_files_a_se
         assert rec.flush_interval_s == 2.0
     with Recorder(create_run(tmp_path, "mine", ranks=1024), rank=3, flush_interval_s=0.1) as rec:
         assert rec.flush_interval_s == 0.1  # the user's own setting wins
+
+
+def test_memory_samples_do_not_add_flushes(tmp_path):
+    """Samples every 20 ms, spans flushed every 0.1 s, samples written at most every second: every flush of a
+    stream is a part file, whose writing costs the rank CPU (on a node with a CPU quota, out of its steps)."""
+    path = create_run(tmp_path, "cadence", ranks=1)
+    rec = Recorder(path, rank=0, flush_interval_s=0.1, memory_interval_s=0.02, heartbeat_interval_s=None)
+    written: dict[str, list[float]] = {"events": [], "memory": []}
+    for stream, writer in (("events", rec._event_writer), ("memory", rec._memory_writer)):
+
+        def counted(*args, _write=writer.write_rows, _times=written[stream], **kwargs):
+            _times.append(time.monotonic())
+            return _write(*args, **kwargs)
+
+        writer.write_rows = counted
+    started = time.monotonic()
+    while time.monotonic() - started < 1.6:
+        with rec.phase("compute"):
+            time.sleep(0.01)
+    rec.close()
+    samples = int((Run.load(path).memory["label"] == "interval").sum())
+    assert samples >= 15  # the sampler kept its own interval
+    # spans every 0.1 s; the samples after 1 s and at close(): a file per sample would have made dozens
+    assert len(written["events"]) >= 6
+    assert 1 <= len(written["memory"]) <= 3
+    assert all(later - earlier >= 0.09 for earlier, later in itertools.pairwise(written["events"][:-1]))

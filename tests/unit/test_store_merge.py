@@ -102,3 +102,30 @@ def test_a_merge_killed_at_any_point_loses_and_doubles_nothing(tmp_path, kill):
         writer.write(_rows(step))
     assert tail.poll()[0]["step"].tolist() == [step for step in range(4, 9) for _ in range(3)]
     assert Run.load(path).events["step"].tolist() == [step for step in range(9) for _ in range(3)]
+
+
+def test_a_writer_merges_its_own_parts_from_memory_and_the_files_read_as_from_disk(tmp_path, monkeypatch):
+    """The parts a writer flushed are merged from the tables it still holds (reading them back cost twice the
+    write); what lands on disk is what a merge from disk makes, and nothing stays held after its merge."""
+    import pyarrow.parquet as pq
+
+    reads: list[str] = []
+    read_table = pq.read_table
+
+    def counted(source, *args, **kwargs):
+        reads.append(str(source))
+        return read_table(source, *args, **kwargs)
+
+    monkeypatch.setattr(pq, "read_table", counted)
+    held = create_run(tmp_path, "held", ranks=1)
+    writer = StreamWriter(held, "events", 0, merge_fanout=4)
+    for step in range(20):
+        writer.write(_rows(step))
+    # 20 batches in base 4: a merge of 16 (from the four merged files of 4, on disk) and one of 4 left
+    assert len(reads) == 4
+    assert not writer._unmerged
+    from_disk = create_run(tmp_path, "from-disk", ranks=1)
+    for step in range(20):  # a new writer each batch holds nothing: every merge reads its parts from disk
+        StreamWriter(from_disk, "events", 0, merge_fanout=4).write(_rows(step))
+    assert _files(held) == _files(from_disk) == ["00000001-00000016.parquet", "00000017-00000020.parquet"]
+    assert Run.load(held).events.drop(columns="run_id").equals(Run.load(from_disk).events.drop(columns="run_id"))

@@ -139,7 +139,7 @@ def train_on_rank(run_path: str, settings_dict: dict[str, Any]) -> dict[str, Any
         return loss_total, correct_total, len(x)
 
     # CPU samples tell the scaling projection how many cores a rank really kept busy
-    recorder = Recorder(run_path, flush_interval_s=0.25, memory_interval_s=0.25)
+    recorder = Recorder(run_path, memory_interval_s=0.25)
     recorder.align_clocks(comm)
     steps_per_epoch = len(shard_x) // settings.batch
     history = []

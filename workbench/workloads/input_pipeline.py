@@ -219,7 +219,7 @@ def train_on_rank(run_path: str, settings_dict: dict[str, Any]) -> dict[str, Any
         totals = comm.allreduce(np.array([correct, len(x_test)], dtype=np.float64), op=MPI.SUM)
         return float(totals[0] / max(totals[1], 1))
 
-    recorder = Recorder(run_path, flush_interval_s=0.25)
+    recorder = Recorder(run_path)
     recorder.align_clocks(comm)
     rng = np.random.default_rng(settings.seed + 1000 * rank)
     feed: QueueFeed | None = None

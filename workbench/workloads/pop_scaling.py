@@ -180,7 +180,7 @@ def train_on_rank(run_path: str, settings_dict: dict[str, Any]) -> dict[str, Any
             sums += np.array([float(v) for v in test_sums(chunk, y[start : start + 32])])
         return sums
 
-    recorder = Recorder(run_path, flush_interval_s=0.25)
+    recorder = Recorder(run_path)
     recorder.align_clocks(comm)
     steps = settings.steps_per_epoch(size)
     history: list[dict[str, float]] = []
