@@ -103,7 +103,7 @@ FLUSH_FILES_PER_S = 512
 DEFAULT_FLUSH_INTERVAL_S = 0.5
 #: memory samples are written at most this often, spans and counters (heartbeats) at the flush interval: a live
 #: view's memory lags by a second at most
-SAMPLES_FLUSH_INTERVAL_S = 1.0
+MEMORY_FLUSH_INTERVAL_S = 1.0
 
 
 def default_flush_interval(ranks: object) -> float:
@@ -158,18 +158,14 @@ class Recorder:
         self._memory_interval_s = memory_interval_s
         #: the background thread's tasks each come due an interval after the last (the first: after start)
         started = time.monotonic()
-        self._last_memory_sample = self._last_flush = self._last_samples_flush = started
+        self._last_memory_sample = self._last_flush = self._last_memory_flush = started
         #: a heartbeat row (``HEARTBEAT``: this process's CPU % since the last one) from the background
         #: thread: a rank waiting in MPI still beats, a frozen process or an unreachable node does not
         self._heartbeat_interval_s = heartbeat_interval_s
         self._heartbeat_process = psutil.Process()
         self._heartbeat_process.cpu_percent(None)
         # the first heartbeat with the first flush: a rank frozen early is still one that was seen beating
-        self._last_heartbeat = (
-            started
-            - (heartbeat_interval_s or 0.0)
-            + min(self.flush_interval_s, heartbeat_interval_s or self.flush_interval_s)
-        )
+        self._last_heartbeat = started - max(0.0, (heartbeat_interval_s or 0.0) - self.flush_interval_s)
         self._write_lock = threading.Lock()
         self._stop = threading.Event()
         self._closed = False
@@ -346,14 +342,14 @@ class Recorder:
                     self._last_heartbeat = now
                     self.counter(HEARTBEAT, self._heartbeat_process.cpu_percent(None))
                 # at the flush interval, not at each sample's, and the memory samples at most every
-                # SAMPLES_FLUSH_INTERVAL_S: every part file costs the rank CPU (about 1 ms), and on a node with
+                # MEMORY_FLUSH_INTERVAL_S: every part file costs the rank CPU (about 1 ms), and on a node with
                 # a CPU quota that CPU is taken from its steps (docs/measurements.md); counters are written
                 # when they have rows (a heartbeat a second), so a frozen rank is told apart as soon as before
                 if now - self._last_flush >= self.flush_interval_s:
                     self._last_flush = now
-                    memory = now - self._last_samples_flush >= SAMPLES_FLUSH_INTERVAL_S
+                    memory = now - self._last_memory_flush >= MEMORY_FLUSH_INTERVAL_S
                     if memory:
-                        self._last_samples_flush = now
+                        self._last_memory_flush = now
                     self.flush(memory=memory)
             except Exception as error:  # e.g. disk full: rows stay buffered, close() raises it
                 self.write_error = error

@@ -373,9 +373,9 @@ class StreamWriter:
         write_parquet(table, tmp)
         os.replace(tmp, final)
         self._files.append((batch, batch, final))
-        if self.merge_fanout >= 2 and table.nbytes <= UNMERGED_HELD_BYTES and table.schema.equals(self.schema):
-            self._unmerged[final] = table  # as it reads back (a dictionary column would read back as strings)
         if self.merge_fanout >= 2:
+            if table.nbytes <= UNMERGED_HELD_BYTES and table.schema.equals(self.schema):
+                self._unmerged[final] = table  # as it reads back (a dictionary column would read back as strings)
             self._merge_newest()
         return final
 
