@@ -42,3 +42,21 @@ def run_measurement(
     result["seconds"] = time.perf_counter() - started
     print(json.dumps(result, indent=1) if as_json else text(result))
     return 0
+
+
+def engines_split(results: list[dict[str, Any]], warmup_steps: int) -> dict[str, float]:
+    """The step split (``analysis.collective_summary``) of engines' results, each ``{"rank", "between_s",
+    "collective_s"}`` with a value per step; the first ``warmup_steps`` steps of each rank left out."""
+    import pandas as pd
+
+    from workbench.analysis import collective_summary
+
+    intervals = pd.DataFrame(
+        [
+            {"rank": r["rank"], "epoch": 0, "step": i, "between_s": b, "collective_s": c}
+            for r in results
+            for i, (b, c) in enumerate(zip(r["between_s"], r["collective_s"]))
+            if i >= warmup_steps
+        ]
+    )
+    return collective_summary(intervals)

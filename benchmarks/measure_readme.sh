@@ -195,15 +195,29 @@ for repetition in 1 2 3; do
         --seconds 5 --nodes 1,2,4,8 --cpus-per-node 0.2 --link 1gbit \
         --out artifacts/lightrec/nodes-input-pipeline-1gbit-r$repetition --json
 done
+# eval-frequency on 0.4 core at 50 Mbit/s and pop-scaling at 1 Gbit/s with the lighter recorder too (2026-11-27;
+# ~14 and ~30 minutes)
+for repetition in 1 2 3; do
+    sweep projection-nodes-sleeping-sweeps workbench run eval-frequency --preset ci --backend mpi4py \
+        --nodes 1,2,4 --cpus-per-node 0.4 --link 50mbit \
+        --out artifacts/lightrec/nodes-eval-frequency-0.4core-50mbit-r$repetition --json
+done
+for repetition in 1 2 3; do
+    sweep projection-nodes-sleeping-sweeps workbench run pop-scaling --preset reduced --nodes 1,2,4 --cpus-per-node 0.4 \
+        --link 1gbit --out artifacts/lightrec/nodes-pop-scaling-1gbit-r$repetition --json
+done
 measure projection-nodes-sleeping workbench bench projection --nodes --json --sweeps \
     'artifacts/lightrec/nodes-eval-frequency-1gbit-r*' 'artifacts/sleepbatch/nodes-eval-frequency-50mbit-r*' \
-    'artifacts/lightrec/nodes-eval-frequency-0.4core-1gbit-r*' 'artifacts/sleepbatch/nodes-eval-frequency-0.4core-50mbit-r*' \
-    'artifacts/lightrec/nodes-input-pipeline-1gbit-r*' 'artifacts/sleepbatch/nodes-pop-scaling-1gbit-r*' 'artifacts/sleepbatch/nodes-pop-scaling-50mbit-r*' \
+    'artifacts/lightrec/nodes-eval-frequency-0.4core-1gbit-r*' 'artifacts/lightrec/nodes-eval-frequency-0.4core-50mbit-r*' \
+    'artifacts/lightrec/nodes-input-pipeline-1gbit-r*' 'artifacts/lightrec/nodes-pop-scaling-1gbit-r*' 'artifacts/sleepbatch/nodes-pop-scaling-50mbit-r*' \
     'artifacts/sleepbatch/nodes-ps-vs-allreduce-unshaped-r*' 'artifacts/sleepbatch/nodes-ps-vs-allreduce-1gbit-r*'
 # a step's skeleton (the 1-node run's CPU per step, then its allreduce) on the nodes of two of those sweeps, beside
 # the workload's own step split (root; builds its own cluster; ~5 minutes each)
-measure step-rhythm-eval-frequency python benchmarks/step_rhythm.py 'artifacts/sleepbatch/nodes-eval-frequency-1gbit-r*' \
+measure step-rhythm-eval-frequency python benchmarks/step_rhythm.py 'artifacts/lightrec/nodes-eval-frequency-1gbit-r*' \
     --point k=20 --json
+# what a wait does to the compute after it on a node whose CPU is a quota (root; a cgroup of its own, no cluster;
+# ~1 minute)
+measure quota-wait python benchmarks/quota_wait.py --json
 measure step-rhythm-pop-scaling python benchmarks/step_rhythm.py 'artifacts/sleepbatch/nodes-pop-scaling-1gbit-r*' \
     --point weak --steps 60 --json
 # the reports the reduced sweeps above wrote, opened in headless Chromium

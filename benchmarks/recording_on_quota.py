@@ -24,8 +24,7 @@ import statistics
 import sys
 from typing import Any
 
-import pandas as pd
-from cluster_options import run_measurement
+from cluster_options import engines_split, run_measurement
 
 from workbench.analysis.straggler import SPLIT_PARTS
 
@@ -105,17 +104,7 @@ def dense_steps(
 
 # -- the measurement -----------------------------------------------------------------------------------------
 def split_of(results: list[dict[str, Any]]) -> dict[str, float]:
-    from workbench.analysis import collective_summary
-
-    intervals = pd.DataFrame(
-        [
-            {"rank": r["rank"], "epoch": 0, "step": i, "between_s": b, "collective_s": c}
-            for r in results
-            for i, (b, c) in enumerate(zip(r["between_s"], r["collective_s"]))
-            if i >= WARMUP_STEPS
-        ]
-    )
-    split = collective_summary(intervals)
+    split = engines_split(results, WARMUP_STEPS)
     split["step_s"] = sum(split[name] for name in SPLIT_PARTS)
     return split
 

@@ -1408,12 +1408,35 @@ def render_projection_nodes(saved: Mapping[str, Any]) -> str:
         )
         + ".",
         "",
+        *noise_floor_lines(result.get("noise_floor") or {}),
         speed_line,
         "",
         *step_split_table(result["validation"]),
         source_line(saved),
     ]
     return "\n".join(lines)
+
+
+def noise_floor_lines(floor: Mapping[str, Any]) -> list[str]:
+    """What an exact model would score on the same repetitions (results saved before 2026-11-27 lack it: [])."""
+    if not floor.get("points"):
+        return []
+    more = floor.get("max_error_by_repetitions") or {}
+    return [
+        f"An exact model on these repetitions (the points' scatter alone: each case and link's spread of the"
+        f" measured runs and of the predictions from their 1-node runs, drawn again in simulated sets): median"
+        f" |error| {share(floor['median_error'])}, max {share(floor['max_error'])} (95th percentile"
+        f" {share(floor['max_error_p95'])}); its max was within 10 % in {share(floor['within_10_percent_max'])} of"
+        " the sets."
+        + (
+            " With more repetitions a point its max would be "
+            + ", ".join(f"{share(value)} ({count})" for count, value in more.items() if value is not None)
+            + "."
+            if more
+            else ""
+        ),
+        "",
+    ]
 
 
 def correlation(value: float | None) -> str:
@@ -1724,6 +1747,42 @@ def render_recording_on_quota(saved: Mapping[str, Any]) -> str:
     )
 
 
+def render_quota_wait(saved: Mapping[str, Any]) -> str:
+    """The compute after a wait on a node whose CPU is a quota: its time by the wait's length, per share and kind."""
+    shares = saved["result"]["shares"]
+    kinds = {"sleep": "asleep", "poll": "waking every 50 µs"}
+    columns = [(share, kind) for share in shares for kind in kinds]
+
+    def entry(share: Mapping[str, Any], kind: str, wait_s: float) -> str:
+        row = next(r for r in share["rows"] if r["wait"] == kind and r["wait_s"] == wait_s)
+        saved_s = row["saved_s"] if wait_s else 0.0
+        return duration(row["compute_wall_s"]) + (f" (−{duration(saved_s)})" if saved_s > 0.0005 else "")
+
+    waits = sorted({r["wait_s"] for r in shares[0]["rows"]})
+    rows = [
+        [duration(wait_s) if wait_s else "none", *(entry(share, kind, wait_s) for share, kind in columns)]
+        for wait_s in waits
+    ]
+    heads = [f"{share['share']:.2g} core, {kinds[kind]}" for share, kind in columns]
+    header = "; ".join(
+        f"{share['share']:.2g} of a core ({duration(share['quota_s'])} in each {duration(share['period_s'])}):"
+        f" {duration(share['cpu_s'])} of CPU a step, {duration(share['fluid_s'])} at the quota's average rate"
+        for share in shares
+    )
+    costs = [r["wait_cpu_cores"] for share in shares for r in share["rows"] if r["wait"] == "poll" and r["wait_s"]]
+    return "\n".join(
+        [
+            f"{header}. The compute's wall time after each wait (medians of {saved['result']['repeats']} x"
+            f" {saved['result']['rounds']}; in brackets what it saved against back to back). Waking to look cost the"
+            f" wait {min(costs):.2f}–{max(costs):.2f} of a core.",
+            "",
+            table(["wait", *heads], ["r"] * (1 + len(heads)), rows),
+            "",
+            source_line(saved),
+        ]
+    )
+
+
 def render_cluster_start(saved: Mapping[str, Any]) -> str:
     """Starting and stopping a local cluster: the controller's heartbeat period, ours against ipyparallel's."""
     r = saved["result"]
@@ -1847,6 +1906,12 @@ def projection_nodes_headline(saved: Mapping[str, Any]) -> str:
         f" {share(result['median_error'])} (median) and {share(result['max_error'])} (max) of the measured medians"
         f" of {result['runs']} points on {counts[0]}–{counts[-1]} nodes, ranks waiting in MPI asleep (the goal:"
         f" 5 % and 10 %); by case, median and max: {cases}."
+        + (
+            f" An exact model would score about {share(floor['median_error'])} and {share(floor['max_error'])} on"
+            " these repetitions (their scatter alone)."
+            if (floor := result.get("noise_floor") or {}).get("points")
+            else ""
+        )
     )
 
 
@@ -1958,6 +2023,7 @@ RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "minicluster": render_minicluster,
     "idle-wait": render_idle_wait,
     "recording-on-quota": render_recording_on_quota,
+    "quota-wait": render_quota_wait,
     "cluster-start": render_cluster_start,
     "headline": render_headline,
 }

@@ -1,6 +1,6 @@
 """A training step's skeleton on the miniature cluster's nodes: does it spend its time as the workload did?
 
-    sudo .venv/bin/python benchmarks/step_rhythm.py 'artifacts/sleepbatch/nodes-eval-frequency-1gbit-r*' \
+    sudo .venv/bin/python benchmarks/step_rhythm.py 'artifacts/lightrec/nodes-eval-frequency-1gbit-r*' \
         --point k=20 --json            # root; 3-6 minutes on 2 cores
 
 The skeleton is a step without the workload: each rank burns a CPU time drawn from the sweep's 1-node run's
@@ -9,7 +9,10 @@ sums the run's gradient bytes in ``MPI.Allreduce``, step after step. It runs at 
 on a cluster with the sweep's nodes (share, link), and each count's steps are split as the workload's are
 (``analysis.collective_split``): the ranks' time between collectives, the wait for the last, the collective
 after it, and how the ranks' steps varied together (``analysis.step_correlation``). The workload's split is
-read from the sweep's own runs of ``--point`` (medians over the sweeps the glob matches).
+read from the sweep's own runs of ``--point`` (medians over the sweeps the glob matches). Each skeleton step
+also reads where its node's CPU went: the rank's process CPU between collectives and inside them, and the time
+its node's cgroup was throttled in each (``cpu.stat``), so a count's time between collectives splits into CPU,
+throttled, and the rest (runnable, waiting for one of the machine's cores).
 
 Why: the projection's misses on these nodes are in how a step's time divides (docs/projection.md). If a
 skeleton reproduces the workload's split at each count, the nodes' behaviour (the CPU quota's periods, the
@@ -28,20 +31,24 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from cluster_options import run_measurement
+from cluster_options import engines_split, run_measurement
 
 from workbench.analysis.straggler import SPLIT_PARTS
 
 STEPS = 150
 ROUNDS = 2
 WARMUP_STEPS = 3
+#: Per step, on the skeleton's nodes: the rank's CPU between collectives and in them, and its node's throttled time.
+NODE_PARTS = ("cpu_between_s", "cpu_collective_s", "throttled_between_s", "throttled_collective_s")
 
 
 # -- run on the engines (pickled by value: this file is not importable there) --------------------------------
 def skeleton_steps(cpu_draws: list[float], nbytes: int, steps: int, seed: int) -> dict[str, Any]:
     """On every rank: ``steps`` steps of CPU work drawn from ``cpu_draws`` (this thread's CPU seconds), each
-    followed by an allreduce of ``nbytes``; each step's wall seconds in both."""
+    followed by an allreduce of ``nbytes``; each step's wall seconds in both, and in both the CPU the rank's
+    process took (all its threads: a node's quota counts them all) and the time its node was throttled."""
     import time
+    from pathlib import Path
 
     import numpy as np
     from mpi4py import MPI
@@ -56,16 +63,42 @@ def skeleton_steps(cpu_draws: list[float], nbytes: int, steps: int, seed: int) -
         while time.thread_time() < until:
             pass
 
+    # the node's cgroup in the cpu controller (cgroup v1: "N:cpu:/path"; or "N:cpu,cpuacct:/path")
+    lines = Path("/proc/self/cgroup").read_text().splitlines()
+    controller = next((line.split(":", 2)[2] for line in lines if "cpu" in line.split(":")[1].split(",")), None)
+    stat_file = Path("/sys/fs/cgroup/cpu") / (controller or "/").lstrip("/") / "cpu.stat"
+
+    def throttled_s() -> float:
+        try:
+            fields = dict(line.split() for line in stat_file.read_text().splitlines())
+        except OSError:
+            return float("nan")
+        return int(fields.get("throttled_time", 0)) / 1e9
+
     comm.Barrier()
-    between, collective = [], []
+    between, collective, cpu_between, cpu_collective, throttled_between, throttled_collective = ([] for _ in range(6))
     for _ in range(steps):
-        started = time.perf_counter()
+        started, cpu_started, throttled_started = time.perf_counter(), time.process_time(), throttled_s()
         spin(float(rng.choice(cpu_draws)))
-        arrived = time.perf_counter()
+        arrived, cpu_arrived, throttled_arrived = time.perf_counter(), time.process_time(), throttled_s()
         comm.Allreduce(send, receive, op=MPI.SUM)
         between.append(arrived - started)
         collective.append(time.perf_counter() - arrived)
-    return {"rank": comm.rank, "between_s": between, "collective_s": collective}
+        cpu_between.append(cpu_arrived - cpu_started)
+        cpu_collective.append(time.process_time() - cpu_arrived)
+        throttled_between.append(throttled_arrived - throttled_started)
+        throttled_collective.append(throttled_s() - throttled_arrived)
+    return {
+        "rank": comm.rank,
+        "between_s": between,
+        "collective_s": collective,
+        "node": {
+            "cpu_between_s": cpu_between,
+            "cpu_collective_s": cpu_collective,
+            "throttled_between_s": throttled_between,
+            "throttled_collective_s": throttled_collective,
+        },
+    }
 
 
 # -- the workload's side, from the saved sweeps ---------------------------------------------------------------
@@ -104,7 +137,6 @@ def workload_steps(directories: list[Path], point: str) -> tuple[dict[str, Any],
 # -- the measurement -----------------------------------------------------------------------------------------
 def measure(pattern: str, point: str, steps: int, rounds: int) -> dict[str, Any]:
     from workbench import minicluster
-    from workbench.analysis import collective_summary
     from workbench.nodes import describe_sweep_cluster, read_nodes_file
 
     minicluster.check_host_for_own_cluster()
@@ -125,16 +157,12 @@ def measure(pattern: str, point: str, steps: int, rounds: int) -> dict[str, Any]
                 print(f"round {round_number + 1} of {rounds}: {count} node(s)", file=sys.stderr, flush=True)
                 with mini.cluster(count) as cluster:
                     results = cluster.view.apply_sync(skeleton_steps, cpu_draws, int(nbytes), steps, round_number)
-                intervals = pd.DataFrame(
-                    [
-                        {"rank": r["rank"], "epoch": 0, "step": i, "between_s": b, "collective_s": c}
-                        for r in results
-                        for i, (b, c) in enumerate(zip(r["between_s"], r["collective_s"]))
-                        if i >= WARMUP_STEPS
-                    ]
-                )
                 # 1 node: no pair of ranks, so no correlation (NaN)
-                skeleton.setdefault(count, []).append(collective_summary(intervals))
+                summary = engines_split(results, WARMUP_STEPS)
+                # where each node's CPU went: means over the ranks' steps (warm-up left out)
+                for name in NODE_PARTS:
+                    summary[name] = float(np.mean([v for r in results for v in r["node"][name][WARMUP_STEPS:]]))
+                skeleton.setdefault(count, []).append(summary)
     return {
         "sweeps": pattern,
         "point": point,
@@ -178,6 +206,17 @@ def text(result: dict[str, Any]) -> str:
             f"  {count} nodes: {parts}  correlation {measured['correlation']:.2f} / {skeleton['correlation']:.2f}"
             f"  step {step_w * 1e3:.3g} / {step_s * 1e3:.3g} ({step_s / step_w - 1:+.1%})"
         )
+    lines.append("the skeleton's nodes, ms per step: CPU between / in the collective; throttled between / in it")
+    for count, skeleton in result["skeleton"].items():
+        if all(name in skeleton for name in NODE_PARTS):
+            waited = skeleton["wait_s"] + skeleton["collective_s"]
+            rate = skeleton["cpu_collective_s"] / waited if waited > 0 else float("nan")
+            lines.append(
+                f"  {count} node(s): CPU {skeleton['cpu_between_s'] * 1e3:.3g}"
+                f" / {skeleton['cpu_collective_s'] * 1e3:.3g}"
+                f" ({rate:.2f} core while waiting); throttled {skeleton['throttled_between_s'] * 1e3:.3g}"
+                f" / {skeleton['throttled_collective_s'] * 1e3:.3g}"
+            )
     return "\n".join(lines)
 
 

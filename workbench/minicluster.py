@@ -846,7 +846,7 @@ def _make_cgroups(node: NodeSpec, cpuset: str) -> None:
     _set_quota(node.name, node.cpus)
 
 
-def _cfs_bandwidth(cpus: float) -> tuple[int, int]:
+def cfs_bandwidth(cpus: float) -> tuple[int, int]:
     """(period, quota) in µs giving ``cpus`` of a core: CPU_PERIOD_US, longer where the quota would be under 1 ms.
 
     Why: the kernel refuses quotas below 1 ms, so at a 5 ms period any share under 0.2 would
@@ -864,7 +864,7 @@ def _set_quota(node: str, cpus: float) -> None:
     node's runnable threads the core before the rest of the machine, up to its quota.
     """
     path = _cgroup("cpu", node)
-    period, quota = _cfs_bandwidth(cpus)
+    period, quota = cfs_bandwidth(cpus)
     _write(path / "cpu.cfs_period_us", str(period))
     _write(path / "cpu.cfs_quota_us", str(quota))
     _write(path / "cpu.shares", str(NODE_SHARES))

@@ -87,8 +87,10 @@ def test_a_gan_loop_counts_only_training_calls_as_steps(recorded):
     for method in ("predict", "predict_on_batch", "train_on_batch", "test_on_batch", "call"):
         assert calls.loc[method, "calls"] == iterations, method
     assert set(calls.loc[["predict", "predict_on_batch", "call"], "model"]) == {"generator"}
-    # predict's own work per call (data adapter, callbacks) is far more than its model run
-    assert calls.loc["predict", "own_s"] > calls.loc["predict", "model_s"]
+    # predict's own work per call (a data adapter, callbacks) is host work predict_on_batch does not do; the
+    # same model runs in both, so a loaded host slows both alike (own against model time would not hold there)
+    assert calls.loc["predict", "own_s"] > calls.loc["predict_on_batch", "own_s"]
+    assert (calls.loc[["predict", "predict_on_batch"], "model_s"] > 0).all()
     phases = events.groupby("name")["phase"].first()
     assert phases["keras.predict"] == "host" and phases["keras.test_on_batch"] == "evaluation"
     assert phases["keras.call"] == "compute" and phases["predict_function"] == "compute"

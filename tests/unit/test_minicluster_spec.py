@@ -164,7 +164,7 @@ def test_cpusets_deal_the_cores_round_robin(monkeypatch, eight_cores):
 
 @pytest.mark.parametrize("cpus", [0.01, 0.1, 0.2, 0.4, 1.0, 1.5])
 def test_cfs_quota_gives_the_share_asked_without_going_under_a_millisecond(cpus):
-    period, quota = minicluster._cfs_bandwidth(cpus)
+    period, quota = minicluster.cfs_bandwidth(cpus)
     assert quota >= minicluster.QUOTA_MIN_US and period >= minicluster.CPU_PERIOD_US
     assert quota / period == pytest.approx(cpus, rel=0.01)
     if cpus >= 0.2:

@@ -506,6 +506,37 @@ def test_validation_summary_is_median_and_max_of_absolute_errors():
     assert summary["runs"] == 3 and summary["within_5_percent"] == 2
 
 
+def _repeated_points(measured_each, predicted_each, repetitions=3, points=8):
+    return pd.DataFrame(
+        {
+            "case": ["eval-frequency"] * points,
+            "cluster": ["4 nodes: 0.4 core, 1gbit per node"] * points,
+            "repetitions": [repetitions] * points,
+            "measured_each": [list(measured_each)] * points,
+            "predicted_each": [list(predicted_each)] * points,
+        }
+    )
+
+
+def test_noise_floor_is_zero_where_repetitions_agree_and_grows_with_their_scatter():
+    from workbench.bench.projection import noise_floor
+
+    agreeing = noise_floor(_repeated_points([2.0, 2.0, 2.0], [2.4, 2.4, 2.4]), draws=500)
+    assert agreeing["median_error"] == 0.0 and agreeing["max_error"] == 0.0  # a biased model is not noise
+    a = 0.1
+    scattered = _repeated_points([2 * math.exp(-a), 2.0, 2 * math.exp(a)], [1.0, 1.0, 1.0])
+    floor = noise_floor(scattered, draws=2000)
+    # the logs -a, 0, a: variance (a² + 0 + a²) / 2 = a², so a scatter of a; the predictions none
+    (scatter,) = floor["scatter"].values()
+    assert scatter["measured"] == pytest.approx(a) and scatter["predicted"] == 0.0
+    # the median of 3 log-normal draws of scatter a is off by ~0.45a at the median; the max of 8 points more
+    assert 0.2 * a < floor["median_error"] < 0.8 * a < floor["max_error"] <= floor["max_error_p95"]
+    wider = noise_floor(_repeated_points([2 * math.exp(-2 * a), 2.0, 2 * math.exp(2 * a)], [1.0] * 3), draws=2000)
+    assert wider["median_error"] > 1.5 * floor["median_error"]
+    more_runs = noise_floor(_repeated_points([2 * math.exp(-a), 2.0, 2 * math.exp(a)], [1.0] * 3, repetitions=9))
+    assert more_runs["median_error"] < floor["median_error"]  # more repetitions, medians closer to the truth
+
+
 def test_overlap_hides_the_collective_behind_compute():
     profile = pj.step_costs(one_rank_run(evaluation_ms=0), warmup_steps=0)
     calls = pj.network(NET, per_call_s=1.5e-3)

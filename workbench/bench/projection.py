@@ -178,6 +178,8 @@ def validation_table(
                 "error": predicted / measured - 1.0 if measured > 0 else math.nan,
                 # each repetition predicted on its own: what one run against one run would have said
                 "errors_each": [p / m["measured_s"] - 1.0 for (p, _), m in zip(predictions, members)],
+                "measured_each": values,
+                "predicted_each": [p for p, _ in predictions],
                 "limiter": limiter,
                 "thread_scaling_fitted": fitted,
                 "predicted_calibrated_s": calibrated,
@@ -239,6 +241,8 @@ VALIDATION_COLUMNS = (
     "predicted_s",
     "error",
     "errors_each",
+    "measured_each",
+    "predicted_each",
     "limiter",
     "thread_scaling_fitted",
     "predicted_calibrated_s",
@@ -550,6 +554,65 @@ def validation_summary(table: pd.DataFrame, column: str = "error") -> dict[str, 
     }
 
 
+#: Simulated sets of repetitions for the noise floor (enough for its median and 95th percentile to settle).
+NOISE_FLOOR_DRAWS = 4000
+#: Repetitions per point at which the noise floor is also given (how many a max of 10 % would take).
+NOISE_FLOOR_REPETITIONS = (5, 9, 15, 25)
+
+
+def noise_floor(table: pd.DataFrame, draws: int = NOISE_FLOOR_DRAWS, seed: int = 0) -> dict[str, Any]:
+    """The median and max |error| a model without error would get on these repetitions: their scatter alone.
+
+    Why: a point's measured median and its predicted median (each repetition predicted from its own 1-node
+    run) both move from one repetition to the next; with three repetitions that disagree by 30 %, the two
+    medians differ by several percent with no model error at all, and the largest of 48 such differences is
+    large. Each (case, cluster) group's scatter is pooled over its points: the covariance of the logs of each
+    repetition's measured value and its prediction about the point's means (an exact model's predictions
+    scatter as its 1-node runs do; a repetition whose machine ran slow moves both, which the covariance
+    keeps). Sets of the same repetitions are drawn around the truth (log-normal with that covariance), each
+    point's two medians compared, and the median and max |error| of each set kept. Points without two
+    repetitions give no scatter; they take their group's.
+    """
+    usable = table[table["repetitions"] >= 1]
+    if usable.empty:
+        return {"points": 0}
+    groups = [f"{case}, {cluster}" for case, cluster in zip(usable["case"], usable["cluster"])]
+    covariances: dict[str, list[np.ndarray]] = {}
+    for group, measured, predicted in zip(groups, usable["measured_each"], usable["predicted_each"]):
+        logs = np.log(np.asarray([measured, predicted], dtype=float))  # 2 x repetitions
+        if logs.shape[1] >= 2 and np.isfinite(logs).all():
+            covariances.setdefault(group, []).append(np.cov(logs, ddof=1))
+    pooled = {group: np.mean(found, axis=0) for group, found in covariances.items()}
+    rng = np.random.default_rng(seed)
+    errors = np.empty((draws, len(usable)))
+    for column, (group, repetitions) in enumerate(zip(groups, usable["repetitions"])):
+        covariance = pooled.get(group, np.zeros((2, 2)))
+        logs = rng.multivariate_normal([0.0, 0.0], covariance, size=(draws, max(1, int(repetitions))))
+        medians = np.median(np.exp(logs), axis=1)  # draws x (measured, predicted)
+        errors[:, column] = np.abs(medians[:, 1] / medians[:, 0] - 1.0)
+    medians, maxima = np.median(errors, axis=1), errors.max(axis=1)
+
+    def scatter(group: str) -> dict[str, float | None]:
+        c = pooled.get(group)
+        if c is None:
+            return {"measured": None, "predicted": None, "correlation": None}
+        both = math.sqrt(c[0, 0] * c[1, 1])
+        return {
+            "measured": math.sqrt(c[0, 0]),
+            "predicted": math.sqrt(c[1, 1]),
+            "correlation": float(c[0, 1] / both) if both > 0 else None,
+        }
+
+    return {
+        "points": len(usable),
+        "median_error": float(np.median(medians)),
+        "max_error": float(np.median(maxima)),
+        "max_error_p95": float(np.percentile(maxima, 95)),
+        "within_10_percent_max": float(np.mean(maxima <= 0.10)),
+        "scatter": {group: scatter(group) for group in dict.fromkeys(groups)},
+    }
+
+
 # --------------------------------------------------------------------------------------------
 # 2. The seeds, on paper
 # --------------------------------------------------------------------------------------------
@@ -629,6 +692,14 @@ def run_nodes(sweeps: Sequence[tuple[str, str | Path]] = NODE_SWEEPS) -> dict[st
             table.explode("errors_each_at_host_speed"), "errors_each_at_host_speed"
         ),
         "by_cluster": by_cluster,
+        # what an exact model would score on these repetitions (their scatter alone), and with more of them
+        "noise_floor": {
+            **noise_floor(table),
+            "max_error_by_repetitions": {
+                str(count): noise_floor(table.assign(repetitions=count))["max_error"] if len(table) else None
+                for count in NOISE_FLOOR_REPETITIONS
+            },
+        },
         "missing_sweeps": [str(p) for c, p in sweeps if not _sweep_directories([(c, p)])],
         # the case study's claims (efficiency by workers, both schemes) on the same repeated sweeps
         "ps_vs_allreduce_repetitions": ps_vs_allreduce_repetitions(sweeps).to_dict("records"),
@@ -784,6 +855,19 @@ def format_nodes(result: Mapping[str, Any]) -> str:
             f" {at_speed['median_error']:.1%}, max {at_speed['max_error']:.1%} over {at_speed['runs']} points;"
             f" each repetition alone: median {alone['median_error']:.1%}, max {alone['max_error']:.1%}"
         )
+    floor = result.get("noise_floor") or {}
+    if floor.get("points"):
+        lines.append(
+            f"an exact model on these repetitions (their scatter alone, {NOISE_FLOOR_DRAWS} simulated sets):"
+            f" median {floor['median_error']:.1%}, max {floor['max_error']:.1%} (95th percentile"
+            f" {floor['max_error_p95']:.1%}); max within 10 % in {floor['within_10_percent_max']:.0%} of the sets"
+        )
+        more = floor.get("max_error_by_repetitions") or {}
+        if more:
+            lines.append(
+                "  its max with more repetitions a point: "
+                + ", ".join(f"{count}: {value:.1%}" for count, value in more.items() if value is not None)
+            )
     for name, summary in result["by_cluster"].items():
         strict, speed = summary["strict"], summary.get("at_host_speed") or {}
         line = f"  {name}: median {strict['median_error']:.1%} / max {strict['max_error']:.1%}"
