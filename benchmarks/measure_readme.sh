@@ -206,6 +206,14 @@ for repetition in 1 2 3; do
     sweep projection-nodes-sleeping-sweeps workbench run pop-scaling --preset reduced --nodes 1,2,4 --cpus-per-node 0.4 \
         --link 1gbit --out artifacts/lightrec/nodes-pop-scaling-1gbit-r$repetition --json
 done
+# does a longer run narrow the repetitions' scatter? eval-frequency's reduced preset on the same nodes (~12 minutes)
+for repetition in 1 2 3; do
+    sweep projection-nodes-reduced-preset-sweeps workbench run eval-frequency --preset reduced --backend mpi4py \
+        --nodes 1,2,4 --cpus-per-node 0.4 --link 1gbit \
+        --out artifacts/lightrec/nodes-eval-frequency-reduced-0.4core-1gbit-r$repetition --json
+done
+measure projection-nodes-reduced-preset workbench bench projection --nodes --json --sweeps \
+    'artifacts/lightrec/nodes-eval-frequency-reduced-0.4core-1gbit-r*' 'artifacts/lightrec/nodes-eval-frequency-0.4core-1gbit-r*'
 measure projection-nodes-sleeping workbench bench projection --nodes --json --sweeps \
     'artifacts/lightrec/nodes-eval-frequency-1gbit-r*' 'artifacts/sleepbatch/nodes-eval-frequency-50mbit-r*' \
     'artifacts/lightrec/nodes-eval-frequency-0.4core-1gbit-r*' 'artifacts/lightrec/nodes-eval-frequency-0.4core-50mbit-r*' \
