@@ -206,6 +206,12 @@ for repetition in 1 2 3; do
     sweep projection-nodes-sleeping-sweeps workbench run pop-scaling --preset reduced --nodes 1,2,4 --cpus-per-node 0.4 \
         --link 1gbit --out artifacts/lightrec/nodes-pop-scaling-1gbit-r$repetition --json
 done
+# ps-vs-allreduce on unshaped links with the lighter recorder (2026-11-27, ~40 minutes)
+for repetition in 1 2 3; do
+    sweep projection-nodes-sleeping-sweeps workbench run ps-vs-allreduce --preset ci --data synthetic --ps 1 \
+        --sharded no --measured-steps 6 --repetitions 2 --nodes 1,2,4 --cpus-per-node 0.4 --link unshaped \
+        --out artifacts/lightrec/nodes-ps-vs-allreduce-unshaped-r$repetition --json
+done
 # does a longer run narrow the repetitions' scatter? eval-frequency's reduced preset on the same nodes (~12 minutes)
 for repetition in 1 2 3; do
     sweep projection-nodes-reduced-preset-sweeps workbench run eval-frequency --preset reduced --backend mpi4py \
@@ -218,7 +224,7 @@ measure projection-nodes-sleeping workbench bench projection --nodes --json --sw
     'artifacts/lightrec/nodes-eval-frequency-1gbit-r*' 'artifacts/sleepbatch/nodes-eval-frequency-50mbit-r*' \
     'artifacts/lightrec/nodes-eval-frequency-0.4core-1gbit-r*' 'artifacts/lightrec/nodes-eval-frequency-0.4core-50mbit-r*' \
     'artifacts/lightrec/nodes-input-pipeline-1gbit-r*' 'artifacts/lightrec/nodes-pop-scaling-1gbit-r*' 'artifacts/sleepbatch/nodes-pop-scaling-50mbit-r*' \
-    'artifacts/sleepbatch/nodes-ps-vs-allreduce-unshaped-r*' 'artifacts/sleepbatch/nodes-ps-vs-allreduce-1gbit-r*'
+    'artifacts/lightrec/nodes-ps-vs-allreduce-unshaped-r*' 'artifacts/sleepbatch/nodes-ps-vs-allreduce-1gbit-r*'
 # a step's skeleton (the 1-node run's CPU per step, then its allreduce) on the nodes of two of those sweeps, beside
 # the workload's own step split (root; builds its own cluster; ~5 minutes each)
 measure step-rhythm-eval-frequency python benchmarks/step_rhythm.py 'artifacts/lightrec/nodes-eval-frequency-1gbit-r*' \
