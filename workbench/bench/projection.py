@@ -573,19 +573,18 @@ def noise_floor(table: pd.DataFrame, draws: int = NOISE_FLOOR_DRAWS, seed: int =
     point's two medians compared, and the median and max |error| of each set kept. Points without two
     repetitions give no scatter; they take their group's.
     """
-    usable = table[table["repetitions"] >= 1]
-    if usable.empty:
+    if table.empty:
         return {"points": 0}
-    groups = [f"{case}, {cluster}" for case, cluster in zip(usable["case"], usable["cluster"])]
+    groups = [f"{case}, {cluster}" for case, cluster in zip(table["case"], table["cluster"])]
     covariances: dict[str, list[np.ndarray]] = {}
-    for group, measured, predicted in zip(groups, usable["measured_each"], usable["predicted_each"]):
+    for group, measured, predicted in zip(groups, table["measured_each"], table["predicted_each"]):
         logs = np.log(np.asarray([measured, predicted], dtype=float))  # 2 x repetitions
         if logs.shape[1] >= 2 and np.isfinite(logs).all():
             covariances.setdefault(group, []).append(np.cov(logs, ddof=1))
     pooled = {group: np.mean(found, axis=0) for group, found in covariances.items()}
     rng = np.random.default_rng(seed)
-    errors = np.empty((draws, len(usable)))
-    for column, (group, repetitions) in enumerate(zip(groups, usable["repetitions"])):
+    errors = np.empty((draws, len(table)))
+    for column, (group, repetitions) in enumerate(zip(groups, table["repetitions"])):
         covariance = pooled.get(group, np.zeros((2, 2)))
         logs = rng.multivariate_normal([0.0, 0.0], covariance, size=(draws, max(1, int(repetitions))))
         medians = np.median(np.exp(logs), axis=1)  # draws x (measured, predicted)
@@ -604,7 +603,7 @@ def noise_floor(table: pd.DataFrame, draws: int = NOISE_FLOOR_DRAWS, seed: int =
         }
 
     return {
-        "points": len(usable),
+        "points": len(table),
         "median_error": float(np.median(medians)),
         "max_error": float(np.median(maxima)),
         "max_error_p95": float(np.percentile(maxima, 95)),
