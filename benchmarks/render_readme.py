@@ -1783,6 +1783,24 @@ def render_quota_wait(saved: Mapping[str, Any]) -> str:
     )
 
 
+def render_cpu_probe_cost(saved: Mapping[str, Any]) -> str:
+    """The heartbeat's wait-for-a-core reading: its CPU per call in a TensorFlow rank, beside the CPU % read."""
+    r = saved["result"]
+    hundred_ms = 100 * r["per_thread_us"] / 1e3
+    return "\n".join(
+        [
+            f"{r['process']}, {r['threads']} threads on this machine: `CpuWaitProbe.sample()` took"
+            f" {r['probe_us']:.0f} µs of CPU (median of {r['samples']}; 90th percentile {r['probe_p90_us']:.0f} µs),"
+            f" {r['per_thread_us']:.1f} µs a thread, beside {r['cpu_percent_us']:.0f} µs for the heartbeat's CPU %"
+            f" (psutil). At a heartbeat a second that is {r['share_of_node'] * 100:.2g} % of a node of"
+            f" {r['node_share']:g} core; a rank of 100 threads (TensorFlow's pools on a large node) would take"
+            f" about {hundred_ms:.2g} ms a second.",
+            "",
+            source_line(saved),
+        ]
+    )
+
+
 def render_cluster_start(saved: Mapping[str, Any]) -> str:
     """Starting and stopping a local cluster: the controller's heartbeat period, ours against ipyparallel's."""
     r = saved["result"]
@@ -2024,6 +2042,7 @@ RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "idle-wait": render_idle_wait,
     "recording-on-quota": render_recording_on_quota,
     "quota-wait": render_quota_wait,
+    "cpu-probe-cost": render_cpu_probe_cost,
     "cluster-start": render_cluster_start,
     "headline": render_headline,
 }

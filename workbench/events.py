@@ -176,6 +176,13 @@ COUNTER_SCHEMA = pa.schema(
     ]
 )
 COUNTER_COLUMNS: tuple[str, ...] = tuple(COUNTER_SCHEMA.names)
+#: Counters every rank's recorder writes with its heartbeat (about once a second), each since the last beat:
+#: the process's CPU % (all its threads; 150 = one and a half cores)
+CPU_PERCENT = "rank.cpu_percent"
+#: its threads' time ready to run with no core free, in % of a core (``workbench.cpu_probe``)
+CPU_WAIT_PERCENT = "rank.cpu_wait_percent"
+#: the % of its cgroup's CFS periods in which the CPU quota ran out (only where a quota is set)
+CPU_THROTTLED_PERCENT = "rank.cpu_throttled_percent"
 
 _USER_PHASE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 

@@ -31,7 +31,16 @@ from typing import Any, TypeVar
 
 import psutil
 
-from workbench.events import COUNTER_COLUMNS, EVENT_COLUMNS, MEMORY_COLUMNS, check_phase
+from workbench.cpu_probe import CpuWaitProbe, cpus_allowed
+from workbench.events import (
+    COUNTER_COLUMNS,
+    CPU_PERCENT,
+    CPU_THROTTLED_PERCENT,
+    CPU_WAIT_PERCENT,
+    EVENT_COLUMNS,
+    MEMORY_COLUMNS,
+    check_phase,
+)
 from workbench.store import StreamWriter, read_run_meta, write_rank_meta
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -51,8 +60,9 @@ def detect_rank() -> int:
     return 0
 
 
-#: The counter each rank's recorder writes about once a second: its process's CPU % since the last one.
-HEARTBEAT = "rank.cpu_percent"
+#: The counter each rank's recorder writes about once a second: its process's CPU % since the last one
+#: (beside it: its threads' wait for a core and its cgroup's throttling, ``events.CPU_WAIT_PERCENT``).
+HEARTBEAT = CPU_PERCENT
 HEARTBEAT_INTERVAL_S = 1.0
 
 
@@ -164,6 +174,8 @@ class Recorder:
         self._heartbeat_interval_s = heartbeat_interval_s
         self._heartbeat_process = psutil.Process()
         self._heartbeat_process.cpu_percent(None)
+        self._cpu_wait = CpuWaitProbe()
+        self._cpus_allowed = cpus_allowed()
         # the first heartbeat with the first flush: a rank frozen early is still one that was seen beating
         self._last_heartbeat = started - max(0.0, (heartbeat_interval_s or 0.0) - self.flush_interval_s)
         self._write_lock = threading.Lock()
@@ -308,6 +320,8 @@ class Recorder:
             pid=os.getpid(),
             clock_offset_ns=self.clock_offset_ns,
             clock_precision_ns=self.clock_precision_ns,
+            cpus_allowed=self._cpus_allowed,
+            cpu_quota_cores=self._cpu_wait.quota_cores,
             **({"recording_ended_ns": self.recording_ended_ns} if self.recording_ended_ns is not None else {}),
         )
 
@@ -341,6 +355,11 @@ class Recorder:
                 if self._heartbeat_interval_s and now - self._last_heartbeat >= self._heartbeat_interval_s:
                     self._last_heartbeat = now
                     self.counter(HEARTBEAT, self._heartbeat_process.cpu_percent(None))
+                    waiting, throttled = self._cpu_wait.sample()
+                    if waiting is not None:
+                        self.counter(CPU_WAIT_PERCENT, 100.0 * waiting)
+                    if throttled is not None:
+                        self.counter(CPU_THROTTLED_PERCENT, 100.0 * throttled)
                 # at the flush interval, not at each sample's, and the memory samples at most every
                 # MEMORY_FLUSH_INTERVAL_S: every part file costs the rank CPU (about 1 ms), and on a node with
                 # a CPU quota that CPU is taken from its steps (docs/measurements.md); counters are written

@@ -11,6 +11,7 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
+from workbench.analysis import analyse_run
 from workbench.store import Run, create_run
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # engines cannot import test modules
@@ -87,6 +88,18 @@ def test_a_sweep_over_node_counts_records_its_nodes_and_link_and_is_projected_fr
         ranks = meta["config"]["cluster"]["ranks"]
         hosts = set(Run.load(path.parent).rank_meta["host"])
         assert hosts == {f"node{k}" for k in range(1, ranks + 1)}, (ranks, hosts)
+    # a node's CPU quota is found by every rank's recorder, and the analysis names it as what held the steps
+    # back: a TF step on 0.4 of a core is throttled in most of the quota's periods it computes in
+    quota = mini.spec.nodes[0].cpus
+    one_node = next(
+        path.parent for path in out.rglob("run.json") if json.loads(path.read_text())["config"]["cluster"]["ranks"] == 1
+    )
+    single = Run.load(one_node)
+    assert list(single.rank_meta["cpu_quota_cores"]) == [quota], single.rank_meta
+    found = analyse_run(single.events, single.memory, single.meta, rank_meta=single.rank_meta, counters=single.counters)
+    waited = found.findings[found.findings["kind"] == "cpu_wait"]
+    assert len(waited) == 1 and f"quota of {quota:.3g} cores ran out" in waited["text"].iloc[0], waited
+    print(f"\n1-node run's finding: {waited['text'].iloc[0]}")
     nodes = read_nodes_file(out)
     assert [node["name"] for node in nodes["nodes"]] == ["node1", "node2"] and nodes["counts"] == [1, 2]
     sizes = [row["bytes"] for row in nodes["allreduce"]]

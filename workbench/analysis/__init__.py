@@ -17,6 +17,7 @@ from workbench.analysis.breakdown import (
     rank_wall_time,
 )
 from workbench.analysis.compare import compare_runs
+from workbench.analysis.cpu_wait import cpu_wait_finding, cpu_wait_table
 from workbench.analysis.findings import (
     combine_findings,
     findings,
@@ -80,6 +81,8 @@ __all__ = [
     "combine_findings",
     "communication_overlap",
     "compare_runs",
+    "cpu_wait_finding",
+    "cpu_wait_table",
     "declared_ranks",
     "effective_phase",
     "estimate_eval_interval",

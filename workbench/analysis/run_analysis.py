@@ -22,6 +22,7 @@ import pandas as pd
 from workbench import events as ev
 from workbench.analysis.breakdown import phase_breakdown
 from workbench.analysis.completion import completion_findings
+from workbench.analysis.cpu_wait import cpu_wait_finding, cpu_wait_table
 from workbench.analysis.findings import (
     combine_findings,
     findings,
@@ -280,6 +281,8 @@ def analyse_run(
     extra.append(completion_findings(events, memory, meta, hosts))
     extra.append(combine_findings(retracing_finding(events, hosts, wall_s=wall_s)))
     extra.append(python_input_finding(events, counters, hosts))
+    waited = cpu_wait_table(counters, rank_meta if isinstance(rank_meta, pd.DataFrame) else None)
+    extra.append(cpu_wait_finding(waited, wall_s=wall_s, hosts=hosts, min_fraction=min_fraction))
     return RunAnalysis(
         header={**run_header(meta), "rank_hosts": hosts},
         breakdown=with_hosts(per_run.drop(columns="run_id").reset_index(drop=True), hosts),

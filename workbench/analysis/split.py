@@ -43,6 +43,7 @@ import pandas as pd
 
 from workbench import events as ev
 from workbench.analysis.breakdown import breakdown_from_lanes, lane_table
+from workbench.analysis.cpu_wait import cpu_wait_finding, cpu_wait_table
 from workbench.analysis.findings import (
     EventFacts,
     combine_findings,
@@ -106,6 +107,8 @@ class GroupPart:
     backwards_first: tuple[int, str] | None = None
     #: ``step_spans`` of the group's lowest rank with steps (empty when none has steps).
     reference: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: ``cpu_wait_table`` of the group's ranks (their heartbeats' wait for a core).
+    cpu_wait: pd.DataFrame = field(default_factory=pd.DataFrame)
     #: The worker's pid and peak resident memory (bytes) when it returned this part.
     pid: int = 0
     peak_rss: int = 0
@@ -215,6 +218,7 @@ def open_group(run_path: str, ranks: list[int], token: str, run_id: str = "") ->
         backwards_ranks=backwards_ranks,
         backwards_first=backwards_first,
         reference=reference.reset_index(drop=True),
+        cpu_wait=cpu_wait_table(run.counters, rank_meta if isinstance(rank_meta, pd.DataFrame) else None),
         pid=os.getpid(),
         peak_rss=peak_rss(),
     )
@@ -475,6 +479,10 @@ def _merge(
         extra.append(backwards_finding(backwards, rank, name, [r for p in parts for r in p.backwards_ranks], hosts))
     if meta:
         extra.append(oversubscription_finding_from_meta(meta, wall_s=wall_s))
+    waited = [p.cpu_wait for p in parts if len(p.cpu_wait)]
+    if waited:
+        table = pd.concat(waited, ignore_index=True)
+        extra.append(cpu_wait_finding(table, wall_s=wall_s, hosts=hosts, min_fraction=min_fraction))
     steps = pd.concat([p.steps for p in parts], ignore_index=True) if parts else steps_per_rank(no_events)
     memory_parts = [p.memory for p in parts if len(p.memory)]
     memory = pd.concat(memory_parts, ignore_index=True) if memory_parts else memory_summary(None)
