@@ -126,7 +126,7 @@ done
 # cpu-tuning on nodes of 0.8 of a core offering Slurm 2 slots each: 1 rank x 2 threads or 2 ranks x 1 thread per
 # node, on 1 and 2 nodes, each evaluation schedule (~10 minutes)
 measure cpu-tuning-nodes workbench run cpu-tuning --preset reduced --nodes 1,2 --cpus-per-node 0.8 --slots-per-node 2 \
-    --link 1gbit --out artifacts/nodes-cpu-tuning --json
+    --link 1gbit --out artifacts/nodes-cpu-tuning-cpuwait --json
 # pop-scaling's two more repetitions on the nodes of its case-study sweeps above (the first), for the projection
 for repetition in 2 3; do
     for link in 50mbit 1gbit; do
@@ -232,6 +232,16 @@ measure step-rhythm-eval-frequency python benchmarks/step_rhythm.py 'artifacts/l
 # what a wait does to the compute after it on a node whose CPU is a quota (root; a cgroup of its own, no cluster;
 # ~1 minute)
 measure quota-wait python benchmarks/quota_wait.py --json
+# eval-frequency on 8 nodes of 0.2 core at 1 Gbit/s again, each rank's heartbeat now reading its threads' wait for a
+# core and its node's quota throttling (2026-11-27, ~7 minutes a repetition), and its node rows beside that CPU
+for repetition in 1 2 3; do
+    sweep projection-nodes-cpu-wait-sweeps workbench run eval-frequency --preset ci --backend mpi4py \
+        --nodes 1,2,4,8 --cpus-per-node 0.2 --link 1gbit --out artifacts/cpuwait/nodes-eval-frequency-1gbit-r$repetition --json
+done
+measure projection-nodes-cpu-wait workbench bench projection --nodes --json --sweeps \
+    'artifacts/cpuwait/nodes-eval-frequency-1gbit-r*'
+# what the heartbeat's read of the threads' wait costs a TensorFlow rank (~5 s)
+measure cpu-probe-cost python benchmarks/cpu_probe_cost.py --json
 measure step-rhythm-pop-scaling python benchmarks/step_rhythm.py 'artifacts/sleepbatch/nodes-pop-scaling-1gbit-r*' \
     --point weak --steps 60 --json
 # the reports the reduced sweeps above wrote, opened in headless Chromium

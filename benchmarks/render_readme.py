@@ -156,14 +156,24 @@ def render_cpu_tuning(saved: Mapping[str, Any]) -> str:
     threads = result["threads"]
     intra = sorted({r["intra"] for r in threads})
     grid = {(r["inter"], r["intra"]): r["images_per_s"] for r in threads}
+    # each cell's threads' wait for a core, as a share of their ready time (results saved before 2026-11-27 lack it)
+    waits = {(r["inter"], r["intra"]): r.get("cpu_wait_share") for r in threads}
+    waited = any(value is not None for value in waits.values())
     parts = [
-        "images/s on 1 rank, intra-op (columns) × inter-op (rows) threads:",
+        "images/s on 1 rank, intra-op (columns) × inter-op (rows) threads"
+        + (" (in brackets: the share of their ready time its threads waited for a core):" if waited else ":"),
         "",
         table(
             ["inter \\ intra", *map(str, intra)],
             ["l", *["r"] * len(intra)],
             [
-                [str(inter), *(number(grid.get((inter, i))) for i in intra)]
+                [
+                    str(inter),
+                    *(
+                        number(grid.get((inter, i))) + (f" ({share(waits.get((inter, i)))})" if waited else "")
+                        for i in intra
+                    ),
+                ]
                 for inter in sorted({r["inter"] for r in threads})
             ],
         ),
@@ -1163,6 +1173,7 @@ def render_cpu_tuning_nodes(saved: Mapping[str, Any]) -> str:
     _link, shape = node_cluster(saved)
     scaling = {(r["nodes"], r["eval"]): r for r in result.get("schedule_scaling") or []}
     tuned = {(r["ranks"] // max(r["nodes"], 1), r["ranks"]) for r in result.get("schedule_scaling") or []}
+    waited = any("cpu_wait_share" in r for r in result["per_node"])
     rows = []
     for r in result["per_node"]:
         speedup = scaling.get((r["nodes"], r["eval"])) if (r["ranks_per_node"], r["ranks"]) in tuned else None
@@ -1176,6 +1187,8 @@ def render_cpu_tuning_nodes(saved: Mapping[str, Any]) -> str:
                 share(r["eval_share"]),
                 str(r["eval_interval"]),
                 f"{times(speedup['train_speedup'])} / {times(speedup['time_speedup'])}" if speedup else "",
+                # the ranks' threads' wait for a core and the node's quota (results saved before 2026-11-27 lack it)
+                *([f"{share(r.get('cpu_wait_share'))} / {share(r.get('throttled_share'))}"] if waited else []),
             ]
         )
     seed = result["seed"]
@@ -1189,10 +1202,21 @@ def render_cpu_tuning_nodes(saved: Mapping[str, Any]) -> str:
             "–",
             "–",
             "",
+            *(["too many threads (VTune)"] if waited else []),
         ]
     )
     rows.append(
-        ["seed 002: 8 (Omni-Path)", "–", "every epoch → every 15", "–", "–", "–", "–", "linear / sublinear → 8×"]
+        [
+            "seed 002: 8 (Omni-Path)",
+            "–",
+            "every epoch → every 15",
+            "–",
+            "–",
+            "–",
+            "–",
+            "linear / sublinear → 8×",
+            *(["–"] if waited else []),
+        ]
     )
     header = [
         "nodes",
@@ -1203,9 +1227,10 @@ def render_cpu_tuning_nodes(saved: Mapping[str, Any]) -> str:
         "evaluation share",
         "evaluate every",
         "vs 1 node: images/s while training / wall time",
+        *(["threads waiting for a core / node's quota ran out"] if waited else []),
     ]
     lines = [line for line in case_text(saved).splitlines() if "node" in line]
-    body = table(header, ["r", "l", "l", "l", "r", "r", "r", "r"], rows)
+    body = table(header, ["r", "l", "l", "l", "r", "r", "r", "r", *(["r"] if waited else [])], rows)
     return "\n\n".join([f"{shape}:", body, "\n".join(lines), sources_line(saved)])
 
 
@@ -1783,6 +1808,51 @@ def render_quota_wait(saved: Mapping[str, Any]) -> str:
     )
 
 
+def render_projection_nodes_cpu(saved: Mapping[str, Any]) -> str:
+    """Node rows beside their ranks' CPU: cores used, threads waiting for a core, the quota's periods that ran out,
+    each against the 1-node run the row is predicted from (``bench projection --nodes``, 2026-11-27 on)."""
+    result = saved["result"]
+    rows = []
+    for r in sorted(result["validation"], key=lambda r: (r["cluster"], r["point"].split("/", 1)[1], r["ranks"])):
+        target, base = r.get("cpu_target"), r.get("cpu_base")
+        if not target or not base:
+            continue
+        rows.append(
+            [
+                r["cluster"].split(": ", 1)[-1],
+                r["point"].split("/", 1)[-1],
+                str(r["ranks"]),
+                str(r["repetitions"]),
+                times(r.get("compute_growth")) or "–",
+                f"{target['cpu_cores']:.2g} / {base['cpu_cores']:.2g}",
+                f"{target['waiting_cores']:.2g} / {base['waiting_cores']:.2g}",
+                f"{share(target['throttled_share'])} / {share(base['throttled_share'])}",
+                signed_share(r["error"]),
+            ]
+        )
+    header = [
+        "nodes' share and link",
+        "point",
+        "nodes",
+        "runs",
+        "compute per step vs 1 node",
+        "cores used (this / 1 node)",
+        "threads waiting for a core",
+        "quota ran out",
+        "error",
+    ]
+    return "\n".join(
+        [
+            "Each rank's CPU from its heartbeat, medians over the ranks and the repetitions, beside the 1-node run"
+            " the row is predicted from:",
+            "",
+            table(header, ["l", "l", "r", "r", "r", "r", "r", "r", "r"], rows),
+            "",
+            source_line(saved),
+        ]
+    )
+
+
 def render_cpu_probe_cost(saved: Mapping[str, Any]) -> str:
     """The heartbeat's wait-for-a-core reading: its CPU per call in a TensorFlow rank, beside the CPU % read."""
     r = saved["result"]
@@ -1895,16 +1965,19 @@ def schemes_headline(fast: Mapping[str, Any], slow: Mapping[str, Any], cpu: Mapp
     scaling = {r["eval"]: r["time_speedup"] for r in cpu["result"]["schedule_scaling"] if r["nodes"] == most}
     every = max(r["eval_interval"] for r in per_node)
     node = node_cluster(cpu)[1].split(" (")[0]
+    splits = {1: "1 rank × 2 threads", 2: "2 ranks × 1 thread"}  # ranks per node -> the split's words
+    faster = max(splits, key=lambda ranks: rate[(1, ranks)])
+    slower = 3 - faster
     return (
         f"- **Parameter servers and CPU tuning on nodes:** on {ps_slow['workers']} nodes the efficiency of parameter"
         f" servers fell from {percent(ps_fast['efficiency'])} on fast links (unshaped) to"
         f" {percent(ps_slow['efficiency'])} on 1 Gbit/s ones, allreduce's from {percent(ring_fast['efficiency'])} to"
         f" {percent(ring_slow['efficiency'])} (the seed at 64 GPUs: {percent(seed[PS_SEED_SYSTEMS[0]])} on Piz"
         f" Daint, {percent(seed[PS_SEED_SYSTEMS[1]])} on p2.xlarge); one PS task's node carried {number(counted)} MB"
-        f" a step each way ({number(modelled)} MB modelled); on a node of {node}, 1 rank × 2 threads trained"
-        f" {times(rate[(1, 1)] / rate[(1, 2)])} the images/s of 2 ranks × 1 thread, and evaluating every {every}"
-        f" iterations kept {most} nodes' wall-time speedup with their images/s ({times(scaling['fixed'])}, against"
-        f" {times(scaling['per_epoch'])} evaluating once per epoch)."
+        f" a step each way ({number(modelled)} MB modelled); on a node of {node}, {splits[faster]} trained"
+        f" {times(rate[(1, faster)] / rate[(1, slower)])} the images/s of {splits[slower]}, and evaluating every"
+        f" {every} iterations kept {most} nodes' wall-time speedup with their images/s ({times(scaling['fixed'])},"
+        f" against {times(scaling['per_epoch'])} evaluating once per epoch)."
     )
 
 
@@ -2043,6 +2116,7 @@ RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "recording-on-quota": render_recording_on_quota,
     "quota-wait": render_quota_wait,
     "cpu-probe-cost": render_cpu_probe_cost,
+    "projection-nodes-cpu-wait": render_projection_nodes_cpu,
     "cluster-start": render_cluster_start,
     "headline": render_headline,
 }

@@ -34,4 +34,7 @@ def test_notebook_executes_every_sweep(tmp_path, run_notebook):
     assert evaluation[2]["interval_per_epoch"] == 7 and evaluation[2]["interval_fixed"] == 15
     assert evaluation[1]["interval_per_epoch"] == 15
     assert summary["speedup_eval_fix"] > 0 and [r["set"] for r in summary["runtime_sets"]] == ["bind-none"]
+    # every point's ranks read their threads' wait for a core: the most and the least waiting are named
+    waited = summary["cpu_wait"]
+    assert 0 <= waited["least"]["cpu_wait_share"] <= waited["most"]["cpu_wait_share"] <= 1, waited
     assert (out / "report.html").is_file()

@@ -251,3 +251,29 @@ def test_a_sweep_without_a_one_rank_point_is_summarised_in_words():
     assert summary["speedup_total"] is None
     text = CASE.text({**summary, "method_text": "Method."})
     assert "no one-rank point to compare" in text and "2 rank(s) on 2 nodes: evaluating once per epoch" in text
+
+
+def test_the_points_whose_threads_waited_most_and_least_for_a_core_are_named():
+    from workbench.cases.cpu_tuning import cpu_wait_extremes, cpu_wait_text
+
+    points = pd.DataFrame(
+        [
+            row(ranks=1, nodes=1, intra=1, images_per_s=30.0, cpu_wait_share=0.03, throttled_share=float("nan")),
+            row(ranks=2, nodes=1, intra=4, images_per_s=20.0, cpu_wait_share=0.62, throttled_share=float("nan")),
+            row(ranks=2, nodes=1, intra=2, images_per_s=25.0, cpu_wait_share=0.30, throttled_share=float("nan")),
+            row(ranks=4, nodes=2, intra=1, images_per_s=50.0, cpu_wait_share=float("nan"), throttled_share=0.5),
+        ]
+    )
+    extremes = cpu_wait_extremes(points)
+    assert (extremes["most"]["intra"], extremes["least"]["intra"]) == (4, 1)
+    (line,) = cpu_wait_text(extremes)
+    assert "at 2 rank(s) x 4 intra-op x 1 inter-op thread(s) they waited 62% (20 images/s) of the time" in line
+    assert line.endswith("at 1 rank(s) x 1 intra-op x 1 inter-op thread(s) 3% (30 images/s).")
+    on_nodes = points.assign(nodes=2, throttled_share=[0.1, 0.9, 0.5, 0.5])
+    assert (
+        "on 2 nodes they waited 62% (20 images/s; the node's quota ran out in 90% of its periods)"
+        in (cpu_wait_text(cpu_wait_extremes(on_nodes))[0])
+    )
+    # a sweep whose recorder read no waits (another OS, an older run): no line, and no column is required
+    assert cpu_wait_extremes(points.assign(cpu_wait_share=float("nan"))) is None
+    assert cpu_wait_extremes(points.drop(columns="cpu_wait_share")) is None and cpu_wait_text(None) == []

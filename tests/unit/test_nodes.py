@@ -99,6 +99,12 @@ def test_the_node_table_says_where_the_hosts_speed_was_not_sampled():
     row["compute_growth"] = 0.8
     assert format_nodes({**result, "validation": [row]}).splitlines()[1].endswith("0.80x")
     assert "at the host's measured speed" not in text  # nothing to say without samples
+    assert "the ranks' CPU" not in text  # nor without the ranks' CPU read (a recorder before it read it)
+    row["ranks"] = 2
+    row["cpu_target"] = {"cpu_cores": 0.118, "waiting_cores": 0.508, "throttled_share": 0.22}
+    row["cpu_base"] = {"cpu_cores": 0.2, "waiting_cores": 1.38, "throttled_share": 1.0}
+    last = format_nodes({**result, "validation": [row]}).splitlines()[-1].split()
+    assert last[-3:] == ["0.118/0.2", "0.508/1.38", "22%/100%"] and last[-5:-3] == ["n2/backend=mpi4py/k=1", "2"]
 
 
 def test_sweeps_named_by_glob_take_their_case_from_sweep_json_and_one_glob_is_one_case(tmp_path, capsys):

@@ -195,6 +195,10 @@ def validation_table(
                 # where a step's time went, measured and as the model has it (medians over the repetitions)
                 "measured_step_split": _median_split([m["measured_split"] for m in members]),
                 "predicted_step_split": _median_split([_predicted_split(m, row) for m, row in zip(members, projected)]),
+                # the ranks' CPU use, wait for a core and quota throttling in the base run and in this one (medians
+                # over the repetitions; None: the runs' recorder did not read them)
+                "cpu_base": _median_split([m["cpu_base"] for m in members]),
+                "cpu_target": _median_split([m["cpu_target"] for m in members]),
             }
         )
     return pd.DataFrame(rows, columns=VALIDATION_COLUMNS)
@@ -254,7 +258,22 @@ VALIDATION_COLUMNS = (
     "compute_growth",
     "measured_step_split",
     "predicted_step_split",
+    "cpu_base",
+    "cpu_target",
 )
+#: What ``ranks_cpu`` reads of a run's ranks (medians over them, ``analysis.cpu_wait_table``).
+CPU_PARTS = ("cpu_cores", "waiting_cores", "throttled_share")
+
+
+def ranks_cpu(run: Any) -> dict[str, float] | None:
+    """A run's ranks' CPU cores used, cores' worth of threads waiting for one, and the share of their node's quota
+    periods that ran out (medians over the ranks); None where its recorder did not read them."""
+    from workbench.analysis import cpu_wait_table
+
+    table = cpu_wait_table(run.counters, run.rank_meta)
+    if table.empty:
+        return None
+    return {part: _median_or_nan(table[part]) for part in CPU_PARTS}
 
 
 def _validation_entries(sweeps: Sequence[tuple[str, str | Path]], net: pj.Network | None) -> list[dict[str, Any]]:
@@ -354,6 +373,9 @@ def _validation_entries(sweeps: Sequence[tuple[str, str | Path]], net: pj.Networ
                     # per step, means over the steps: the ranks' time between collectives, the wait for the last,
                     # the collective after it (None: the run's ranks met in no blocking collective it recorded)
                     "measured_split": measured_split,
+                    # the ranks' CPU in each run (the model's constant compute assumes a node keeps its own)
+                    "cpu_base": ranks_cpu(run),
+                    "cpu_target": ranks_cpu(target),
                     "network": network,
                     "kind": kind,
                     "kwargs": kwargs,
@@ -874,7 +896,30 @@ def format_nodes(result: Mapping[str, Any]) -> str:
             line += f"; at host speed median {speed['median_error']:.1%} / max {speed['max_error']:.1%}"
         lines.append(line)
     lines += step_split_lines(table)
+    lines += cpu_lines(table)
     return "\n".join(lines)
+
+
+def cpu_lines(table: pd.DataFrame) -> list[str]:
+    """Each point's ranks' CPU beside its 1-node run's: cores used, threads' worth waiting for a core, the share of
+    the node's quota periods that ran out ([] where no run's recorder read them)."""
+    if "cpu_target" not in table:
+        return []
+    read = table[table["cpu_target"].notna() & table["cpu_base"].notna()]
+    if read.empty:
+        return []
+    lines = [
+        "",
+        "the ranks' CPU, this run / the run it is predicted from (medians over ranks and repetitions): cores used,"
+        " cores' worth of threads waiting for a core, the node's quota periods that ran out:",
+        f"{'cluster':<36} {'point':<28} {'nodes':>5} {'used':>13} {'waiting':>13} {'quota ran out':>13}",
+    ]
+    for row in read.itertuples():
+        target, base = row.cpu_target, row.cpu_base
+        used, waiting = (f"{target[p]:>6.3g}/{base[p]:<6.3g}" for p in ("cpu_cores", "waiting_cores"))
+        throttled = f"{target['throttled_share']:>6.0%}/{base['throttled_share']:<6.0%}".replace("nan%", "–")
+        lines.append(f"{row.cluster:<36} {row.point:<28} {row.ranks:>5} {used} {waiting} {throttled}")
+    return lines
 
 
 def step_split_lines(table: pd.DataFrame) -> list[str]:

@@ -47,6 +47,10 @@ RUNTIME_SETS: dict[str, dict[str, Any]] = {
     # Horovod's background thread negotiates every cycle and, on CPU ranks, takes that time from compute
     "horovod-cycle-5ms": {"horovod_cycle_time_ms": 5.0},
 }
+#: Per point, medians over its ranks (``analysis.cpu_wait_table``): the share of their threads' ready time spent
+#: waiting for a core, and of their node's CPU-quota periods that ran out (NaN without a quota or a recorder
+#: that reads them)
+CPU_WAIT_COLUMNS = ("cpu_wait_share", "throttled_share")
 #: The MPI builds of Horovod: (mpi implementation, controller) -> ClusterConfig fields.
 MPI_BUILDS: dict[str, dict[str, Any]] = {
     "openmpi": {},
@@ -234,6 +238,9 @@ class CpuTuning(Case):
         )
         wall = float(first.get("wall_s", float("nan")))
         eval_s = float(first.get("eval_s", 0.0))
+        # the seed's oversubscription measured: how long the ranks' threads were ready with no core free, and
+        # (on a node with a quota) in how many of its periods the quota ran out; medians over the ranks
+        waited = analysis.cpu_wait_table(run.counters, run.rank_meta)
         on_nodes = "nodes" in point.as_dict()  # a point of a sweep over a miniature cluster's nodes
         nodes = int(point["nodes"]) if on_nodes else 1
         return {
@@ -262,21 +269,24 @@ class CpuTuning(Case):
             "horovod_size": first.get("horovod_size", point.ranks),
             "tf_threads": first.get("threads", 0),
             "accuracy": first.get("accuracy", float("nan")),
+            "cpu_wait_share": finite_median(waited["wait_share"]),
+            "throttled_share": finite_median(waited["throttled_share"]),
             "path": str(run.path),
         }
 
     def tables(self, rows: pd.DataFrame, runs: Mapping[str, Run], settings: CpuTuningSettings) -> dict[str, Any]:
         table = rows.sort_values(["ranks", "mpi", "set", "eval", "inter", "intra"]).reset_index(drop=True)
+        table = table.reindex(columns=[*table.columns, *(c for c in CPU_WAIT_COLUMNS if c not in table)])
         table["valid"] = table["horovod_size"] == table["ranks"]
         base = (table["set"] == "default") & (table["mpi"] == "openmpi")
         fixed = table["eval"] == "fixed"
         return {
             "runs": table,
             "threads": table[base & fixed & (table["ranks"] == 1)][
-                ["intra", "inter", "images_per_s", "ci_low", "ci_high", "tf_threads"]
+                ["intra", "inter", "images_per_s", "ci_low", "ci_high", "tf_threads", "cpu_wait_share"]
             ],
             "ranks_threads": table[base & fixed & (table["inter"] == 1)][
-                ["ranks", "intra", "images_per_s", "ci_low", "ci_high", "threads_total"]
+                ["ranks", "intra", "images_per_s", "ci_low", "ci_high", "threads_total", "cpu_wait_share"]
             ],
             "runtime_sets": runtime_effects(table),
             "mpi_ab": mpi_ab(table),
@@ -342,6 +352,7 @@ class CpuTuning(Case):
             "evaluation": analysis.json_records(evaluation),
             "speedup_eval_fix": float(largest["speedup_eval_fix"].iloc[0]) if len(largest) else None,
             "per_node": analysis.json_records(tables["per_node"]),
+            "cpu_wait": cpu_wait_extremes(valid[(valid["set"] == "default") & (valid["mpi"] == "openmpi")]),
             "schedule_scaling": analysis.json_records(tables["schedule_scaling"]),
             "seed": SEED,
             "mpich_missing": None if mpich_built() else "Horovod for MPICH is not built: run make horovod-mpich",
@@ -389,6 +400,7 @@ class CpuTuning(Case):
                     "valid comparison; Gloo needs horovodrun --gloo."
                 )
         lines += per_node_text(summary.get("per_node") or [], summary.get("schedule_scaling") or [])
+        lines += cpu_wait_text(summary.get("cpu_wait"))
         for row in summary["evaluation"]:
             where = f"{row['ranks']} rank(s)" + (f" on {row['nodes']} nodes" if row.get("nodes", 1) > 1 else "")
             if row["interval_per_epoch"] == row["interval_fixed"]:
@@ -602,11 +614,12 @@ def per_node_table(table: pd.DataFrame) -> pd.DataFrame:
         "wall_s",
         "eval_share",
         "eval_interval",
+        *CPU_WAIT_COLUMNS,
     ]
     if "on_nodes" not in table or not table["on_nodes"].any():
         return pd.DataFrame(columns=columns)
     rows = table[table["on_nodes"] & (table["set"] == "default") & (table["mpi"] == "openmpi")]
-    return rows.sort_values(["nodes", "ranks_per_node", "eval"])[columns].reset_index(drop=True)
+    return rows.sort_values(["nodes", "ranks_per_node", "eval"]).reindex(columns=columns).reset_index(drop=True)
 
 
 def per_node_text(per_node: list[Mapping[str, Any]], scaling: list[Mapping[str, Any]]) -> list[str]:
@@ -631,6 +644,50 @@ def per_node_text(per_node: list[Mapping[str, Any]], scaling: list[Mapping[str, 
                 f" the images/s while training, {row['time_speedup']:.2f}x in wall time."
             )
     return lines
+
+
+def finite_median(values: pd.Series) -> float:
+    finite = pd.to_numeric(values, errors="coerce").dropna()
+    return float(finite.median()) if len(finite) else float("nan")
+
+
+def cpu_wait_extremes(points: pd.DataFrame) -> dict[str, Any] | None:
+    """The points whose ranks' threads waited most and least for a core (``cpu_wait_share``); None unmeasured."""
+    if "cpu_wait_share" not in points or len(points) < 2:
+        return None
+    shares = pd.to_numeric(points["cpu_wait_share"], errors="coerce").dropna()
+    if len(shares) < 2:
+        return None
+    fields = ["ranks", "nodes", "intra", "inter", "images_per_s", *CPU_WAIT_COLUMNS]
+    most, least = (points.loc[index].reindex(fields) for index in (shares.idxmax(), shares.idxmin()))
+    return {"most": analysis.json_ready(most.to_dict()), "least": analysis.json_ready(least.to_dict())}
+
+
+def cpu_wait_text(extremes: Mapping[str, Any] | None) -> list[str]:
+    """The seed's oversubscription, measured: the points whose threads waited most and least for a core."""
+    if not extremes:
+        return []
+
+    def point(row: Mapping[str, Any]) -> str:
+        nodes = row.get("nodes") or 1
+        where = f" on {nodes} nodes" if nodes > 1 else ""
+        return f"{row['ranks']} rank(s) x {row['intra']} intra-op x {row['inter']} inter-op thread(s){where}"
+
+    def outcome(row: Mapping[str, Any]) -> str:
+        throttled = row.get("throttled_share")
+        quota = f"; the node's quota ran out in {throttled:.0%} of its periods" if is_share(throttled) else ""
+        return f"{row['cpu_wait_share']:.0%} ({format_amount(row['images_per_s'])} images/s{quota})"
+
+    most, least = extremes["most"], extremes["least"]
+    return [
+        "- Threads waiting for a core, measured on each rank (the seed found too many threads in a profile): at"
+        f" {point(most)} they waited {outcome(most)} of the time they were ready to run; at {point(least)}"
+        f" {outcome(least)}."
+    ]
+
+
+def is_share(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value == value
 
 
 def evaluation_fix(table: pd.DataFrame) -> pd.DataFrame:
