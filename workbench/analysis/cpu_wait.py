@@ -137,14 +137,17 @@ def cpu_wait_finding(
     several = len(ranks) > 1
     who = f"the threads of {ranks_with_hosts(ranks, hosts or {})}"
     typical = "the median rank's " if several else ""
+    typical_share, typical_waiting, typical_running = (
+        finite_median(waited[column]) for column in ("wait_share", "waiting_cores", "cpu_cores")
+    )
     text = (
-        f"CPU contention: {who} waited for a core {share_text(_median(waited['wait_share']))} of the time they were"
-        f" ready to run ({typical}{cores_text(_median(waited['waiting_cores']))} waiting beside"
-        f" {cores_text(_median(waited['cpu_cores']))} running, on average), which costs up to"
+        f"CPU contention: {who} waited for a core {share_text(typical_share)} of the time they were ready to run"
+        f" ({typical}{cores_text(typical_waiting)} waiting beside {cores_text(typical_running)} running, on"
+        " average), which costs up to"
         f" {significant_figures(lost)} s ({lost / wall_s:.0%} of wall time)"
     )
-    throttled = _median(waited["throttled_share"])
-    quota = _median(waited["quota_cores"])
+    throttled = finite_median(waited["throttled_share"])
+    quota = finite_median(waited["quota_cores"])
     if math.isfinite(throttled) and throttled >= THROTTLED_SHARE:
         limit = f" of {quota:.3g} core{'' if quota == 1 else 's'}" if math.isfinite(quota) else ""
         text += (
@@ -161,7 +164,7 @@ def cpu_wait_finding(
                 " set_inter_op_parallelism_threads, OMP_NUM_THREADS) or raise the limit"
             )
     else:
-        allowed = _median(waited["cpus_allowed"])
+        allowed = finite_median(waited["cpus_allowed"])
         cores = f" ({allowed:.0f} allowed)" if math.isfinite(allowed) else ""
         quota_note = "no CPU quota ran out" if math.isfinite(throttled) else "no CPU quota held them"
         text += (
@@ -179,8 +182,8 @@ def cpu_wait_finding(
     return pd.DataFrame([row], columns=FINDING_FIELDS)
 
 
-def _median(values: pd.Series) -> float:
-    """The median of the finite values; NaN (without numpy's warning) where there are none."""
+def finite_median(values: pd.Series) -> float:
+    """The median of the numbers among ``values``; NaN (without numpy's warning) where there are none."""
     finite = pd.to_numeric(values, errors="coerce").dropna()
     return float(finite.median()) if len(finite) else math.nan
 
@@ -193,4 +196,11 @@ def cores_text(cores: float) -> str:
     return f"{significant_figures(cores)} core" + ("" if cores == 1 else "s")
 
 
-__all__ = ["CPU_WAIT_COLUMNS", "CPU_WAIT_SHARE", "THROTTLED_SHARE", "cpu_wait_finding", "cpu_wait_table"]
+__all__ = [
+    "CPU_WAIT_COLUMNS",
+    "CPU_WAIT_SHARE",
+    "THROTTLED_SHARE",
+    "cpu_wait_finding",
+    "cpu_wait_table",
+    "finite_median",
+]

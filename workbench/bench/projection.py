@@ -900,12 +900,17 @@ def format_nodes(result: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _rows_with(table: pd.DataFrame, *columns: str) -> pd.DataFrame:
+    """The rows that have every one of ``columns`` (none where the table lacks one: a result saved before it)."""
+    if not set(columns) <= set(table.columns):
+        return table.iloc[:0]
+    return table[np.logical_and.reduce([table[column].notna().to_numpy() for column in columns])]
+
+
 def cpu_lines(table: pd.DataFrame) -> list[str]:
     """Each point's ranks' CPU beside its 1-node run's: cores used, threads' worth waiting for a core, the share of
     the node's quota periods that ran out ([] where no run's recorder read them)."""
-    if "cpu_target" not in table:
-        return []
-    read = table[table["cpu_target"].notna() & table["cpu_base"].notna()]
+    read = _rows_with(table, "cpu_target", "cpu_base")
     if read.empty:
         return []
     lines = [
@@ -925,9 +930,7 @@ def cpu_lines(table: pd.DataFrame) -> list[str]:
 def step_split_lines(table: pd.DataFrame) -> list[str]:
     """Where each point's step went, measured / predicted in ms: the time between collectives, the wait for
     the last rank, the collective after it (points whose ranks met in a collective; [] when none did)."""
-    if "measured_step_split" not in table:
-        return []
-    split = table[table["measured_step_split"].notna() & table["predicted_step_split"].notna()]
+    split = _rows_with(table, "measured_step_split", "predicted_step_split")
     if split.empty:
         return []
     lines = [

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from workbench import analysis
+from workbench.analysis.cpu_wait import finite_median
 from workbench.analysis.method import BenchmarkMethod
 from workbench.config import mpich_horovod_prefix, physical_cores
 from workbench.events import NS_PER_S
@@ -644,11 +645,6 @@ def per_node_text(per_node: list[Mapping[str, Any]], scaling: list[Mapping[str, 
                 f" the images/s while training, {row['time_speedup']:.2f}x in wall time."
             )
     return lines
-
-
-def finite_median(values: pd.Series) -> float:
-    finite = pd.to_numeric(values, errors="coerce").dropna()
-    return float(finite.median()) if len(finite) else float("nan")
 
 
 def cpu_wait_extremes(points: pd.DataFrame) -> dict[str, Any] | None:
