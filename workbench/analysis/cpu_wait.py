@@ -49,9 +49,9 @@ DEFAULT_BEAT_S = 1.0
 FINDING_FIELDS = ["kind", "ranks", "seconds_lost", "fraction_of_wall", "text"]
 
 
-def _integrated(series: pd.DataFrame) -> tuple[float, float]:
+def _integrated(series: pd.DataFrame | None) -> tuple[float, float]:
     """(seconds covered, value × seconds) of one rank's counter, each beat standing for the time since the last."""
-    if len(series) == 0:
+    if series is None or len(series) == 0:
         return 0.0, 0.0
     ordered = series.sort_values("time_ns")
     values = ordered["value"].to_numpy(dtype=float)
@@ -70,17 +70,17 @@ def cpu_wait_table(counters: pd.DataFrame | None, rank_meta: pd.DataFrame | None
     than them, or not Linux) are left out."""
     if counters is None or len(counters) == 0 or not {"rank", "name", "time_ns", "value"} <= set(counters.columns):
         return pd.DataFrame(columns=CPU_WAIT_COLUMNS)
-    names = counters["name"].astype(str)
-    ours = counters[names.isin([CPU_PERCENT, CPU_WAIT_PERCENT, CPU_THROTTLED_PERCENT])]
+    names = counters["name"].astype(str)  # a categorical column too
+    ours = counters.assign(name=names)[names.isin([CPU_PERCENT, CPU_WAIT_PERCENT, CPU_THROTTLED_PERCENT])]
     facts = _rank_facts(rank_meta)
     rows = []
     for rank, group in ours.groupby("rank", sort=True):
-        by_name = {name: part for name, part in group.groupby(group["name"].astype(str))}
+        by_name = dict(tuple(group.groupby("name")))
         if CPU_WAIT_PERCENT not in by_name:
             continue
         seconds, waited = _integrated(by_name[CPU_WAIT_PERCENT])
-        used_s, used = _integrated(by_name.get(CPU_PERCENT, group.iloc[:0]))
-        throttled_s, throttled = _integrated(by_name.get(CPU_THROTTLED_PERCENT, group.iloc[:0]))
+        used_s, used = _integrated(by_name.get(CPU_PERCENT))
+        throttled_s, throttled = _integrated(by_name.get(CPU_THROTTLED_PERCENT))
         waiting_cores = waited / 100 / seconds if seconds else math.nan
         cpu_cores = used / 100 / used_s if used_s else 0.0
         ready = cpu_cores + waiting_cores
@@ -141,7 +141,7 @@ def cpu_wait_finding(
         finite_median(waited[column]) for column in ("wait_share", "waiting_cores", "cpu_cores")
     )
     text = (
-        f"CPU contention: {who} waited for a core {share_text(typical_share)} of the time they were ready to run"
+        f"CPU contention: {who} waited for a core {typical_share:.0%} of the time they were ready to run"
         f" ({typical}{cores_text(typical_waiting)} waiting beside {cores_text(typical_running)} running, on"
         " average), which costs up to"
         f" {significant_figures(lost)} s ({lost / wall_s:.0%} of wall time)"
@@ -151,8 +151,7 @@ def cpu_wait_finding(
     if math.isfinite(throttled) and throttled >= THROTTLED_SHARE:
         limit = f" of {quota:.3g} core{'' if quota == 1 else 's'}" if math.isfinite(quota) else ""
         text += (
-            f"; their cgroup's CPU quota{limit} ran out in {share_text(throttled)} of its periods, so the quota is"
-            " the limit: "
+            f"; their cgroup's CPU quota{limit} ran out in {throttled:.0%} of its periods, so the quota is the limit: "
         )
         if math.isfinite(quota) and quota < 1:
             text += "it is under one core, so even one thread is held back; raise the limit"
@@ -186,10 +185,6 @@ def finite_median(values: pd.Series) -> float:
     """The median of the numbers among ``values``; NaN (without numpy's warning) where there are none."""
     finite = pd.to_numeric(values, errors="coerce").dropna()
     return float(finite.median()) if len(finite) else math.nan
-
-
-def share_text(share: float) -> str:
-    return f"{share:.0%}"
 
 
 def cores_text(cores: float) -> str:

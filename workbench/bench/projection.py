@@ -288,6 +288,7 @@ def _validation_entries(sweeps: Sequence[tuple[str, str | Path]], net: pj.Networ
 
     entries = []
     loaded: dict[str, Any] = {}  # base run by path: a 1-node run predicts every larger count of its sweep
+    base_cpu: dict[str, dict[str, float] | None] = {}  # and its ranks' CPU (``ranks_cpu``), read once
     profiles: dict[tuple[str, tuple[tuple[str, Any], ...]], pj.StepCosts] = {}
     for case, pattern, out in _sweep_directories(sweeps):
         runs = pd.read_parquet(out / "runs.parquet")
@@ -312,6 +313,7 @@ def _validation_entries(sweeps: Sequence[tuple[str, str | Path]], net: pj.Networ
                     continue
             if base["path"] not in loaded:
                 loaded[base["path"]] = Run.load(base["path"])
+                base_cpu[base["path"]] = ranks_cpu(loaded[base["path"]])
             run = loaded[base["path"]]
             kwargs, measured, quantity = _case_inputs(case, run, row)
             if ps_base is not None:
@@ -374,7 +376,7 @@ def _validation_entries(sweeps: Sequence[tuple[str, str | Path]], net: pj.Networ
                     # the collective after it (None: the run's ranks met in no blocking collective it recorded)
                     "measured_split": measured_split,
                     # the ranks' CPU in each run (the model's constant compute assumes a node keeps its own)
-                    "cpu_base": ranks_cpu(run),
+                    "cpu_base": base_cpu[base["path"]],
                     "cpu_target": ranks_cpu(target),
                     "network": network,
                     "kind": kind,

@@ -29,7 +29,7 @@ from workbench import analysis
 from workbench.analysis.cpu_wait import finite_median
 from workbench.analysis.method import BenchmarkMethod
 from workbench.config import mpich_horovod_prefix, physical_cores
-from workbench.events import NS_PER_S
+from workbench.events import NS_PER_S, is_finite_number
 from workbench.experiment import Case, CaseOption, ExperimentResult, Point, parse_counts
 from workbench.store import Run
 from workbench.text import format_amount, format_interval
@@ -51,7 +51,7 @@ RUNTIME_SETS: dict[str, dict[str, Any]] = {
 #: Per point, medians over its ranks (``analysis.cpu_wait_table``): the share of their threads' ready time spent
 #: waiting for a core, and of their node's CPU-quota periods that ran out (NaN without a quota or a recorder
 #: that reads them)
-CPU_WAIT_COLUMNS = ("cpu_wait_share", "throttled_share")
+POINT_CPU_COLUMNS = ("cpu_wait_share", "throttled_share")
 #: The MPI builds of Horovod: (mpi implementation, controller) -> ClusterConfig fields.
 MPI_BUILDS: dict[str, dict[str, Any]] = {
     "openmpi": {},
@@ -277,7 +277,7 @@ class CpuTuning(Case):
 
     def tables(self, rows: pd.DataFrame, runs: Mapping[str, Run], settings: CpuTuningSettings) -> dict[str, Any]:
         table = rows.sort_values(["ranks", "mpi", "set", "eval", "inter", "intra"]).reset_index(drop=True)
-        table = table.reindex(columns=[*table.columns, *(c for c in CPU_WAIT_COLUMNS if c not in table)])
+        table = table.reindex(columns=[*table.columns, *(c for c in POINT_CPU_COLUMNS if c not in table)])
         table["valid"] = table["horovod_size"] == table["ranks"]
         base = (table["set"] == "default") & (table["mpi"] == "openmpi")
         fixed = table["eval"] == "fixed"
@@ -615,7 +615,7 @@ def per_node_table(table: pd.DataFrame) -> pd.DataFrame:
         "wall_s",
         "eval_share",
         "eval_interval",
-        *CPU_WAIT_COLUMNS,
+        *POINT_CPU_COLUMNS,
     ]
     if "on_nodes" not in table or not table["on_nodes"].any():
         return pd.DataFrame(columns=columns)
@@ -654,7 +654,7 @@ def cpu_wait_extremes(points: pd.DataFrame) -> dict[str, Any] | None:
     shares = pd.to_numeric(points["cpu_wait_share"], errors="coerce").dropna()
     if len(shares) < 2:
         return None
-    fields = ["ranks", "nodes", "intra", "inter", "images_per_s", *CPU_WAIT_COLUMNS]
+    fields = ["ranks", "nodes", "intra", "inter", "images_per_s", *POINT_CPU_COLUMNS]
     most, least = (points.loc[index].reindex(fields) for index in (shares.idxmax(), shares.idxmin()))
     return {"most": analysis.json_ready(most.to_dict()), "least": analysis.json_ready(least.to_dict())}
 
@@ -671,7 +671,7 @@ def cpu_wait_text(extremes: Mapping[str, Any] | None) -> list[str]:
 
     def outcome(row: Mapping[str, Any]) -> str:
         throttled = row.get("throttled_share")
-        quota = f"; the node's quota ran out in {throttled:.0%} of its periods" if is_share(throttled) else ""
+        quota = f"; the node's quota ran out in {throttled:.0%} of its periods" if is_finite_number(throttled) else ""
         return f"{row['cpu_wait_share']:.0%} ({format_amount(row['images_per_s'])} images/s{quota})"
 
     most, least = extremes["most"], extremes["least"]
@@ -680,10 +680,6 @@ def cpu_wait_text(extremes: Mapping[str, Any] | None) -> list[str]:
         f" {point(most)} they waited {outcome(most)} of the time they were ready to run; at {point(least)}"
         f" {outcome(least)}."
     ]
-
-
-def is_share(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and value == value
 
 
 def evaluation_fix(table: pd.DataFrame) -> pd.DataFrame:
