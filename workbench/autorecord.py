@@ -533,12 +533,80 @@ def parse_trace_steps(text: str | None) -> tuple[int, int] | None:
 
 
 def start(run_path: str) -> Recorder:
-    """Create this rank's recorder and hook TensorFlow and Keras when they get imported."""
+    """Create this rank's recorder and hook TensorFlow and Keras when they get imported.
+
+    Before the script's first line: this rank's GPU chosen (``WORKBENCH_PIN_GPUS``, ``placement.gpu_for_rank``),
+    and a hook on Horovod's ``init`` that, across hosts, aligns this rank's clock to rank 0's and measures the
+    ranks' links (``_after_horovod_init``).
+    """
+    from workbench.placement import gpu_for_rank
+
     interval = float(os.environ.get("WORKBENCH_MEMORY_INTERVAL", "0.2"))
+    gpu = gpu_for_rank(os.environ, os.environ.get("WORKBENCH_PIN_GPUS", "off"))
+    if gpu["cuda_visible_devices"] is not None and gpu["pinned_by"] == "workbench":
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpu["cuda_visible_devices"]  # before CUDA starts: the script's first line
     recorder = Recorder(run_path, memory_interval_s=interval)
+    recorder.note_facts(**gpu)
     instrument(recorder, parse_trace_steps(os.environ.get("WORKBENCH_TRACE_STEPS")))
+    _hook_module(_HOROVOD_BASICS_MODULES, _instrument_horovod_init)
     atexit.register(close)
     return recorder
+
+
+#: Horovod's common module, whose ``HorovodBasics.init`` every framework's ``hvd.init`` is.
+_HOROVOD_BASICS_MODULES = ("horovod.common.basics",)
+
+
+def _instrument_horovod_init(module: Any) -> None:
+    """``HorovodBasics.init`` followed by ``_after_horovod_init`` (before ``horovod.tensorflow`` binds ``init``)."""
+    basics = getattr(module, "HorovodBasics", None)
+    original = getattr(basics, "init", None)
+    if original is None or hasattr(original, "_workbench_original"):
+        return
+
+    @functools.wraps(original)
+    def init(self: Any, *args: Any, **kwargs: Any) -> Any:
+        answer = original(self, *args, **kwargs)
+        _after_horovod_init(self)
+        return answer
+
+    init._workbench_original = original  # type: ignore[attr-defined]
+    basics.init = init
+
+
+def _after_horovod_init(horovod: Any) -> None:
+    """Ranks on several hosts: align this rank's clock to rank 0's, and measure each rank's link (rank 0 keeps it).
+
+    Why here: every rank calls ``hvd.init`` once, so a few collectives of our own line up on every rank; before
+    it there is no MPI, after it the steps run. It uses mpi4py on Horovod's MPI world (MPI already initialised,
+    with threads: Horovod's own thread uses MPI beside ours). Skipped on one host (one clock, one machine's
+    memory), under Gloo, or where MPI gives no threads; any failure is one line and the script goes on.
+    """
+    recorder = _recorder
+    if recorder is None:
+        return
+    try:
+        if horovod.size() < 2 or not horovod.mpi_enabled() or not horovod.mpi_threads_supported():
+            return
+        from mpi4py import MPI
+
+        from workbench.bench.link import LINK_CHECK_MAX_RANKS, link_bandwidth
+
+        world = MPI.COMM_WORLD
+        if world.Get_size() != horovod.size():
+            return  # Horovod on a communicator of its own: not every rank of the world is here
+        hosts = world.allgather(recorder.host)
+        if len(set(hosts)) < 2:
+            return
+        recorder.align_clocks(world)
+        speeds = link_bandwidth() if world.Get_size() <= LINK_CHECK_MAX_RANKS else None
+        if world.Get_rank() == 0 and speeds:
+            from workbench.store import update_run_meta
+
+            links = {str(rank): {"host": hosts[rank], "bytes_per_s": float(speed)} for rank, speed in speeds.items()}
+            update_run_meta(recorder.run_path, links=links)
+    except Exception as error:  # profiling must never stop the script
+        print(f"workbench profile: clocks not aligned across hosts on this rank ({error})", file=sys.stderr)
 
 
 def instrument(recorder: Recorder, trace_steps: tuple[int, int] | None = None) -> None:
@@ -552,11 +620,16 @@ def instrument(recorder: Recorder, trace_steps: tuple[int, int] | None = None) -
         (_KERAS_TRAINING_MODULES, _instrument_keras),
     )
     for names, callback in hooks:
-        loaded = [sys.modules[name] for name in names if name in sys.modules]
-        for module in loaded:
-            callback(module)
-        if not loaded:
-            sys.meta_path.insert(0, _PostImportHook(names, callback))
+        _hook_module(names, callback)
+
+
+def _hook_module(names: tuple[str, ...], callback: Any) -> None:
+    """``callback(module)`` on each of ``names`` now if imported, else right after its import."""
+    loaded = [sys.modules[name] for name in names if name in sys.modules]
+    for module in loaded:
+        callback(module)
+    if not loaded:
+        sys.meta_path.insert(0, _PostImportHook(names, callback))
 
 
 def close() -> None:

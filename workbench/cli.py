@@ -11,6 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from workbench.config import MPI_IMPLEMENTATIONS
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
@@ -320,16 +322,28 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_profile(args: argparse.Namespace) -> int:
     from workbench.commands.profile import profile_command
+    from workbench.placement import place
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    placement = place(
+        ranks=args.ranks,
+        hostfile=args.hostfile,
+        ranks_per_node=args.ranks_per_node,
+        minicluster=args.minicluster,
+        mpi=args.mpi,
+        bind_to=args.bind_to,
+        launch_agent=args.launch_agent,
+        mpi_args=tuple(args.mpi_arg),
+    )
     return profile_command(
         command,
-        ranks=args.ranks,
         out=args.out,
         name=args.name,
         timeline=not args.no_timeline,
         trace_steps=args.trace_steps,
         report=not args.no_report,
+        placement=placement,
+        pin_gpus=args.pin_gpus,
     )
 
 
@@ -550,7 +564,31 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(handler=_cmd_run)
 
     profile = sub.add_parser("profile", help="profile an unmodified training script on N ranks")
-    profile.add_argument("--ranks", type=int, default=2)
+    profile.add_argument(
+        "--ranks", type=int, default=None, help="ranks (default: 2; inside salloc/sbatch the allocation's tasks)"
+    )
+    where = profile.add_argument_group("where the ranks run (default: this machine, or the Slurm allocation it is in)")
+    where.add_argument("--hostfile", default=None, help="an MPI hostfile: 'node1 slots=2' (Open MPI) or 'node1:2'")
+    where.add_argument("--ranks-per-node", type=int, default=None, metavar="N", help="ranks placed on each host")
+    where.add_argument(
+        "--minicluster", action="store_true", help="on the miniature cluster `workbench minicluster up` made (salloc)"
+    )
+    where.add_argument("--mpi", choices=MPI_IMPLEMENTATIONS, default="openmpi", help="the MPI that launches the ranks")
+    where.add_argument(
+        "--bind-to", default=None, help="binding: core, socket, none (default: core on this machine alone, else none)"
+    )
+    where.add_argument(
+        "--launch-agent", default=None, metavar="CMD", help="what starts the launcher on other hosts instead of ssh"
+    )
+    where.add_argument(
+        "--mpi-arg", action="append", default=[], metavar="ARG", help="one more mpiexec argument (repeatable)"
+    )
+    where.add_argument(
+        "--pin-gpus",
+        choices=("auto", "yes", "no"),
+        default="auto",
+        help="one GPU per rank by its local rank (CUDA_VISIBLE_DEVICES); auto: unless the script chooses its own",
+    )
     profile.add_argument("--out", default=None, help="run store root (default: $WORKBENCH_RUNS or ./runs)")
     profile.add_argument("--name", default=None)
     profile.add_argument("--no-timeline", action="store_true", help="do not switch on Horovod's timeline")

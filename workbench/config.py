@@ -95,6 +95,11 @@ class ClusterConfig:
     controller_port: int | None = None
     start_timeout_s: float = 120.0
     launcher: Literal["mpi", "slurm"] = "mpi"
+    #: launcher="mpi" run inside a Slurm allocation of this many nodes (salloc, an sbatch script): mpiexec reads
+    #: the hosts from it, and nothing is bound (the allocation confines the job to the cores it holds)
+    allocation_nodes: int | None = None
+    #: ranks placed on each host (Open MPI ``--map-by ppr:N:node``, MPICH ``-ppn N``); None: the launcher's default
+    ranks_per_node: int | None = None
     #: more ranks than cores: None allows it with a warning, False refuses it (one error), True allows it
     oversubscribe: bool | None = None
     # -- launcher="slurm" only: the engines are one batch job (workbench.slurm) ---------------------
@@ -123,6 +128,12 @@ class ClusterConfig:
             raise ConfigError("start_timeout_s must be positive")
         if self.launcher not in LAUNCHERS:
             raise ConfigError(f"launcher={self.launcher!r} is unknown: use one of {', '.join(LAUNCHERS)}")
+        for name in ("allocation_nodes", "ranks_per_node"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ConfigError(f"{name}={value!r} is not possible: use a whole number >= 1, or None")
+        if self.allocation_nodes is not None and self.launcher != "mpi":
+            raise ConfigError("allocation_nodes is for launcher='mpi' run inside an allocation: drop it, or nodes=")
         if self.oversubscribe is False and self.oversubscribed:
             raise ConfigError(oversubscription_refused(self.ranks))
         self._check_slurm()
@@ -174,19 +185,25 @@ class ClusterConfig:
         """Threads per rank: the cores shared out between the ranks on this machine, at least 1."""
         if self.threads_per_rank is not None:
             return self.threads_per_rank
-        if self.launcher == "slurm":
+        if self.launcher == "slurm" or self.allocation_nodes is not None:
             return 1  # this (login) node's cores say nothing about the compute nodes: one core per rank
         return max(1, physical_cores() // self.ranks)
 
     @property
     def single_node(self) -> bool:
         """True when every rank starts on this machine: no hostfile, no Slurm, no nodes asked for."""
-        return self.launcher == "mpi" and self.hostfile is None and (self.nodes or 1) == 1
+        one_host = (self.nodes or 1) == 1 and (self.allocation_nodes or 1) == 1
+        return self.launcher == "mpi" and self.hostfile is None and one_host
+
+    @property
+    def in_allocation(self) -> bool:
+        """The ranks start inside a batch allocation (``launcher="slurm"``'s job, or ``allocation_nodes``)."""
+        return self.launcher == "slurm" or self.allocation_nodes is not None
 
     @property
     def oversubscribed(self) -> bool:
         """More ranks than cores on this machine (no hostfile, no Slurm allocation spreading them out)."""
-        return self.launcher == "mpi" and self.hostfile is None and self.ranks > physical_cores()
+        return not self.in_allocation and self.hostfile is None and self.ranks > physical_cores()
 
     def engine_environment(self) -> dict[str, str]:
         """Environment every engine starts with: threads, TF, Horovod, KMP, plus ``env``."""
@@ -237,12 +254,15 @@ class ClusterConfig:
         if self.mpi == "openmpi":
             if self.oversubscribed:
                 args.append("--oversubscribe")
-            # under Slurm the compute node's cores are unknown here, and the allocation already confines the job
-            unbound = self.oversubscribed or self.threads > 1 or self.launcher == "slurm"
+            # other hosts' cores are unknown here (under Slurm the allocation already confines the job): binding to
+            # core 0 of a node whose cpuset holds core 1 only is refused (hwloc_set_cpubind) and the job dies
+            unbound = self.oversubscribed or self.threads > 1 or self.in_allocation or not self.single_node
             bind_to = self.bind_to or ("none" if unbound else "core")
             args += ["--bind-to", bind_to]
             if self.hostfile:
                 args += ["--hostfile", self.hostfile]
+            if self.ranks_per_node:
+                args += ["--map-by", f"ppr:{self.ranks_per_node}:node"]
             for name in sorted(environment):
                 args += ["-x", name]
         else:
@@ -250,6 +270,8 @@ class ClusterConfig:
                 args += ["-bind-to", self.bind_to]
             if self.hostfile:
                 args += ["-f", self.hostfile]
+            if self.ranks_per_node:
+                args += ["-ppn", str(self.ranks_per_node)]
             args += ["-genvlist", ",".join(sorted(environment))]
         return args + list(self.mpi_args)
 

@@ -138,6 +138,114 @@ def lost_nodes(output: str) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+@dataclass(frozen=True)
+class LauncherRefusal:
+    """The launcher (mpiexec, salloc, srun) would not start the ranks: what it said, and what to change."""
+
+    reason: str
+    change: str
+    host: str | None = None
+    #: who refused, where it is not the MPI launcher itself (``Slurm``)
+    by: str | None = None
+
+    def message(self, launcher: str) -> str:
+        where = f" on {self.host}" if self.host else ""
+        return f"{self.by or launcher} could not start the ranks{where}: {self.reason}; {self.change}"
+
+
+#: What launchers print when they refuse or fail to start a rank, with what to change. Each pattern's first group,
+#: where it has one, is the host it names. Read from Open MPI 5 (PRRTE) and 4 (ORTE), MPICH's Hydra and Slurm.
+_REFUSALS: tuple[tuple[re.Pattern[str], str, str], ...] = (
+    (
+        re.compile(r"hwloc_set_cpubind returned"),
+        "binding a rank to a core was refused",
+        "the node confines the job to other cores (a cpuset: a Slurm allocation's, a container's): pass --bind-to none",
+    ),
+    (
+        re.compile(r"tried to bind a new process, but something went wrong"),
+        "binding a rank to a core was refused",
+        "the node confines the job to other cores (a cpuset: a Slurm allocation's, a container's): pass --bind-to none",
+    ),
+    (
+        re.compile(r"not enough slots available in the system", re.I),
+        "there are not enough slots for the ranks asked for",
+        "ask fewer --ranks, more slots (the hostfile's slots=, the allocation's -n), or pass --mpi-arg=--oversubscribe",
+    ),
+    (
+        re.compile(r"(?:was unable to find the specified executable|could not find an executable)", re.I),
+        "a node cannot find the program to run",
+        "install it at the same path on every node (a shared file system), or name it by its absolute path",
+    ),
+    (
+        re.compile(r"execvp error on file (\S+)", re.I),
+        "a node cannot find the program to run (execvp)",
+        "install it at the same path on every node (a shared file system), or name it by its absolute path",
+    ),
+    (
+        re.compile(r"ssh: (?:Could not resolve hostname|connect to host) (\S+?):?\s", re.I),
+        "a host named by the hostfile cannot be reached by ssh",
+        "check the hostfile's names and that `ssh HOST true` works without a password from here",
+    ),
+    (
+        re.compile(r"Permission denied \(publickey", re.I),
+        "ssh to a host was refused (no key accepted)",
+        "set up passwordless ssh to every host of the hostfile, or pass --launch-agent",
+    ),
+    (
+        re.compile(r"(?:PRTE|ORTE) (?:was|is) unable to reliably start one or more daemons", re.I),
+        "the launcher's daemon did not start on a host",
+        "check that every host can run the venv's prted at the same path and reach this host over TCP",
+    ),
+    (
+        re.compile(r"(?:srun|salloc|sbatch): error: ([^\n]+)"),
+        "Slurm refused",
+        "change the allocation (nodes, tasks, partition, time) as Slurm's message says",
+    ),
+    (
+        re.compile(r"HYDU_sock_connect[^\n]*?unable to connect", re.I),
+        "a node could not call back to mpiexec on this host",
+        "this host's name resolves to an address the nodes cannot reach: name the network interface they reach,"
+        " --mpi-arg=-iface --mpi-arg=IFACE",
+    ),
+    (
+        re.compile(r"(?:Connection refused|No route to host)[^\n]*", re.I),
+        "a node could not connect back to the launcher on this host",
+        "check that the nodes reach this host by its name (its address on their network) and no firewall is between",
+    ),
+)
+#: Open MPI's and Hydra's words for the host a refusal happened on.
+_REFUSAL_HOST = re.compile(r"(?:Local host|Node|host):\s*(\S+)|\[proxy:\S*?@(\S+?)\]", re.I)
+
+
+def launcher_refusal(output: str) -> LauncherRefusal | None:
+    """The launcher's refusal in its output (stderr), the first it printed; None when it printed none known.
+
+    The reason carries the launcher's own words (its line, cut to ``EXCEPTION_LINE_CHARS``).
+    """
+    found: list[tuple[int, LauncherRefusal]] = []
+    for pattern, reason, change in _REFUSALS:
+        match = pattern.search(output or "")
+        if match is None or any(refusal.change == change for _, refusal in found):
+            continue  # one refusal said two ways (PRRTE's lead-in and hwloc's line): the first pattern's words
+        line = _line_at(output, match.start())
+        by = "Slurm" if reason == "Slurm refused" else None
+        if by is not None:
+            reason = match.group(1).strip()
+        elif line and line not in reason:
+            reason = f"{reason}: {' '.join(line.split())!r}"
+        host_match = _REFUSAL_HOST.search(output, max(0, match.start() - 500), match.end() + 500)
+        host = next((group for group in host_match.groups() if group), None) if host_match else None
+        found.append((match.start(), LauncherRefusal(reason, change, host, by)))
+    return min(found, key=lambda item: item[0])[1] if found else None
+
+
+def _line_at(text: str, position: int) -> str:
+    """The line of ``text`` holding ``position``, stripped and cut to ``EXCEPTION_LINE_CHARS``."""
+    start = text.rfind("\n", 0, position) + 1
+    end = text.find("\n", position)
+    return text[start : end if end >= 0 else len(text)].strip()[:EXCEPTION_LINE_CHARS]
+
+
 def nanny_exits(output: str) -> list[tuple[int, float]]:
     """``[(engine id, unix time)]`` at which each engine's nanny saw its process end, earliest first."""
     first: dict[int, float] = {}

@@ -25,6 +25,7 @@ import json
 import math
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -33,7 +34,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import psutil
 
@@ -488,6 +489,17 @@ class MiniCluster:
         wrapped = ["nsenter", f"--net=/run/netns/{_netns(node)}", "unshare", "--uts", "sh", "-c",
                    f'hostname {node} && exec "$@"', "sh", *command]  # fmt: skip
         return subprocess.Popen(wrapped, preexec_fn=lambda: _into_cgroups(node), **popen)
+
+    def exec_on(self, node: str, shell_command: str) -> NoReturn:
+        """Become ``sh -c shell_command`` on the node (its network, hostname, cgroups): what ``ssh node cmd`` does.
+
+        Why: a hostfile run starts its launcher's daemons on the other hosts through ssh, which these nodes do
+        not run; ``workbench minicluster exec`` stands in for it (``--launch-agent``).
+        """
+        self._node(node)
+        _into_cgroups(node)
+        inner = f"hostname {node} && exec sh -c {shlex.quote(shell_command)}"
+        os.execvp("nsenter", ["nsenter", f"--net=/run/netns/{_netns(node)}", "unshare", "--uts", "sh", "-c", inner])
 
     # -- faults (tests and teaching) ---------------------------------------------------------------
     def processes(self, node: str) -> list[int]:

@@ -150,6 +150,8 @@ class Recorder:
         )
         self.clock_offset_ns = 0
         self.clock_precision_ns: int | None = None
+        #: more facts for the rank's file (``note_facts``: its GPU, its local rank)
+        self.facts: dict[str, Any] = {}
         #: Current step and epoch, stamped on spans that do not name their own.
         self.step = -1
         self.epoch = -1
@@ -311,11 +313,17 @@ class Recorder:
         self._write_rank_meta()
         return self.clock_offset_ns, self.clock_precision_ns
 
+    def note_facts(self, **facts: Any) -> None:
+        """Add facts about this rank (its GPU, its local rank) to the rank's file, now and at every rewrite."""
+        self.facts.update(facts)
+        self._write_rank_meta()
+
     # -- persistence -------------------------------------------------------------------------
     def _write_rank_meta(self) -> None:
         write_rank_meta(
             self.run_path,
             self.rank,
+            **self.facts,
             host=self.host,
             pid=os.getpid(),
             clock_offset_ns=self.clock_offset_ns,

@@ -178,6 +178,16 @@ def write_rank_meta(path: str | Path, rank: int, **facts: Any) -> None:
     write_json_atomic(meta_file, {"rank": rank, **facts})
 
 
+def ranks_with_meta(path: str | Path) -> list[int]:
+    """The ranks that wrote their facts (``write_rank_meta``): the ranks whose recording started."""
+    found = []
+    for meta_file in (Path(path) / "ranks").glob("rank-*.json"):
+        number = meta_file.stem.removeprefix("rank-")
+        if number.isdigit():
+            found.append(int(number))
+    return sorted(found)
+
+
 def read_rank_meta(path: str | Path, rank: int) -> dict[str, Any]:
     """One rank's facts (``write_rank_meta``); empty where the rank wrote none yet or its file is unreadable."""
     try:

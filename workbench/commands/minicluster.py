@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from workbench.minicluster import MiniCluster, MiniClusterError, MiniClusterSpec, down, status
+from workbench.minicluster import MiniCluster, MiniClusterError, MiniClusterSpec, down, running, status
 
 
 def _per_node(pairs: list[str] | None, option: str) -> dict[str, str]:
@@ -22,6 +22,21 @@ def _per_node(pairs: list[str] | None, option: str) -> dict[str, str]:
             raise MiniClusterError(f"{option} {pair!r}: write NODE=VALUE, e.g. {option} node2=0.2")
         result[name.strip()] = value.strip()
     return result
+
+
+#: ssh's options that take a value: a launcher calling its agent as ssh may pass them before the host.
+_SSH_VALUE_OPTIONS = frozenset("bcDEeFIiJLlmOopQRSWw")
+
+
+def ssh_words(words: list[str]) -> tuple[str, str]:
+    """``[ssh options] HOST COMMAND...`` -> (host, the command as one shell line), as ssh reads its arguments."""
+    position = 0
+    while position < len(words) and words[position].startswith("-"):
+        option = words[position]
+        position += 2 if len(option) == 2 and option[1] in _SSH_VALUE_OPTIONS else 1
+    if position >= len(words) - 1:
+        raise ValueError("workbench minicluster exec: name a node and a command, e.g. exec node1 hostname")
+    return words[position], " ".join(words[position + 1 :])
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -50,6 +65,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     state = actions.add_parser("status", help="its nodes, links and daemons")
     state.add_argument("--json", action="store_true")
     actions.add_parser("down", help="remove it all: jobs, daemons, cgroups, links, namespaces, files")
+    run_on = actions.add_parser(
+        "exec",
+        help="run a command on a node as ssh would (a hostfile run's --launch-agent 'workbench minicluster exec')",
+    )
+    run_on.add_argument("words", nargs=argparse.REMAINDER, help="[ssh's options] NODE COMMAND...")
     parser.set_defaults(handler=run)
 
 
@@ -83,6 +103,9 @@ def run(args: argparse.Namespace) -> int:
             return 1
         print(json.dumps(cluster.status()) if args.json else cluster.status_text())
         return 0
+    if args.minicluster_action == "exec":
+        node, command = ssh_words(args.words)
+        running().exec_on(node, command)
     removed = down()
     print("miniature cluster removed" if removed else "no miniature cluster was up; nothing to remove")
     return 0

@@ -22,12 +22,16 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import IO
 
-from workbench.config import ClusterConfig
+from workbench.config import ClusterConfig, mpich_horovod_prefix
+from workbench.faults import launcher_refusal
+from workbench.placement import Placement, place, script_pins_gpus
 from workbench.profile import BOOT_DIR, RESPONSE_CACHE, TIMELINE_FILE, import_tf_profiles, import_timeline
-from workbench.store import create_run, update_run_meta
+from workbench.store import create_run, ranks_with_meta, update_run_meta
 from workbench.text import format_seconds
 
 REPORT_FILE = "report.html"
@@ -60,32 +64,52 @@ def run_label(command: list[str]) -> str:
 def profile_command(
     command: list[str],
     *,
-    ranks: int = 2,
+    ranks: int | None = None,
     out: str | Path | None = None,
     name: str | None = None,
     timeline: bool = True,
     trace_steps: str | None = None,
     report: bool = True,
     config: ClusterConfig | None = None,
+    placement: Placement | None = None,
+    pin_gpus: str = "auto",
 ) -> int:
-    """Run ``command`` on ``ranks`` MPI ranks, record it as a run, print its analysis; returns its exit code."""
+    """Run ``command`` on MPI ranks, record it as a run, print its analysis; returns its exit code.
+
+    Where the ranks run is ``placement`` (``workbench.placement.place``: this machine, a hostfile, the Slurm
+    allocation this runs in, the miniature cluster); ``config`` alone runs them as it says; neither: ``place()``
+    with ``ranks`` decides (inside ``salloc``/``sbatch``, the allocation's tasks).
+    """
     from workbench.autorecord import parse_trace_steps
 
-    if ranks < 1:
+    if ranks is not None and ranks < 1:
         raise ValueError(f"--ranks {ranks}: profile on at least 1 rank")
+    if pin_gpus not in PIN_GPUS:
+        raise ValueError(f"--pin-gpus {pin_gpus!r}: use one of {', '.join(PIN_GPUS)}")
     check_command(command)
     parse_trace_steps(trace_steps)  # one clear error before anything starts
-    config = config or ClusterConfig(n=ranks)
+    if placement is None:
+        placement = Placement("local", config) if config is not None else place(ranks=ranks)
+    config = placement.config
     label = name or run_label(command)
     run_path = create_run(
         out,
         f"profile-{label}",
-        ranks=ranks,
-        config={"command": command, "cluster": config.as_dict(), "trace_steps": trace_steps},
+        ranks=config.ranks,
+        config={
+            "command": command,
+            "cluster": config.as_dict(),
+            "placement": placement.as_dict(),
+            "trace_steps": trace_steps,
+        },
     )
     environment = config.engine_environment()
     environment["WORKBENCH_PROFILE_RUN"] = str(run_path.resolve())
-    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(BOOT_DIR), os.environ.get("PYTHONPATH")]))
+    environment["WORKBENCH_PIN_GPUS"] = gpu_pinning(pin_gpus, command)
+    python_path = [str(BOOT_DIR), os.environ.get("PYTHONPATH")]
+    if config.mpi == "mpich" and mpich_horovod_prefix().is_dir():
+        python_path.insert(1, str(mpich_horovod_prefix()))  # Horovod compiled against MPICH (make horovod-mpich)
+    environment["PYTHONPATH"] = os.pathsep.join(filter(None, python_path))
     if timeline:
         environment["HOROVOD_TIMELINE"] = str((run_path / TIMELINE_FILE).resolve())
         if RESPONSE_CACHE not in environment and RESPONSE_CACHE not in os.environ:
@@ -93,12 +117,22 @@ def profile_command(
             environment[RESPONSE_CACHE] = "0"
     if trace_steps:
         environment["WORKBENCH_TRACE_STEPS"] = trace_steps
-    full = config.launch_command(command, environment)
+    full = placement.command(command, environment)
     print(f"workbench profile: run {run_path}", file=sys.stderr)
+    print(f"workbench profile: {placement.describe()}", file=sys.stderr)
     started = time.monotonic()
-    returncode, stopped_by = run_until_done_or_stopped(full, {**os.environ, **environment})
+    launcher_output = OutputTail()
+    returncode, stopped_by = run_until_done_or_stopped(
+        full, {**os.environ, **environment, **placement.environment}, stderr=launcher_output
+    )
     lines = []
-    if stopped_by is not None:
+    ran = ranks_with_meta(run_path)
+    refused = returncode != 0 and stopped_by is None and len(ran) < config.ranks
+    if refused:
+        # the ranks' recorders start before the script's first line: a rank without one never ran the script
+        launcher = config.mpiexec_command()[0]
+        lines.append(launcher_failure_line(launcher, launcher_output.text(), returncode, config.ranks, ran))
+    elif stopped_by is not None:
         lines.append(
             f"stopped by {stopped_by} after {format_seconds(time.monotonic() - started)}: the ranks were ended;"
             " below is what they recorded until then"
@@ -108,42 +142,124 @@ def profile_command(
             f"the script failed (exit code {returncode} on at least one rank): below is what the ranks"
             " recorded until then; the script's own output is above"
         )
-    imported, line = import_timeline(run_path, enabled=timeline)
-    lines.append(line)
-    traced = 0
-    if trace_steps:
-        traced, line = import_tf_profiles(run_path)
+    imported = traced = 0
+    if not refused:  # the script ran: what its timeline and traces hold (or why they hold nothing) is news
+        imported, line = import_timeline(run_path, enabled=timeline)
         lines.append(line)
+        if trace_steps:
+            traced, line = import_tf_profiles(run_path)
+            lines.append(line)
     status = "interrupted" if stopped_by else "finished" if returncode == 0 else "failed"
     update_run_meta(
         run_path,
         status=status,
         exit_code=returncode,
         stopped_by=stopped_by,
+        launcher_refused=refused,
         timeline_events=imported,
         tf_profile_events=traced,
     )
+    if not launcher_output.ended_line:
+        print(file=sys.stderr)  # the launcher's last words had no newline: ours start a line of their own
     for line in lines:
         print(f"workbench profile: {line}", file=sys.stderr)
     if status == "failed" and not any((run_path / "events").rglob("*.parquet")):
-        # nothing to analyse: the script failed before its first recorded call (a syntax error, an import)
-        print(f"workbench profile: nothing was recorded before the script failed; run: {run_path}", file=sys.stderr)
+        # nothing to analyse: the ranks never started, or the script failed before its first recorded call
+        print(f"workbench profile: nothing was recorded; run: {run_path}", file=sys.stderr)
         return returncode
     print_answer(run_path, report=report)
     return 128 + signal.Signals[stopped_by].value if stopped_by else returncode
+
+
+#: ``--pin-gpus``: ``auto`` narrows each rank to its local rank's GPU unless the script chooses its GPU itself.
+PIN_GPUS: tuple[str, ...] = ("auto", "yes", "no")
+
+
+def gpu_pinning(choice: str, command: list[str]) -> str:
+    """``--pin-gpus`` as the ranks' boot reads it: ``workbench`` (narrow CUDA_VISIBLE_DEVICES), ``script``, ``off``.
+
+    ``auto`` reads the script: one that picks its GPU by its local rank (Horovod's examples: ``gpus[hvd.local_rank()]``)
+    would fail to index a list narrowed to one GPU, so it keeps every GPU of its node.
+    """
+    if choice == "no":
+        return "off"
+    if choice == "yes":
+        return "workbench"
+    script = command[1] if len(command) > 1 and Path(command[0]).name.startswith("python") else None
+    return "script" if script_pins_gpus(script) else "workbench"
+
+
+def launcher_failure_line(launcher: str, output: str, returncode: int, ranks: int, ran: list[int]) -> str:
+    """One line for ranks that never started: what the launcher said (its own words) and what to change."""
+    launcher = Path(launcher).name
+    missing = sorted(set(range(ranks)) - set(ran))
+    plural = "s" * (len(missing) > 1)
+    which = f"rank{plural} {', '.join(map(str, missing))} never started" if ran else "no rank started"
+    refusal = launcher_refusal(output)
+    if refusal is not None:
+        said = refusal.message(launcher)
+    else:
+        last = next((line.strip() for line in reversed(output.splitlines()) if line.strip()), "")
+        said = f"{launcher} ended with exit code {returncode}" + (f"; its last line: {last[:300]!r}" if last else "")
+    return f"{which} the script: {said}"
+
+
+class OutputTail:
+    """A launcher's stderr passed through to ours as it comes, its first and last ``keep`` bytes kept to read.
+
+    Why both ends: Open MPI prints its refusal first and the ranks' own errors after; a long job's tail holds
+    the last words. Bounded, so a chatty job does not grow the profiler's memory.
+    """
+
+    def __init__(self, keep: int = 256 * 1024) -> None:
+        self.keep = keep
+        self._head = bytearray()
+        self._tail = bytearray()
+        self._thread: threading.Thread | None = None
+        #: whether what was passed on ended a line (or nothing was)
+        self.ended_line = True
+
+    def follow(self, stream: IO[bytes]) -> None:
+        """Copy ``stream`` to this process's stderr on a thread until it closes."""
+        self._thread = threading.Thread(target=self._copy, args=(stream,), name="launcher-stderr", daemon=True)
+        self._thread.start()
+
+    def _copy(self, stream: IO[bytes]) -> None:
+        target = getattr(sys.stderr, "buffer", None)
+        for chunk in iter(lambda: stream.read1(65536), b""):
+            if target is not None:
+                target.write(chunk)
+                target.flush()
+            else:
+                sys.stderr.write(chunk.decode(errors="replace"))
+            room = self.keep - len(self._head)
+            self._head += chunk[:room]
+            self._tail += chunk[room:] if room > 0 else chunk
+            del self._tail[: max(0, len(self._tail) - self.keep)]
+            self.ended_line = chunk.endswith(b"\n")
+
+    def join(self, timeout_s: float = 5.0) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    def text(self) -> str:
+        return (bytes(self._head) + bytes(self._tail)).decode(errors="replace")
 
 
 #: Seconds mpiexec gets to end the ranks after SIGTERM before it is killed.
 STOP_GRACE_S = 10.0
 
 
-def run_until_done_or_stopped(command: list[str], environment: dict[str, str]) -> tuple[int, str | None]:
+def run_until_done_or_stopped(
+    command: list[str], environment: dict[str, str], *, stderr: OutputTail | None = None
+) -> tuple[int, str | None]:
     """Run ``command`` to its end: ``(exit code, None)``; or, when this process gets SIGINT (Ctrl-C) or SIGTERM
     (``timeout``, a batch system's time limit), end it and return ``(its exit code, the signal's name)``.
 
     Why: a hung job is what a profiler is most needed for, and it usually ends by a signal. The run must
     still be marked and analysed: its spans, memory samples and Horovod's timeline say where it stalled.
     mpiexec gets SIGTERM (it passes it on to the ranks and reaps them), then SIGKILL after ``STOP_GRACE_S``.
+    With ``stderr`` the command's standard error goes through it (passed on, and kept to read).
     """
     received: list[str] = []
 
@@ -151,10 +267,15 @@ def run_until_done_or_stopped(command: list[str], environment: dict[str, str]) -
         received.append(signal.Signals(signum).name)
         raise KeyboardInterrupt
 
-    process = subprocess.Popen(command, env=environment)
+    process = subprocess.Popen(command, env=environment, stderr=subprocess.PIPE if stderr is not None else None)
+    if stderr is not None and process.stderr is not None:
+        stderr.follow(process.stderr)
     previous = signal.signal(signal.SIGTERM, stop)
     try:
-        return process.wait(), None
+        returncode = process.wait()
+        if stderr is not None:
+            stderr.join()
+        return returncode, None
     except KeyboardInterrupt:
         name = received[0] if received else "SIGINT"
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second signal must not cut the clean-up short
