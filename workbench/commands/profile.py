@@ -11,8 +11,12 @@ the profiler traces are imported into the same run, and the command ends with th
 per rank, where the time went, the top findings and an HTML report (what ``workbench analyse``
 prints).
 
+Where the ranks run is decided by ``workbench.placement``: this machine, the Slurm allocation the command
+runs in (``salloc``, an ``sbatch`` script), a hostfile, or the miniature cluster.
+
 Whatever happens to the script (a rank crashes, it never calls Horovod, the timeline is not
-Horovod's), the run keeps what was recorded and the output says in one line what happened.
+Horovod's), the run keeps what was recorded and the output says in one line what happened; a launcher
+that never started a rank is named as the one that failed, in its own words.
 """
 
 from __future__ import annotations
@@ -165,7 +169,8 @@ def profile_command(
         print(f"workbench profile: {line}", file=sys.stderr)
     if status == "failed" and not any((run_path / "events").rglob("*.parquet")):
         # nothing to analyse: the ranks never started, or the script failed before its first recorded call
-        print(f"workbench profile: nothing was recorded; run: {run_path}", file=sys.stderr)
+        when = "" if refused else " before the script failed"
+        print(f"workbench profile: nothing was recorded{when}; run: {run_path}", file=sys.stderr)
         return returncode
     print_answer(run_path, report=report)
     return 128 + signal.Signals[stopped_by].value if stopped_by else returncode
