@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 #: A rank busy-waiting in an MPI collective uses a core; a stuck rank (sleeping, blocked on I/O) does not.
 BUSY_CPU_PERCENT = 20.0
@@ -153,62 +153,64 @@ class LauncherRefusal:
         return f"{self.by or launcher} could not start the ranks{where}: {self.reason}; {self.change}"
 
 
-#: What launchers print when they refuse or fail to start a rank, with what to change. Each pattern's first group,
-#: where it has one, is the host it names. Read from Open MPI 5 (PRRTE) and 4 (ORTE), MPICH's Hydra and Slurm.
-_REFUSALS: tuple[tuple[re.Pattern[str], str, str], ...] = (
-    (
-        re.compile(r"hwloc_set_cpubind returned"),
-        "binding a rank to a core was refused",
-        "the node confines the job to other cores (a cpuset: a Slurm allocation's, a container's): pass --bind-to none",
-    ),
-    (
-        re.compile(r"tried to bind a new process, but something went wrong"),
-        "binding a rank to a core was refused",
-        "the node confines the job to other cores (a cpuset: a Slurm allocation's, a container's): pass --bind-to none",
-    ),
-    (
+class _KnownRefusal(NamedTuple):
+    """One way a launcher says it would not start a rank: its words, what they mean and what to change."""
+
+    pattern: re.Pattern[str]
+    reason: str
+    change: str
+    #: who refuses, where not the MPI launcher; the pattern's ``words`` group is then the whole reason
+    by: str | None = None
+
+
+_UNBIND = "the node confines the job to other cores (a cpuset: a Slurm allocation's, a container's): use --bind-to none"
+_INSTALL_EVERYWHERE = "install it at the same path on every node (a shared file system), or name it by absolute path"
+#: What launchers print when they refuse or fail to start a rank, read from Open MPI 5 (PRRTE) and 4 (ORTE), MPICH's
+#: Hydra and Slurm. A pattern's ``host`` group names the host; elsewhere the host is found near it (``_REFUSAL_HOST``).
+_REFUSALS: tuple[_KnownRefusal, ...] = (
+    # hwloc's line first: PRRTE's lead-in ("tried to bind a new process") says the same in fewer facts
+    _KnownRefusal(re.compile(r"hwloc_set_cpubind returned"), "binding a rank to a core was refused", _UNBIND),
+    _KnownRefusal(re.compile(r"tried to bind a new process, but"), "binding a rank to a core was refused", _UNBIND),
+    _KnownRefusal(
         re.compile(r"not enough slots available in the system", re.I),
         "there are not enough slots for the ranks asked for",
         "ask fewer --ranks, more slots (the hostfile's slots=, the allocation's -n), or pass --mpi-arg=--oversubscribe",
     ),
-    (
-        re.compile(r"(?:was unable to find the specified executable|could not find an executable)", re.I),
+    _KnownRefusal(
+        re.compile(r"was unable to find the specified executable|could not find an executable", re.I),
         "a node cannot find the program to run",
-        "install it at the same path on every node (a shared file system), or name it by its absolute path",
+        _INSTALL_EVERYWHERE,
     ),
-    (
-        re.compile(r"execvp error on file (\S+)", re.I),
-        "a node cannot find the program to run (execvp)",
-        "install it at the same path on every node (a shared file system), or name it by its absolute path",
-    ),
-    (
-        re.compile(r"ssh: (?:Could not resolve hostname|connect to host) (\S+?):?\s", re.I),
+    _KnownRefusal(re.compile(r"execvp error on file", re.I), "a node cannot find the program", _INSTALL_EVERYWHERE),
+    _KnownRefusal(
+        re.compile(r"ssh: (?:Could not resolve hostname|connect to host) (?P<host>[^\s:]+)", re.I),
         "a host named by the hostfile cannot be reached by ssh",
         "check the hostfile's names and that `ssh HOST true` works without a password from here",
     ),
-    (
+    _KnownRefusal(
         re.compile(r"Permission denied \(publickey", re.I),
         "ssh to a host was refused (no key accepted)",
         "set up passwordless ssh to every host of the hostfile, or pass --launch-agent",
     ),
-    (
+    _KnownRefusal(
         re.compile(r"(?:PRTE|ORTE) (?:was|is) unable to reliably start one or more daemons", re.I),
         "the launcher's daemon did not start on a host",
         "check that every host can run the venv's prted at the same path and reach this host over TCP",
     ),
-    (
-        re.compile(r"(?:srun|salloc|sbatch): error: ([^\n]+)"),
-        "Slurm refused",
+    _KnownRefusal(
+        re.compile(r"(?:srun|salloc|sbatch): error: (?P<words>[^\n]+)"),
+        "",
         "change the allocation (nodes, tasks, partition, time) as Slurm's message says",
+        by="Slurm",
     ),
-    (
+    _KnownRefusal(
         re.compile(r"HYDU_sock_connect[^\n]*?unable to connect", re.I),
         "a node could not call back to mpiexec on this host",
         "this host's name resolves to an address the nodes cannot reach: name the network interface they reach,"
         " --mpi-arg=-iface --mpi-arg=IFACE",
     ),
-    (
-        re.compile(r"(?:Connection refused|No route to host)[^\n]*", re.I),
+    _KnownRefusal(
+        re.compile(r"Connection refused|No route to host", re.I),
         "a node could not connect back to the launcher on this host",
         "check that the nodes reach this host by its name (its address on their network) and no firewall is between",
     ),
@@ -222,20 +224,23 @@ def launcher_refusal(output: str) -> LauncherRefusal | None:
 
     The reason carries the launcher's own words (its line, cut to ``EXCEPTION_LINE_CHARS``).
     """
+    output = output or ""
     found: list[tuple[int, LauncherRefusal]] = []
-    for pattern, reason, change in _REFUSALS:
-        match = pattern.search(output or "")
-        if match is None or any(refusal.change == change for _, refusal in found):
-            continue  # one refusal said two ways (PRRTE's lead-in and hwloc's line): the first pattern's words
-        line = _line_at(output, match.start())
-        by = "Slurm" if reason == "Slurm refused" else None
-        if by is not None:
-            reason = match.group(1).strip()
-        elif line and line not in reason:
-            reason = f"{reason}: {' '.join(line.split())!r}"
-        host_match = _REFUSAL_HOST.search(output, max(0, match.start() - 500), match.end() + 500)
-        host = next((group for group in host_match.groups() if group), None) if host_match else None
-        found.append((match.start(), LauncherRefusal(reason, change, host, by)))
+    for known in _REFUSALS:
+        match = known.pattern.search(output)
+        if match is None or any(refusal.change == known.change for _, refusal in found):
+            continue  # one refusal said two ways: the first pattern's words
+        groups = match.groupdict()
+        if known.by is not None:
+            reason = groups["words"].strip()
+        else:
+            line = " ".join(_line_at(output, match.start()).split())
+            reason = f"{known.reason}: {line!r}" if line else known.reason
+        host = groups.get("host")
+        if host is None:
+            near = _REFUSAL_HOST.search(output, max(0, match.start() - 500), match.end() + 500)
+            host = next((group for group in near.groups() if group), None) if near else None
+        found.append((match.start(), LauncherRefusal(reason, known.change, host, known.by)))
     return min(found, key=lambda item: item[0])[1] if found else None
 
 

@@ -163,3 +163,22 @@ def test_a_launchers_refusal_is_one_line_with_its_words_its_host_and_what_to_cha
     assert launcher_refusal("Traceback (most recent call last):\nValueError: bad") is None
     unknown = launcher_failure_line("mpiexec", "something odd\nlast words\n", 1, 2, [])
     assert unknown == "no rank started the script: mpiexec ended with exit code 1; its last line: 'last words'"
+
+
+def test_a_rank_that_never_started_after_another_ranks_script_failed_is_not_the_launchers_failure():
+    traceback = "Traceback (most recent call last):\n  File 'train.py'\nValueError: bad batch\n"
+    assert launcher_failure_line("mpiexec", traceback, 1, 2, [0]) is None
+    assert launcher_failure_line("mpiexec", traceback, 1, 2, []).startswith("no rank started the script: mpiexec ended")
+
+
+def test_the_launchers_stderr_is_passed_on_and_both_its_ends_kept(capfd):
+    import io
+
+    from workbench.commands.profile import OutputTail
+
+    tail = OutputTail(keep=8)
+    tail.follow(io.BytesIO(b"refused: binding\n" + b"x" * 100 + b"last words"))
+    tail.join()
+    assert tail.text() == "refused:" + "st words"  # the first 8 bytes and the last 8
+    assert not tail.ended_line
+    assert capfd.readouterr().err.endswith("x" * 100 + "last words")

@@ -131,11 +131,14 @@ def profile_command(
     )
     lines = []
     ran = ranks_with_meta(run_path)
-    refused = returncode != 0 and stopped_by is None and len(ran) < config.ranks
-    if refused:
+    refusal = None
+    if returncode != 0 and stopped_by is None and len(ran) < config.ranks:
         # the ranks' recorders start before the script's first line: a rank without one never ran the script
         launcher = config.mpiexec_command()[0]
-        lines.append(launcher_failure_line(launcher, launcher_output.text(), returncode, config.ranks, ran))
+        refusal = launcher_failure_line(launcher, launcher_output.text(), returncode, config.ranks, ran)
+    refused = refusal is not None
+    if refusal is not None:
+        lines.append(refusal)
     elif stopped_by is not None:
         lines.append(
             f"stopped by {stopped_by} after {format_seconds(time.monotonic() - started)}: the ranks were ended;"
@@ -194,8 +197,12 @@ def gpu_pinning(choice: str, command: list[str]) -> str:
     return "script" if script_pins_gpus(script) else "workbench"
 
 
-def launcher_failure_line(launcher: str, output: str, returncode: int, ranks: int, ran: list[int]) -> str:
-    """One line for ranks that never started: what the launcher said (its own words) and what to change."""
+def launcher_failure_line(launcher: str, output: str, returncode: int, ranks: int, ran: list[int]) -> str | None:
+    """One line for ranks that never started: what the launcher said (its own words) and what to change.
+
+    None where some ranks ran and the launcher said nothing known: a rank's script that failed first can end the
+    job before a slower rank's start, which is the script's failure, not the launcher's.
+    """
     launcher = Path(launcher).name
     missing = sorted(set(range(ranks)) - set(ran))
     plural = "s" * (len(missing) > 1)
@@ -203,6 +210,8 @@ def launcher_failure_line(launcher: str, output: str, returncode: int, ranks: in
     refusal = launcher_refusal(output)
     if refusal is not None:
         said = refusal.message(launcher)
+    elif ran:
+        return None
     else:
         last = next((line.strip() for line in reversed(output.splitlines()) if line.strip()), "")
         said = f"{launcher} ended with exit code {returncode}" + (f"; its last line: {last[:300]!r}" if last else "")
@@ -237,9 +246,9 @@ class OutputTail:
                 target.flush()
             else:
                 sys.stderr.write(chunk.decode(errors="replace"))
-            room = self.keep - len(self._head)
+            room = max(0, self.keep - len(self._head))
             self._head += chunk[:room]
-            self._tail += chunk[room:] if room > 0 else chunk
+            self._tail += chunk[room:]
             del self._tail[: max(0, len(self._tail) - self.keep)]
             self.ended_line = chunk.endswith(b"\n")
 
