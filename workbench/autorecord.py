@@ -590,7 +590,7 @@ def _after_horovod_init(horovod: Any) -> None:
             return
         from mpi4py import MPI
 
-        from workbench.bench.link import LINK_CHECK_MAX_RANKS, link_bandwidth
+        from workbench.bench.link import LINK_CHECK_MAX_RANKS, link_bandwidth, rank_links
 
         world = MPI.COMM_WORLD
         if world.Get_size() != horovod.size():
@@ -603,8 +603,7 @@ def _after_horovod_init(horovod: Any) -> None:
         if world.Get_rank() == 0 and speeds:
             from workbench.store import update_run_meta
 
-            links = {str(rank): {"host": hosts[rank], "bytes_per_s": float(speed)} for rank, speed in speeds.items()}
-            update_run_meta(recorder.run_path, links=links)
+            update_run_meta(recorder.run_path, links=rank_links(speeds, hosts.__getitem__))
     except Exception as error:  # profiling must never stop the script
         print(f"workbench profile: clocks not aligned across hosts on this rank ({error})", file=sys.stderr)
 

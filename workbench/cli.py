@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.config import MPI_IMPLEMENTATIONS
+from workbench.placement import PIN_GPUS
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -585,7 +586,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     where.add_argument(
         "--pin-gpus",
-        choices=("auto", "yes", "no"),
+        choices=PIN_GPUS,
         default="auto",
         help="one GPU per rank by its local rank (CUDA_VISIBLE_DEVICES); auto: unless the script chooses its own",
     )

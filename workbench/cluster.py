@@ -113,14 +113,13 @@ def _horovod_rank_info() -> dict[str, Any]:
 
 def _pin_gpu_to_local_rank() -> dict[str, Any]:
     """Runs on each engine, before TensorFlow touches a GPU: see only the node's GPU number local_rank."""
-    import os as _os
     import socket as _socket
 
     import tensorflow as tf
 
-    # Open MPI's mpiexec, MPICH's Hydra, srun: each names the rank's index on its node differently
-    names = ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID")
-    local_rank = next((int(_os.environ[name]) for name in names if name in _os.environ), 0)
+    from workbench.placement import local_rank as _local_rank
+
+    local_rank = _local_rank() or 0  # Open MPI's mpiexec, MPICH's Hydra, srun: each names it differently
     gpus = tf.config.list_physical_devices("GPU")
     chosen = gpus[local_rank % len(gpus)] if gpus else None
     if chosen is not None:
@@ -333,17 +332,14 @@ class Cluster(AsyncFirst):
         Runs record it, so a slow node's link is a finding. Empty on one host, or above
         ``LINK_CHECK_MAX_RANKS`` ranks (it exchanges with two partners per rank, one pair at a time).
         """
-        from workbench.bench.link import LINK_CHECK_MAX_RANKS, link_bandwidth
+        from workbench.bench.link import LINK_CHECK_MAX_RANKS, link_bandwidth, rank_links
 
         hosts = set(self.rank_hosts.values())
         if len(hosts) < 2 or len(self.rank_hosts) > LINK_CHECK_MAX_RANKS:
             return {}
         answers = self.client[sorted(self.client.ids)].apply_sync(link_bandwidth)
         speeds = next(answer for answer in answers if answer is not None)
-        return {
-            int(rank): {"host": self.rank_hosts.get(int(rank), ""), "bytes_per_s": float(speed)}
-            for rank, speed in speeds.items()
-        }
+        return rank_links(speeds, lambda rank: self.rank_hosts.get(rank, ""))
 
     async def _wait_for_engines(self) -> None:
         config = self.config

@@ -225,6 +225,10 @@ def node_gpus(environment: Mapping[str, str] | None = None, device_dir: str | Pa
 _SCRIPT_PINS = re.compile(r"visible_device|set_visible_devices|CUDA_VISIBLE_DEVICES|torch\.cuda\.set_device")
 
 
+#: ``--pin-gpus``: ``auto`` narrows each rank to its local rank's GPU unless the script chooses its GPU itself.
+PIN_GPUS: tuple[str, ...] = ("auto", "yes", "no")
+
+
 def script_pins_gpus(script: str | Path | None) -> bool:
     """Whether the script's own text chooses its GPU (``_SCRIPT_PINS``); False where it cannot be read."""
     if script is None:

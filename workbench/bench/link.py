@@ -92,6 +92,11 @@ if __name__ == "__main__":
 LINK_CHECK_MAX_RANKS = 64
 
 
+def rank_links(speeds: dict[int, float], host_of: Any) -> dict[int, dict[str, Any]]:
+    """``link_bandwidth``'s answer as a run records it (``run.json`` ``links``): ``{rank: {host, bytes_per_s}}``."""
+    return {int(rank): {"host": host_of(int(rank)), "bytes_per_s": float(speed)} for rank, speed in speeds.items()}
+
+
 def link_bandwidth(megabytes: float = 4.0) -> dict[int, float] | None:
     """Run on every rank (MPI): each rank's link in bytes/s, rank 0 gets ``{rank: bytes/s}``.
 

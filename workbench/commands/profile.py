@@ -33,7 +33,7 @@ from typing import IO
 
 from workbench.config import ClusterConfig, mpich_horovod_prefix
 from workbench.faults import launcher_refusal
-from workbench.placement import Placement, place, script_pins_gpus
+from workbench.placement import PIN_GPUS, Placement, place, script_pins_gpus
 from workbench.profile import BOOT_DIR, RESPONSE_CACHE, TIMELINE_FILE, import_tf_profiles, import_timeline
 from workbench.store import create_run, ranks_with_meta, update_run_meta
 from workbench.text import format_seconds
@@ -177,10 +177,6 @@ def profile_command(
         return returncode
     print_answer(run_path, report=report)
     return 128 + signal.Signals[stopped_by].value if stopped_by else returncode
-
-
-#: ``--pin-gpus``: ``auto`` narrows each rank to its local rank's GPU unless the script chooses its GPU itself.
-PIN_GPUS: tuple[str, ...] = ("auto", "yes", "no")
 
 
 def gpu_pinning(choice: str, command: list[str]) -> str:
