@@ -326,11 +326,16 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     from workbench.placement import place
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    minicluster = None
+    if args.minicluster:
+        from workbench.minicluster import MiniCluster
+
+        minicluster = MiniCluster.running()  # none up: its one line says to run `workbench minicluster up`
     placement = place(
         ranks=args.ranks,
         hostfile=args.hostfile,
         ranks_per_node=args.ranks_per_node,
-        minicluster=args.minicluster,
+        minicluster=minicluster,
         mpi=args.mpi,
         bind_to=args.bind_to,
         launch_agent=args.launch_agent,

@@ -268,6 +268,11 @@ class MiniCluster:
     pids: dict[str, int] = field(default_factory=dict)
     owned: bool = False
 
+    @property
+    def bridge(self) -> str:
+        """The host's side of the nodes' links: the interface a launcher is told to use."""
+        return BRIDGE
+
     # -- making and finding ------------------------------------------------------------------------
     @classmethod
     def up(cls, spec: MiniClusterSpec | None = None, *, reuse: bool = True, **make: Any) -> MiniCluster:

@@ -310,28 +310,32 @@ def place(
     ranks: int | None = None,
     hostfile: str | None = None,
     ranks_per_node: int | None = None,
-    minicluster: bool = False,
+    minicluster: Any = None,
     mpi: str = "openmpi",
     bind_to: str | None = None,
     launch_agent: str | None = None,
     mpi_args: tuple[str, ...] = (),
     environment: Mapping[str, str] | None = None,
 ) -> Placement:
-    """Decide where ``workbench profile``'s ranks run; one line (``PlacementError``) for what cannot work."""
+    """Decide where ``workbench profile``'s ranks run; one line (``PlacementError``) for what cannot work.
+
+    ``minicluster``: the running miniature cluster (``MiniCluster.running()``) to run on, given by the
+    caller so that this module stays below the cluster modules (no import circle through them).
+    """
     environment = os.environ if environment is None else environment
     if ranks is not None and ranks < 1:
         raise PlacementError(f"--ranks {ranks}: profile on at least 1 rank")
     if ranks_per_node is not None and ranks_per_node < 1:
         raise PlacementError(f"--ranks-per-node {ranks_per_node}: use at least 1")
-    if minicluster and hostfile:
+    if minicluster is not None and hostfile:
         raise PlacementError("--minicluster and --hostfile both name the hosts: pass one")
-    allocation = None if minicluster else allocation_from_environment(environment)
+    allocation = None if minicluster is not None else allocation_from_environment(environment)
     args = list(mpi_args)
     if launch_agent:
         args += _launch_agent_args(mpi, launch_agent)
     common: dict[str, Any] = {"mpi": mpi, "bind_to": bind_to, "mpi_args": tuple(args), "ranks_per_node": ranks_per_node}
-    if minicluster:
-        return _minicluster_placement(ranks, common)
+    if minicluster is not None:
+        return _minicluster_placement(minicluster, ranks, common)
     if hostfile:
         hosts = read_hostfile(hostfile)
         slots = [count for _, count in hosts]
@@ -372,14 +376,8 @@ def _launch_agent_args(mpi: str, agent: str) -> list[str]:
     return ["-launcher", "ssh", "-launcher-exec", agent]
 
 
-def _minicluster_placement(ranks: int | None, common: dict[str, Any]) -> Placement:
+def _minicluster_placement(mini: Any, ranks: int | None, common: dict[str, Any]) -> Placement:
     """The miniature cluster that ``workbench minicluster up`` made: its own allocation through ``salloc``."""
-    from workbench.minicluster import BRIDGE, MiniCluster, MiniClusterError
-
-    try:
-        mini = MiniCluster.running()
-    except MiniClusterError as error:
-        raise PlacementError(str(error)) from None
     ranks = ranks if ranks is not None else len(mini.node_names)
     if ranks > mini.spec.max_ranks(1):
         raise PlacementError(mini.too_many_ranks(ranks))
@@ -388,7 +386,7 @@ def _minicluster_placement(ranks: int | None, common: dict[str, Any]) -> Placeme
     if common["mpi"] == "mpich":
         # Hydra's proxies call back to this host by its name, which resolves to a loopback address inside the
         # nodes' namespaces: the bridge's address is the one they reach
-        common = {**common, "mpi_args": ("-iface", BRIDGE, *common["mpi_args"])}
+        common = {**common, "mpi_args": ("-iface", mini.bridge, *common["mpi_args"])}
     config = ClusterConfig(n=ranks, allocation_nodes=nodes, threads_per_rank=1, env=dict(settings.env), **common)
     prefix = ("salloc", f"--nodes={nodes}", f"--ntasks={ranks}", f"--time={MINICLUSTER_TIME_LIMIT}", "--quiet")
     return Placement(
