@@ -367,6 +367,21 @@ def _cmd_analyse(args: argparse.Namespace) -> int:
     )
 
 
+def _cmd_import(args: argparse.Namespace) -> int:
+    from workbench.importer import import_traces
+
+    result = import_traces(args.paths, out=args.out, name=args.name)
+    for line in result.lines:
+        print(f"  {line}")
+    where = f" on {len(result.hosts)} host(s) ({', '.join(result.hosts)})" if result.hosts else ""
+    print(
+        f"run: {result.run_path} ({result.ranks} ranks{where}; {result.events} spans,"
+        f" {result.device_activities} GPU activities)"
+    )
+    print(f"next: workbench analyse {result.run_path} --html report.html")
+    return 0
+
+
 def _cmd_export(args: argparse.Namespace) -> int:
     from workbench.formats.trace_export import export_trace
 
@@ -630,6 +645,17 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--json", action="store_true", help="print one JSON object")
     compare.add_argument("--html", default=None, metavar="FILE", help="also write the HTML report to FILE")
     compare.set_defaults(handler=_cmd_compare)
+
+    imported = sub.add_parser(
+        "import",
+        help="traces a GPU cluster wrote (Horovod timelines, TF profiles: *.xplane.pb, *.trace.json.gz) as one run",
+    )
+    imported.add_argument(
+        "paths", nargs="+", help="trace files, or folders holding them (a TensorBoard log folder); one job's files"
+    )
+    imported.add_argument("--out", default=None, help="where runs go (default $WORKBENCH_RUNS or ./runs)")
+    imported.add_argument("--name", default=None, help="the run's name (default: import-<folder>)")
+    imported.set_defaults(handler=_cmd_import)
 
     export = sub.add_parser("export", help="a run as one trace for ui.perfetto.dev and chrome://tracing")
     export.add_argument("run_dir", help="a run directory, e.g. runs/<run_id>")

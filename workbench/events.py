@@ -176,6 +176,31 @@ COUNTER_SCHEMA = pa.schema(
     ]
 )
 COUNTER_COLUMNS: tuple[str, ...] = tuple(COUNTER_SCHEMA.names)
+
+#: Device activity (one row per kernel, copy or step marker on a GPU's stream), from imported traces.
+#: ``rank`` owns the device; ``device`` is ``GPU:0`` (``CPU`` for the host's step markers); ``stream`` the
+#: CUDA stream or lane; ``kind`` one of ``DEVICE_KINDS``; ``step`` from the host's step markers (-1 outside).
+DEVICE_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("rank", pa.int32()),
+        ("host", pa.string()),
+        ("device", pa.string()),
+        ("stream", pa.string()),
+        ("kind", pa.string()),
+        ("name", pa.string()),
+        ("step", pa.int64()),
+        ("start_ns", pa.int64()),
+        ("end_ns", pa.int64()),
+        ("bytes", pa.int64()),
+    ]
+)
+DEVICE_COLUMNS: tuple[str, ...] = tuple(DEVICE_SCHEMA.names)
+#: Kinds of device activity: compute kernels, collective kernels (NCCL's), copies by direction, memsets, and
+#: the host's step markers (``step``).
+KERNEL, COLLECTIVE, MEMSET, STEP_MARKER = "kernel", "collective", "memset", "step"
+COPY_KINDS: tuple[str, ...] = ("memcpy_h2d", "memcpy_d2h", "memcpy_d2d", "memcpy_p2p")
+DEVICE_KINDS: tuple[str, ...] = (KERNEL, COLLECTIVE, *COPY_KINDS, MEMSET, STEP_MARKER)
 #: Counters every rank's recorder writes with its heartbeat (about once a second), each since the last beat:
 #: the process's CPU % (all its threads; 150 = one and a half cores)
 CPU_PERCENT = "rank.cpu_percent"

@@ -40,10 +40,15 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from workbench.config import physical_cores
-from workbench.events import COUNTER_SCHEMA, EVENT_SCHEMA, MEMORY_SCHEMA
+from workbench.events import COUNTER_SCHEMA, DEVICE_SCHEMA, EVENT_SCHEMA, MEMORY_SCHEMA
 
 RUN_FILE = "run.json"
-STREAMS: dict[str, pa.Schema] = {"events": EVENT_SCHEMA, "memory": MEMORY_SCHEMA, "counters": COUNTER_SCHEMA}
+STREAMS: dict[str, pa.Schema] = {
+    "events": EVENT_SCHEMA,
+    "memory": MEMORY_SCHEMA,
+    "counters": COUNTER_SCHEMA,
+    "devices": DEVICE_SCHEMA,
+}
 #: Rows per Parquet row group in compacted files (the unit ``Run.load(window_ns=...)`` skips by).
 COMPACT_ROW_GROUP = 65_536
 _PART = re.compile(r"^(\d{8})-(\d{8})\.parquet$")
@@ -438,7 +443,7 @@ def stream_files(run_path: str | Path, stream: str) -> list[tuple[int, Path]]:
 
 
 #: The column each stream's rows are ordered by within a rank, and a time window applies to.
-TIME_COLUMNS: dict[str, str] = {"events": "start_ns", "memory": "time_ns", "counters": "time_ns"}
+TIME_COLUMNS: dict[str, str] = {"events": "start_ns", "memory": "time_ns", "counters": "time_ns", "devices": "start_ns"}
 
 
 def _window_filter(stream: str, window_ns: tuple[int, int] | None) -> list[tuple[str, str, int]] | None:
@@ -448,7 +453,7 @@ def _window_filter(stream: str, window_ns: tuple[int, int] | None) -> list[tuple
     low, high = (int(w) for w in window_ns)
     if high < low:
         raise ValueError(f"window_ns {window_ns} is empty: pass (start_ns, end_ns) with start_ns <= end_ns")
-    if stream == "events":
+    if stream in ("events", "devices"):
         return [("end_ns", ">=", low), ("start_ns", "<=", high)]
     return [("time_ns", ">=", low), ("time_ns", "<=", high)]
 
@@ -714,6 +719,8 @@ class Run:
     memory: pd.DataFrame
     rank_meta: pd.DataFrame = field(default_factory=pd.DataFrame)
     counters: pd.DataFrame = field(default_factory=lambda: COUNTER_SCHEMA.empty_table().to_pandas())
+    #: GPU activity of imported traces (``events.DEVICE_SCHEMA``); empty for runs the workbench recorded.
+    devices: pd.DataFrame = field(default_factory=lambda: DEVICE_SCHEMA.empty_table().to_pandas())
 
     #: The ranks loaded when ``Run.load`` was given ``ranks`` (None: all of them).
     selected_ranks: list[int] | None = None
@@ -755,6 +762,7 @@ class Run:
             ),
             memory=_read_stream(path, "memory", ranks=chosen, window_ns=window_ns),
             counters=_read_stream(path, "counters", ranks=chosen, window_ns=window_ns),
+            devices=_read_stream(path, "devices", ranks=chosen, window_ns=window_ns),
             rank_meta=pd.DataFrame(rank_rows),
             selected_ranks=chosen,
         )

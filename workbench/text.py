@@ -201,6 +201,30 @@ def format_analysis(result: RunAnalysis, *, width: int = WIDTH) -> str:
     else:
         lines.append("  none recorded (compute spans named 'train_step')")
 
+    if len(result.devices):
+        lines += ["", "GPUs (busy: any stream ran; hidden: communication while a compute kernel ran)"]
+        lines += text_table(
+            [*by_rank.header, "GPU", "steps", "busy", "idle", "compute", "comm", "hidden", "copies"],
+            [
+                [
+                    *by_rank.cells(row.rank),
+                    str(row.device),
+                    str(row.steps),
+                    f"{row.busy_share:.0%}" if row.busy_share == row.busy_share else MISSING,
+                    format_seconds(row.idle_s),
+                    format_seconds(row.compute_s),
+                    format_seconds(row.communication_s),
+                    f"{row.communication_hidden_share:.0%}"
+                    if row.communication_hidden_share == row.communication_hidden_share
+                    else MISSING,
+                    format_seconds(row.copy_s),
+                ]
+                for row in result.devices.itertuples()
+            ],
+            width=width,
+            labels=by_rank.labels,
+        )
+
     if len(result.keras_calls):
         lines += ["", "Keras calls (own: Keras's work per call outside the model's runs)"]
         lines += _keras_call_lines(result.keras_calls, width, by_rank)

@@ -23,6 +23,7 @@ from workbench import events as ev
 from workbench.analysis.breakdown import phase_breakdown
 from workbench.analysis.completion import completion_findings
 from workbench.analysis.cpu_wait import cpu_wait_finding, cpu_wait_table
+from workbench.analysis.devices import device_findings, device_step_table, device_summary
 from workbench.analysis.findings import (
     combine_findings,
     findings,
@@ -86,6 +87,8 @@ class RunAnalysis:
     in_flight: pd.DataFrame = field(default_factory=lambda: _empty(OVERLAP_COLUMNS))
     #: ``keras_call_table``: per rank and Keras method, calls, seconds, the model's runs and Keras's own work.
     keras_calls: pd.DataFrame = field(default_factory=lambda: _empty(KERAS_CALL_COLUMNS))
+    #: ``devices.device_summary``: per GPU of an imported profile, busy, idle, compute, communication, copies.
+    devices: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: tables as lists of row dicts, NaN and inf as None, numpy scalars as Python."""
@@ -93,6 +96,7 @@ class RunAnalysis:
             **analysis_dict(self, lateness_summary(self.lateness, self.header.get("rank_hosts"))),
             "in_flight": json_records(self.in_flight),
             "keras_calls": json_records(self.keras_calls),
+            "devices": json_records(self.devices),
         }
 
 
@@ -182,6 +186,7 @@ def analyse_run(
     derive_waits: bool = True,
     rank_meta: pd.DataFrame | Mapping[int, str] | None = None,
     counters: pd.DataFrame | None = None,
+    devices: pd.DataFrame | None = None,
 ) -> RunAnalysis:
     """Breakdown, POP metrics, findings, steps and memory of one run (``Run.load(path)``'s frames).
 
@@ -199,6 +204,8 @@ def analyse_run(
       (when ``meta`` is given), and notes when no training steps or no memory samples were recorded.
     - ``counters`` (``Run.counters``): a serial Python generator behind tf.data that was busy nearly all of
       a rank's training is named (``analysis.input.python_input_finding``).
+    - ``devices`` (``Run.devices``, GPU activity of imported profiles): per GPU busy, idle, communication hidden
+      or not (``analysis.devices``), and findings on idle, lagging and transfer-bound GPUs.
     - Each rank's host comes from the events, else the memory samples, else ``rank_meta``
       (``Run.rank_meta``): per-rank tables get a ``host`` column, and when ranks ran on more than
       one host the findings name the host next to each rank ("rank 2 (node3)").
@@ -250,7 +257,16 @@ def analyse_run(
     if derive_waits and wall_s and len(waits):
         stragglers = straggler_rows(waits, wall_s, min_fraction=min_fraction, hosts=hosts)
         extra.append(combine_findings(pd.DataFrame(stragglers)))
-    if len(in_flight):
+    gpus = pd.DataFrame()
+    if devices is not None and len(devices):
+        gpu_steps = device_step_table(devices)
+        gpus = device_summary(gpu_steps)
+        idle_devices = meta.get("devices_idle") if isinstance(meta.get("devices_idle"), Mapping) else None
+        gpu_found = device_findings(
+            gpus, gpu_steps, idle_devices=idle_devices, profile_s=wall_s, min_fraction=min_fraction
+        )
+        extra.append(combine_findings(pd.DataFrame(gpu_found)))
+    if len(in_flight) and gpus.empty:
         busiest = in_flight.sort_values("in_flight_s").iloc[-1]
         share = f"{busiest['in_flight_s'] / wall_s:.0%} of wall time, " if wall_s else ""
         extra.append(
@@ -294,6 +310,7 @@ def analyse_run(
         lateness=with_hosts(lateness, hosts),
         in_flight=with_hosts(in_flight, hosts),
         keras_calls=with_hosts(keras_calls, hosts),
+        devices=gpus,
     )
 
 

@@ -42,7 +42,9 @@ def analyse_command(
         print(json.dumps(split.to_dict(), indent=2, allow_nan=False) if as_json else format_split_analysis(split))
         return 0
     run = Run.load(run_dir)
-    result = analysis.analyse_run(run.events, run.memory, run.meta, rank_meta=run.rank_meta, counters=run.counters)
+    result = analysis.analyse_run(
+        run.events, run.memory, run.meta, rank_meta=run.rank_meta, counters=run.counters, devices=run.devices
+    )
     if html is not None:
         path = write_analysis_report(html, result, run)
         if not as_json:
@@ -79,6 +81,8 @@ def write_analysis_report(path: str | Path, result: RunAnalysis, run: Run) -> Pa
     lateness = per_rank(analysis.lateness_summary(result.lateness, hosts))
     if len(lateness):
         sections.append(("Arrival at the allreduce per rank (Horovod's readiness marks)", lateness))
+    if len(result.devices):
+        sections.append(("GPUs: busy, idle, communication hidden behind compute (seconds)", per_rank(result.devices)))
     if len(result.in_flight):
         sections.append(("Collectives in flight (overlap with the ranks' own work)", per_rank(result.in_flight)))
     if len(run.memory):

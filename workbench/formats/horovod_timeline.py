@@ -27,14 +27,15 @@ being written or cut off mid-record is read up to its last complete record.
 from __future__ import annotations
 
 import ctypes
+import gzip
 import json
 import re
 import sys
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import NamedTuple
+from typing import BinaryIO, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -70,23 +71,48 @@ try:
     _LIBC.malloc_trim  # noqa: B018 - glibc only
 except (OSError, AttributeError):
     _LIBC = None
-_BEGIN, _END, _MARK, _META = 1, 2, 3, 4
-_PH_CODES = {"B": _BEGIN, "E": _END, "X": _MARK, "M": _META}
+_BEGIN, _END, _MARK, _META, _INSTANT = 1, 2, 3, 4, 5
+_PH_CODES = {"B": _BEGIN, "E": _END, "X": _MARK, "M": _META, "i": _INSTANT, "I": _INSTANT}
+#: Horovod's mark of each background cycle (``HOROVOD_TIMELINE_MARK_CYCLES``; always written by 0.15-0.19).
+CYCLE_MARK = "CYCLE_START"
+#: Activity names only Horovod's timeline writes: a file naming none of them (nor NEGOTIATE_*) is another trace.
+HOROVOD_ACTIVITY_HINTS = frozenset(
+    {CYCLE_MARK, "ALLREDUCE", "ALLGATHER", "BROADCAST", "MPI_ALLREDUCE", "NCCL_ALLREDUCE", "MEMCPY_IN_FUSION_BUFFER",
+     "QUEUE", "WAIT_FOR_DATA", "GLOO_ALLREDUCE", "MPI_ALLGATHER", "NCCL_ALLGATHER", "ALLTOALL", "REDUCESCATTER"}
+)
+#: Timestamps above this many µs are since the Unix epoch (after 2001); below, a steady clock's (since boot).
+EPOCH_US = 10**15
 
 
 class TimelineError(ValueError):
     """A file that is not a Horovod timeline."""
 
 
+def open_maybe_compressed(path: Path) -> BinaryIO:
+    """The file's bytes, decompressed as they are read when it is gzip (``.gz`` or not: by its magic bytes)."""
+    handle = path.open("rb")
+    if handle.read(2) == b"\x1f\x8b":
+        handle.close()
+        return gzip.open(path, "rb")  # type: ignore[return-value]
+    handle.seek(0)
+    return handle
+
+
 def _record_chunks(path: Path, chunk_bytes: int) -> Iterator[tuple[bytearray, int, int]]:
     """The file's complete records a chunk at a time: (buffer, first byte, end of the last record).
 
     Each chunk is read into a buffer of its own (chunks are parsed in threads while the next is
-    read), followed by zero bytes so that 8-byte windows near its last record stay inside it.
+    read), followed by zero bytes so that 8-byte windows near its last record stay inside it. A gzip
+    file is decompressed as it is read (never whole, never to disk).
     """
-    with path.open("rb") as handle:
-        head = handle.read(chunk_bytes)
+    with open_maybe_compressed(path) as handle:
+        try:
+            head = handle.read(chunk_bytes)
+        except (OSError, EOFError) as error:
+            raise TimelineError(f"{path} is damaged ({error}): copy it again from where the job wrote it") from None
         stripped = head.lstrip()
+        if not stripped:
+            raise TimelineError(f"{path} is empty: the job wrote no timeline record (it stopped before hvd.init())")
         if not stripped.startswith(b"["):
             raise TimelineError(
                 f"{path} is not a Horovod timeline (it does not start with '['): pass the file "
@@ -96,7 +122,10 @@ def _record_chunks(path: Path, chunk_bytes: int) -> Iterator[tuple[bytearray, in
         while True:
             buffer = bytearray(len(carry) + chunk_bytes + _PADDING)
             buffer[: len(carry)] = carry
-            got = handle.readinto(memoryview(buffer)[len(carry) : len(carry) + chunk_bytes])
+            try:
+                got = handle.readinto(memoryview(buffer)[len(carry) : len(carry) + chunk_bytes])
+            except (OSError, EOFError):  # a gzip stream cut off: what was decompressed so far is read
+                got = 0
             filled, final = len(carry) + got, got == 0
             if not final:
                 cut = buffer.rfind(b"},", 0, filled)
@@ -277,7 +306,9 @@ def _parse_horovod_layout(data: np.ndarray, starts: np.ndarray) -> _Chunk | None
     ph = data[s + 8]
     if not (data[s + 9] == ord('"')).all() or (ph == ord("M")).any():  # metadata laid out as an event: Arrow
         return None
-    kind[events] = np.select([ph == ord("B"), ph == ord("E"), ph == ord("X")], [_BEGIN, _END, _MARK], 0)
+    kind[events] = np.select(
+        [ph == ord("B"), ph == ord("E"), ph == ord("X"), ph == ord("i")], [_BEGIN, _END, _MARK, _INSTANT], 0
+    )
     named = ph != ord("E")
     ts_start = s + 18  # {"ph": "E", "ts": 123
     if not (window[s[~named] + 9] == _TS_KEY).all():
@@ -376,6 +407,30 @@ class _Pairing:
         self.carry = {k: np.zeros(0, np.int64) for k in ("seq", "kind", "pid", "ts", "name", "rank")}
         self.out: list[dict[str, np.ndarray]] = []
         self.last_us = 0  # the latest timestamp read: where the file ends in time
+        self.first_us: int | None = None
+        self.cycle_marks = 0
+        self.mark_ranks: set[int] = set()  # ranks named by readiness marks: the job's world, as the file shows it
+        self.has_start_record = False
+        # rotated fragments of one job: each may carry its own start record; their timestamps are moved
+        # onto the first fragment's origin
+        self.fragment = -1
+        self.fragment_shift_us = 0
+        self.fragments_with_start: set[int] = set()
+
+    def new_fragment(self, index: int) -> None:
+        """The next chunks come from fragment ``index`` (files of one job, in order)."""
+        self.fragment = index
+        self.fragment_shift_us = 0
+
+    def decide_origin(self) -> None:
+        """No start record in the first chunk: timestamps are taken as they are (µs since the epoch when they
+        are that large, else a steady clock's, with no epoch: ``epoch_aligned`` False)."""
+        if self.origin_us is None:
+            self.origin_us = 0
+
+    @property
+    def epoch_aligned(self) -> bool:
+        return self.has_start_record or (self.first_us is not None and self.first_us > EPOCH_US)
 
     def add(self, chunk: _Chunk) -> None:
         """One chunk's records: metadata noted, ``B``/``E``/readiness marks paired with what was carried."""
@@ -389,15 +444,34 @@ class _Pairing:
         for pid, record_name, start, tensor in chunk.meta:
             if record_name != "process_name":
                 continue
-            if start is not None and self.origin_us is None:
-                self.origin_us = int(start)
+            if start is not None:
+                if self.origin_us is None:
+                    self.origin_us = int(start)
+                    self.has_start_record = True
+                elif self.fragment not in self.fragments_with_start and self.has_start_record:
+                    self.fragment_shift_us = int(start) - self.origin_us
+                self.fragments_with_start.add(self.fragment)
             elif tensor is not None:
                 self.tensor_names[pid] = str(tensor)
+        if self.origin_us is None:
+            self.decide_origin()
         kind = chunk.kind
-        if len(chunk.ts):
-            self.last_us = max(self.last_us, int(chunk.ts.max()))
+        ts = chunk.ts + self.fragment_shift_us if self.fragment_shift_us else chunk.ts
+        timed = kind != _META
+        if timed.any():
+            stamps = ts[timed]
+            self.last_us = max(self.last_us, int(stamps.max()))
+            low = int(stamps.min())
+            self.first_us = low if self.first_us is None else min(self.first_us, low)
+        instants = np.flatnonzero(kind == _INSTANT)
+        if len(instants):
+            cycle = self.names.get(CYCLE_MARK, -2)
+            self.cycle_marks += int((name[instants] == cycle).sum())
         keep = (kind == _BEGIN) | (kind == _END) | ((kind == _MARK) & (rank >= 0))
-        columns = {"seq": seq, "kind": kind, "pid": chunk.pid, "ts": chunk.ts, "name": name, "rank": rank}
+        marked = rank[kind == _MARK]
+        if len(marked):
+            self.mark_ranks.update(np.unique(marked[marked >= 0]).tolist())
+        columns = {"seq": seq, "kind": kind, "pid": chunk.pid, "ts": ts, "name": name, "rank": rank}
         columns = {k: np.concatenate([self.carry[k], v[keep]]) for k, v in columns.items()}
         self.pair(columns)
 
@@ -628,7 +702,7 @@ def timeline_tensor_bytes(path: str | Path, *, scan_bytes: int = TENSOR_SCAN_BYT
     each step allreduces. Only the file's first ``scan_bytes`` are read (the first steps show every tensor);
     records in another layout than Horovod's writer produces are not matched, which leaves the dict empty.
     """
-    with open(path, "rb") as handle:
+    with open_maybe_compressed(Path(path)) as handle:
         text = handle.read(scan_bytes).decode("utf-8", errors="replace")
     names = {int(pid): json.loads(f'"{name}"') for pid, name in _PROCESS_NAME.findall(text)}
     allreduced = {int(pid) for operation, pid in _NEGOTIATION.findall(text) if operation == "ALLREDUCE"}
@@ -647,7 +721,7 @@ BATCH_EVENTS = 1_000_000
 
 
 def iter_horovod_timeline(
-    path: str | Path,
+    path: str | Path | Sequence[str | Path],
     *,
     run_id: str = "",
     host: str = "",
@@ -655,6 +729,7 @@ def iter_horovod_timeline(
     engine: str = "auto",
     batch_events: int = BATCH_EVENTS,
     unfinished: list[dict[str, object]] | None = None,
+    info: dict[str, object] | None = None,
 ) -> Iterator[pd.DataFrame]:
     """The events of ``read_horovod_timeline`` in batches of about ``batch_events``, as they are paired.
 
@@ -663,42 +738,78 @@ def iter_horovod_timeline(
     starts can step back a little from one batch to the next (the store's readers sort per rank).
     ``unfinished``: a list that gets, once the file is read, the negotiations still open at its end
     (``_Pairing.unfinished``): the collective a stalled or stopped job was waiting in.
+
+    Every version that wrote a timeline: with the start record (0.20 on; timestamps after it) or without
+    (0.15-0.19: timestamps as written, on a steady clock with no epoch, ``info["epoch_aligned"]`` False),
+    gzip, an array never closed. ``path`` may list the rotated fragments of one job, in order: an activity
+    begun in one and ended in the next is one span. ``info`` gets what the files held: ``records``,
+    ``has_start_record``, ``epoch_aligned``, ``cycle_marks``, ``first_ns``/``last_ns``, ``open_activities``.
     """
     if batch_events < 1:
         raise ValueError(f"batch_events={batch_events} must be >= 1")
     if engine not in ("auto", "arrow"):
         raise ValueError(f"engine {engine!r} is not known: pass 'auto' or 'arrow'")
-    path = Path(path)
-    if not path.is_file():
-        raise TimelineError(f"{path} does not exist: pass the path given to HOROVOD_TIMELINE or hvd.start_timeline()")
+    paths = [Path(p) for p in ([path] if isinstance(path, (str, Path)) else path)]
+    for one in paths:
+        if not one.is_file():
+            raise TimelineError(
+                f"{one} does not exist: pass the path given to HOROVOD_TIMELINE or hvd.start_timeline()"
+            )
     pairing = _Pairing()
 
     def ready() -> bool:
         return pairing.origin_us is not None and pairing.pending() >= batch_events
 
+    def chunks() -> Iterator[tuple[int, tuple[bytearray, int, int]]]:
+        for index, one in enumerate(paths):
+            for raw in _record_chunks(one, max(64, int(chunk_mb * (1 << 20)))):
+                yield index, raw
+
     # Two threads parse the next chunks (numpy and Arrow release the GIL) while this one pairs records
     # in file order; at most _IN_FLIGHT chunks are held at once, whatever the file's size.
-    in_flight: deque[Future[_Chunk]] = deque()
+    in_flight: deque[tuple[int, Future[_Chunk]]] = deque()
+
+    def pair_next() -> None:
+        index, parsed = in_flight.popleft()
+        if index != pairing.fragment:
+            pairing.new_fragment(index)
+        pairing.add(parsed.result())
+
     with ThreadPoolExecutor(max_workers=2) as pool:
-        for raw in _record_chunks(path, max(64, int(chunk_mb * (1 << 20)))):
-            in_flight.append(pool.submit(_parse_chunk, raw, path, engine))
+        for index, raw in chunks():
+            in_flight.append((index, pool.submit(_parse_chunk, raw, paths[index], engine)))
             del raw
             if len(in_flight) >= _IN_FLIGHT:
-                pairing.add(in_flight.popleft().result())
+                pair_next()
                 if pairing.chunks % _TRIM_EVERY == 0:
                     _release_free_memory()
                 if ready():
                     yield pairing.frame(run_id, host)
         while in_flight:
-            pairing.add(in_flight.popleft().result())
+            pair_next()
             if ready():
                 yield pairing.frame(run_id, host)
-    if pairing.origin_us is None:
+    if not pairing.has_start_record and not any(name in pairing.names for name in HOROVOD_ACTIVITY_HINTS) and not any(
+        name.startswith("NEGOTIATE_") for name in pairing.names
+    ):
         raise TimelineError(
-            f"{path} has no start_time_since_epoch_in_micros record: it is not a Horovod "
-            "0.2x timeline (or its first line is damaged)"
+            f"{paths[0]} is not a Horovod timeline (none of its {pairing.records} records is a Horovod activity):"
+            " pass the file written by HOROVOD_TIMELINE or hvd.start_timeline()"
         )
     if unfinished is not None:
         unfinished.extend(pairing.unfinished())
+    if info is not None:
+        origin_ns = (pairing.origin_us or 0) * 1000
+        info.update(
+            records=pairing.records,
+            fragments=len(paths),
+            has_start_record=pairing.has_start_record,
+            epoch_aligned=pairing.epoch_aligned,
+            cycle_marks=pairing.cycle_marks,
+            first_ns=None if pairing.first_us is None else pairing.first_us * 1000 + origin_ns,
+            last_ns=pairing.last_us * 1000 + origin_ns,
+            open_activities=int((pairing.carry["kind"] == _BEGIN).sum()),
+            ranks=sorted(pairing.mark_ranks),
+        )
     if pairing.pending():
         yield pairing.frame(run_id, host)

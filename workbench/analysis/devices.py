@@ -1,0 +1,381 @@
+"""GPU activity as the workbench's own: steps, busy and idle time, communication hidden or not, findings.
+
+Input: device activity (``events.DEVICE_SCHEMA``: kernels, collective kernels, copies, step markers per GPU
+stream), as ``workbench import`` stores it from TensorFlow's profiles. Pure functions, frames in and out.
+
+Definitions (per GPU and step; a step is the time from its marker's start to the next marker's start):
+- ``busy``: time any stream of the GPU ran something (the union of its activities); ``idle = wall - busy``;
+- ``compute``: union of compute kernels; ``communication``: union of collective kernels (NCCL's); ``copy``:
+  union of memory copies and sets;
+- ``overlapped``: communication while a compute kernel ran (``|comm ∩ compute|``); ``exposed``: the rest,
+  the communication the step waited for.
+``device_phase_spans`` turns the same into the phase spans every other analysis reads (one lane per GPU):
+``compute`` while a compute kernel runs, else ``communication`` while a collective runs, else ``transfer``
+while a copy runs, else ``idle``; the collective kernels also as ``in_flight`` spans (what overlapped).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+
+from workbench import events as ev
+
+#: Phase of the time a GPU only copied memory (no kernel running): a phase of its own, not useful work.
+TRANSFER = "transfer"
+DEVICE_STEP_COLUMNS: tuple[str, ...] = (
+    "rank",
+    "host",
+    "device",
+    "step",
+    "wall_s",
+    "busy_s",
+    "idle_s",
+    "compute_s",
+    "communication_s",
+    "copy_s",
+    "overlapped_s",
+    "exposed_communication_s",
+)
+#: Names of the spans ``device_phase_spans`` writes, per phase.
+SPAN_NAMES = {
+    ev.COMPUTE: "gpu_kernels",
+    ev.COMMUNICATION: "collective_kernels",
+    TRANSFER: "memory_copies",
+    ev.IDLE: "gpu_idle",
+}
+STEP_SPAN = "train_step"
+_CATEGORY = {ev.KERNEL: 0, ev.COLLECTIVE: 1, ev.MEMSET: 2, **{kind: 2 for kind in ev.COPY_KINDS}}
+#: A GPU busy less than this share of the profile is named idle (``device_findings``).
+IDLE_SHARE = 0.5
+#: A GPU whose busy time per step exceeds the median GPU's by this share lags the others.
+LAG_SHARE = 0.2
+
+
+def union_ns(group: np.ndarray, start: np.ndarray, end: np.ndarray, groups: int) -> np.ndarray:
+    """Per group, the ns covered by at least one of its intervals (overlaps counted once); vectorised.
+
+    Groups are laid end to end on one axis (each shifted by the whole span), so one running maximum of the
+    ends finds every merged segment of every group at once.
+    """
+    if len(start) == 0:
+        return np.zeros(groups, np.float64)
+    low = int(start.min())
+    span = int(end.max()) - low + 1
+    if groups * span >= 2**62:  # too long to lay end to end: one group at a time
+        return np.asarray(
+            [union_ns(np.zeros(int((group == g).sum()), np.int64), start[group == g], end[group == g], 1)[0]
+             for g in range(groups)]
+        )  # fmt: skip
+    shifted_start = (start - low) + group * span
+    shifted_end = (end - low) + group * span
+    order = np.argsort(shifted_start, kind="stable")
+    s, e, g = shifted_start[order], shifted_end[order], group[order]
+    reach = np.maximum.accumulate(e)
+    new = np.r_[True, s[1:] > reach[:-1]]
+    first = np.flatnonzero(new)
+    lengths = np.maximum.reduceat(e, first) - s[first]
+    return np.bincount(g[first], weights=lengths.astype(np.float64), minlength=groups)
+
+
+def step_windows(activity: pd.DataFrame) -> pd.DataFrame:
+    """``host, device, step, start_ns, end_ns`` of every step of every GPU: its own ``Steps`` markers, else its
+    host's (``device`` CPU); a step ends where the next begins, the last at its marker's end or the GPU's last
+    activity, whichever is later."""
+    markers = activity[activity["kind"] == ev.STEP_MARKER]
+    work = activity[activity["kind"] != ev.STEP_MARKER]
+    rows = []
+    for (host, device), lane in work.groupby(["host", "device"], sort=True, observed=True):
+        own = markers[(markers["host"] == host) & (markers["device"] == device)]
+        if own.empty:
+            own = markers[(markers["host"] == host) & (markers["device"] == "CPU")]
+        if own.empty:
+            continue
+        own = own.sort_values("start_ns")
+        starts = own["start_ns"].to_numpy(np.int64)
+        ends = np.r_[starts[1:], max(int(own["end_ns"].iloc[-1]), int(lane["end_ns"].max()))]
+        rows.append(
+            pd.DataFrame(
+                {
+                    "host": host,
+                    "device": device,
+                    "step": own["step"].to_numpy(np.int64),
+                    "start_ns": starts,
+                    "end_ns": ends,
+                }
+            )
+        )
+    if not rows:
+        return pd.DataFrame(columns=["host", "device", "step", "start_ns", "end_ns"])
+    return pd.concat(rows, ignore_index=True)
+
+
+def with_steps(activity: pd.DataFrame, windows: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The activity with ``step`` set to the step window its start falls in (-1 outside every step)."""
+    windows = step_windows(activity) if windows is None else windows
+    out = activity.copy()
+    steps = np.full(len(out), -1, np.int64)
+    for (host, device), own in windows.groupby(["host", "device"], sort=False):
+        rows = np.flatnonzero(
+            (out["host"] == host).to_numpy() & (out["device"] == device).to_numpy()
+            & (out["kind"] != ev.STEP_MARKER).to_numpy()
+        )  # fmt: skip
+        starts = own["start_ns"].to_numpy(np.int64)
+        at = np.searchsorted(starts, out["start_ns"].to_numpy(np.int64)[rows], side="right") - 1
+        inside = (at >= 0) & (out["start_ns"].to_numpy(np.int64)[rows] < own["end_ns"].to_numpy(np.int64)[at.clip(0)])
+        steps[rows[inside]] = own["step"].to_numpy(np.int64)[at[inside]]
+    keep = (out["kind"] == ev.STEP_MARKER).to_numpy()
+    steps[keep] = out["step"].to_numpy(np.int64)[keep]
+    out["step"] = steps
+    return out
+
+
+def device_step_table(activity: pd.DataFrame, *, window_ns: tuple[int, int] | None = None) -> pd.DataFrame:
+    """Per GPU and step (``DEVICE_STEP_COLUMNS``, seconds): busy, idle, compute, communication, copies, overlap.
+
+    Without step markers a GPU has one row, step -1, over ``window_ns`` (default: the whole profile, first to
+    last activity of any GPU), so a GPU that idled while others worked shows it.
+    """
+    work = activity[activity["kind"] != ev.STEP_MARKER]
+    if work.empty:
+        return pd.DataFrame(columns=list(DEVICE_STEP_COLUMNS))
+    windows = step_windows(activity)
+    work = with_steps(work, windows)
+    keys = ["rank", "host", "device", "step"]
+    keyed = work[keys].astype({"step": "int64"}).copy()
+    codes, uniques = pd.MultiIndex.from_frame(keyed).factorize()
+    groups = len(uniques)
+    start, end = work["start_ns"].to_numpy(np.int64), work["end_ns"].to_numpy(np.int64)
+    category = work["kind"].map(_CATEGORY).fillna(0).to_numpy(np.int64)
+    busy = union_ns(codes, start, end, groups)
+    compute = union_ns(codes[category == 0], start[category == 0], end[category == 0], groups)
+    communication = union_ns(codes[category == 1], start[category == 1], end[category == 1], groups)
+    copy = union_ns(codes[category == 2], start[category == 2], end[category == 2], groups)
+    both = (category == 0) | (category == 1)
+    compute_or_comm = union_ns(codes[both], start[both], end[both], groups)
+    overlapped = compute + communication - compute_or_comm
+    table = pd.DataFrame(list(uniques), columns=keys)
+    whole = window_ns or (int(start.min()), int(end.max()))
+    wall = np.full(groups, float(whole[1] - whole[0]))
+    if len(windows):
+        sized = windows.assign(wall=windows["end_ns"] - windows["start_ns"])
+        span = sized.set_index(["host", "device", "step"])["wall"]
+        in_steps = sized.groupby(["host", "device"])["wall"].sum()
+        keys_of = zip(table["host"], table["device"], table["step"])
+        looked = [
+            span.get((h, d, s), np.nan) if s >= 0 else wall[0] - in_steps.get((h, d), 0) for h, d, s in keys_of
+        ]
+        wall = np.where(np.isnan(looked), wall, np.asarray(looked, np.float64))
+    wall = np.maximum(wall, busy)
+    seconds = {
+        "wall_s": wall,
+        "busy_s": busy,
+        "idle_s": wall - busy,
+        "compute_s": compute,
+        "communication_s": communication,
+        "copy_s": copy,
+        "overlapped_s": overlapped,
+        "exposed_communication_s": communication - overlapped,
+    }
+    for name, values in seconds.items():
+        table[name] = np.asarray(values, np.float64) / ev.NS_PER_S
+    table = table.sort_values(["rank", "step"], kind="stable", ignore_index=True)
+    return table[list(DEVICE_STEP_COLUMNS)]
+
+
+def device_summary(steps: pd.DataFrame) -> pd.DataFrame:
+    """Per GPU over its steps: the sums of ``device_step_table`` and the shares of its wall time."""
+    if steps.empty:
+        return pd.DataFrame(columns=["rank", "host", "device", "steps", *DEVICE_STEP_COLUMNS[4:], "busy_share"])
+    grouped = steps.groupby(["rank", "host", "device"], sort=True)
+    table = grouped[list(DEVICE_STEP_COLUMNS[4:])].sum().reset_index()
+    table.insert(3, "steps", grouped["step"].apply(lambda s: int((s >= 0).sum())).to_numpy())
+    table["busy_share"] = table["busy_s"] / table["wall_s"].where(table["wall_s"] > 0)
+    table["communication_hidden_share"] = table["overlapped_s"] / table["communication_s"].where(
+        table["communication_s"] > 0
+    )
+    return table
+
+
+def device_phase_spans(activity: pd.DataFrame, *, run_id: str = "") -> pd.DataFrame:
+    """Phase spans (``events`` schema), one lane per rank, from its GPU's activity (see module docstring).
+
+    Inside each step: a ``train_step`` compute span (the step, for the steps table) holding spans that cover
+    it whole (the GPU's compute, communication, transfer and idle time), so the breakdown gives every instant
+    to what the GPU did. Collective kernels are also written as ``in_flight`` spans.
+    """
+    work = activity[activity["kind"] != ev.STEP_MARKER]
+    if work.empty:
+        return ev.events_frame(pd.DataFrame(columns=["rank", "phase", "start_ns", "end_ns"]))
+    windows = step_windows(activity)
+    parts = []
+    for (rank, host, device), lane in work.groupby(["rank", "host", "device"], sort=True):
+        own = windows[(windows["host"] == host) & (windows["device"] == device)]
+        parts.append(_lane_spans(int(rank), str(host), str(device), lane, own, run_id))
+    return ev.events_frame(pd.concat(parts, ignore_index=True))
+
+
+def _lane_spans(
+    rank: int, host: str, device: str, lane: pd.DataFrame, windows: pd.DataFrame, run_id: str
+) -> pd.DataFrame:
+    start, end = lane["start_ns"].to_numpy(np.int64), lane["end_ns"].to_numpy(np.int64)
+    category = lane["kind"].map(_CATEGORY).fillna(0).to_numpy(np.int64)
+    step_starts = windows["start_ns"].to_numpy(np.int64)
+    step_ends = windows["end_ns"].to_numpy(np.int64)
+    points = np.unique(np.concatenate([start, end, step_starts, step_ends]))
+    counts = np.zeros((3, len(points)), np.int64)
+    for c in range(3):
+        np.add.at(counts[c], np.searchsorted(points, start[category == c]), 1)
+        np.add.at(counts[c], np.searchsorted(points, end[category == c]), -1)
+    active = np.cumsum(counts, axis=1)[:, :-1]  # over [points[i], points[i + 1])
+    seg_start, seg_end = points[:-1], points[1:]
+    phase_code = np.select([active[0] > 0, active[1] > 0, active[2] > 0], [0, 1, 2], 3)
+    if len(step_starts):
+        at = np.searchsorted(step_starts, seg_start, side="right") - 1
+        in_step = (at >= 0) & (seg_start < step_ends[at.clip(0)])
+        step = np.where(in_step, windows["step"].to_numpy(np.int64)[at.clip(0)], -1)
+    else:
+        in_step = np.zeros(len(seg_start), bool)
+        step = np.full(len(seg_start), -1, np.int64)
+    keep = (phase_code < 3) | in_step  # idle is written inside steps only (outside, no span is idle anyway)
+    seg_start, seg_end, phase_code, step = seg_start[keep], seg_end[keep], phase_code[keep], step[keep]
+    # neighbouring segments of one phase in one step become one span
+    joined = np.r_[
+        False, (phase_code[1:] == phase_code[:-1]) & (step[1:] == step[:-1]) & (seg_start[1:] == seg_end[:-1])
+    ]
+    first = np.flatnonzero(~joined)
+    last = np.r_[first[1:], len(seg_start)] - 1
+    phases = np.asarray([ev.COMPUTE, ev.COMMUNICATION, TRANSFER, ev.IDLE], dtype=object)[phase_code[first]]
+    spans = pd.DataFrame(
+        {
+            "phase": phases,
+            "name": [SPAN_NAMES[p] for p in phases],
+            "detail": device,
+            "step": step[first],
+            "start_ns": seg_start[first],
+            "end_ns": seg_end[last],
+        }
+    )
+    collectives = lane[category == 1]
+    in_flight = pd.DataFrame(
+        {
+            "phase": ev.IN_FLIGHT,
+            "name": collectives["name"].astype(str).to_numpy(),
+            "detail": device,
+            "step": collectives["step"].to_numpy(np.int64) if "step" in collectives else -1,
+            "start_ns": collectives["start_ns"].to_numpy(np.int64),
+            "end_ns": collectives["end_ns"].to_numpy(np.int64),
+        }
+    )
+    steps = pd.DataFrame(
+        {
+            "phase": ev.COMPUTE,
+            "name": STEP_SPAN,
+            "detail": device,
+            "step": windows["step"].to_numpy(np.int64),
+            "start_ns": step_starts,
+            "end_ns": step_ends,
+        }
+    )
+    out = pd.concat([steps, spans, in_flight], ignore_index=True)
+    out.insert(0, "run_id", run_id)
+    out.insert(1, "rank", rank)
+    out.insert(2, "host", host)
+    return out.sort_values("start_ns", kind="stable", ignore_index=True)
+
+
+def device_findings(
+    summary: pd.DataFrame,
+    steps: pd.DataFrame,
+    *,
+    idle_devices: Mapping[str, list[str]] | None = None,
+    profile_s: float | None = None,
+    min_fraction: float = 0.02,
+) -> list[dict[str, object]]:
+    """Findings on the GPUs, as rows of ``analysis.findings`` (largest loss first once combined).
+
+    - ``idle_gpu``: a GPU busy less than ``IDLE_SHARE`` of its time; lost: its idle seconds. GPUs a file names
+      that did nothing (``idle_devices``: host -> devices) lose the whole profile (``profile_s``).
+    - ``lagging_gpu``: a GPU whose busy time per step exceeds the median GPU's by ``LAG_SHARE``: the others
+      wait for it at each collective; lost: the excess, summed over its steps.
+    - ``transfer_bound``: steps whose copies took longer than their compute kernels; lost: copy - compute.
+    - ``exposed_communication``: collective kernels that ran with no compute beside them; lost: that time.
+    """
+    rows: list[dict[str, object]] = []
+    if summary.empty:
+        return rows
+    wall = float(summary["wall_s"].max())
+    if wall <= 0:
+        return rows
+
+    def label(row: pd.Series) -> str:
+        return f"rank {int(row['rank'])} ({row['host']} {row['device']})"
+
+    def add(kind: str, text: str, lost: float, ranks: list[int]) -> None:
+        if lost / wall >= min_fraction:
+            involved = ev.rank_list(ranks) if ranks else "none"
+            rows.append(
+                {"kind": kind, "text": text, "seconds_lost": lost, "fraction_of_wall": lost / wall, "ranks": involved}
+            )
+
+    idle = summary[summary["busy_share"] < IDLE_SHARE]
+    if len(idle):
+        worst = idle.sort_values("idle_s").iloc[-1]
+        add(
+            "idle_gpu",
+            f"{len(idle)} of {len(summary)} GPUs were idle more than {1 - IDLE_SHARE:.0%} of their time; "
+            f"{label(worst)} busy {worst['busy_share']:.0%} ({worst['idle_s']:.3g} s idle of {worst['wall_s']:.3g} s): "
+            "feed them faster (input pipeline, larger batches) or use fewer GPUs",
+            float(idle["idle_s"].sum()) / max(1, len(summary)),
+            [int(r) for r in idle["rank"]],
+        )
+    for host, devices in (idle_devices or {}).items():
+        if devices and profile_s:
+            add(
+                "unused_gpu",
+                f"{len(devices)} GPUs of {host} ({', '.join(devices)}) ran nothing during the {profile_s:.3g} s"
+                " profile: give them work (one rank per GPU) or do not allocate them",
+                profile_s * len(devices) / max(1, len(summary) + len(devices)),
+                [],
+            )
+    timed = steps[steps["step"] >= 0]
+    if len(summary) > 1 and len(timed):
+        per_step = timed.groupby(["rank", "host", "device"])["busy_s"].mean()
+        median = float(per_step.median())
+        slow = per_step[per_step > median * (1 + LAG_SHARE)]
+        if len(slow) and median > 0:
+            (rank, host, device), busy = max(slow.items(), key=lambda item: item[1])
+            count = int((timed["rank"] == rank).sum())
+            add(
+                "lagging_gpu",
+                f"rank {rank} ({host} {device}) is busy {busy * 1000:.3g} ms per step, the median GPU"
+                f" {median * 1000:.3g} ms: the others wait for it at each collective",
+                (busy - median) * count,
+                [int(rank)],
+            )
+    if len(timed):
+        bound = timed[timed["copy_s"] > timed["compute_s"]]
+        if len(bound):
+            add(
+                "transfer_bound",
+                f"{len(bound)} of {len(timed)} GPU steps spent longer copying memory than computing"
+                f" ({bound['copy_s'].sum():.3g} s of copies, {bound['compute_s'].sum():.3g} s of kernels): prefetch"
+                " to the GPU (tf.data prefetch_to_device) and keep tensors on it",
+                float((bound["copy_s"] - bound["compute_s"]).sum()) / max(1, len(summary)),
+                sorted({int(r) for r in bound["rank"]}),
+            )
+    exposed = float(summary["exposed_communication_s"].sum())
+    communication = float(summary["communication_s"].sum())
+    if communication > 0:
+        hidden = 1 - exposed / communication
+        add(
+            "exposed_communication",
+            f"collective kernels ran {communication / len(summary):.3g} s per GPU, {hidden:.0%} of it hidden behind"
+            " compute kernels: the rest is time the step waited for communication; overlap it (Horovod's"
+            " tensor fusion, HOROVOD_CYCLE_TIME; gradient bucketing) or communicate less",
+            exposed / len(summary),
+            [int(r) for r in summary["rank"]],
+        )
+    return rows

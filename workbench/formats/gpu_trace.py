@@ -1,0 +1,331 @@
+"""GPU activity from the profiles a GPU cluster writes: TensorFlow's XPlane, its trace-viewer JSON, TF1's timeline.
+
+Each file becomes one ``DeviceTrace``: per device (``GPU:0`` ...) the kernels, copies and collective kernels
+on its streams, and the step markers (the GPU plane's ``Steps`` line, else the host's TraceMe events that
+carry ``step_num``), as rows of ``events.DEVICE_SCHEMA`` (rank not yet known: the importer places them).
+
+How an activity is classified, by its name (the kernel's, or the copy's) and its lane's:
+- a copy: ``MemcpyH2D``/``Memcpy HtoD`` (host to device), ``D2H``/``DtoH``, ``D2D``/``DtoD``,
+  ``P2P``/``PtoP``/``Peer``; ``Memset``;
+- a collective kernel: NCCL's (``ncclKernel_*``, ``ncclDevKernel_*``, ``ncclAllReduce...``) and the
+  collective kernels of other libraries named so (``AllReduce``, ``all_reduce``, ``AllGather``, ``ReduceScatter``);
+- else a compute kernel.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from workbench import events as ev
+from workbench.formats.xplane import XPlaneError, XSpaceData, read_xspace
+
+#: Lines TensorFlow derives on a GPU plane from its streams (they repeat the streams' time): not activity.
+DERIVED_LINES = frozenset(
+    {
+        "Steps",
+        "TensorFlow Ops",
+        "TensorFlow Name Scope",
+        "XLA Ops",
+        "XLA Modules",
+        "Framework Ops",
+        "Framework Name Scope",
+        "Source code",
+        "Launch Stats",
+        "XLA TraceMe",
+        "Async XLA Ops",
+    }
+)
+_GPU_PLANE = re.compile(r"/device:GPU:(\d+)")
+_COLLECTIVE = re.compile(r"nccl|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|broadcast_?kernel", re.I)
+_COPY_DIRECTIONS = (
+    ("memcpy_h2d", re.compile(r"h2d|htod|host\s*to\s*device", re.I)),
+    ("memcpy_d2h", re.compile(r"d2h|dtoh|device\s*to\s*host", re.I)),
+    ("memcpy_p2p", re.compile(r"p2p|ptop|peer", re.I)),
+    ("memcpy_d2d", re.compile(r"d2d|dtod|device\s*to\s*device", re.I)),
+)
+#: Host TraceMe names that mark a training step in TF2 (Keras' fit, tf.profiler.experimental.Trace/StepMarker).
+HOST_STEP_NAMES = frozenset({"train", "train_step", "TraceContext", "StepMarker", "train_function", "test", "predict"})
+
+
+class TraceFormatError(ValueError):
+    """A file that is none of the GPU trace formats read here; the message names the file and what to pass."""
+
+
+def activity_kind(name: str, lane: str = "") -> str:
+    """``events.DEVICE_KINDS`` entry of one activity on a GPU, from its name and its lane's (see module docstring)."""
+    text = f"{name} {lane}" if "memcpy" in lane.lower() and "memcpy" not in name.lower() else name
+    low = text.lower()
+    if "memset" in low:
+        return ev.MEMSET
+    if "memcpy" in low:
+        for kind, pattern in _COPY_DIRECTIONS:
+            if pattern.search(text):
+                return kind
+        return "memcpy_d2d"
+    if _COLLECTIVE.search(name):
+        return ev.COLLECTIVE
+    return ev.KERNEL
+
+
+def _kinds(names: pd.Series, lanes: pd.Series) -> np.ndarray:
+    """``activity_kind`` of every row, computed once per distinct (name, lane)."""
+    pairs = pd.DataFrame({"name": names.astype(str), "lane": lanes.astype(str)})
+    distinct = pairs.drop_duplicates()
+    kinds = [activity_kind(n, lane) for n, lane in zip(distinct["name"], distinct["lane"])]
+    lookup = dict(zip(zip(distinct["name"], distinct["lane"]), kinds))
+    return np.asarray([lookup[pair] for pair in zip(pairs["name"], pairs["lane"])], dtype=object)
+
+
+@dataclass
+class DeviceTrace:
+    """What one profile file holds of one host: its devices' activity and step markers, and how it was read."""
+
+    path: Path
+    format: str
+    host: str
+    #: ``DEVICE_COLUMNS`` less ``run_id``/``rank`` (the importer sets them); ``device`` "CPU" for host step markers.
+    activity: pd.DataFrame
+    #: Devices the file names, busy or not (``GPU:0`` ...): a GPU with no activity was idle the whole profile.
+    devices: list[str]
+    #: True when the timestamps are ns since the Unix epoch (XPlane); False when relative to the profile's start.
+    epoch_aligned: bool
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def window_ns(self) -> tuple[int, int] | None:
+        """The profile's span: first start to last end of any activity."""
+        if self.activity.empty:
+            return None
+        return int(self.activity["start_ns"].min()), int(self.activity["end_ns"].max())
+
+
+def _frame(rows: dict[str, list[Any] | np.ndarray]) -> pd.DataFrame:
+    columns = [c for c in ev.DEVICE_COLUMNS if c not in ("run_id", "rank")]
+    frame = pd.DataFrame(rows) if rows else pd.DataFrame(columns=columns)
+    for column in columns:
+        if column not in frame:
+            frame[column] = -1 if column in ("step", "bytes") else ""
+    return frame[columns].astype({"step": "int64", "start_ns": "int64", "end_ns": "int64", "bytes": "int64"})
+
+
+def _host_of(path: Path, suffixes: tuple[str, ...]) -> str:
+    name = path.name
+    for suffix in suffixes:
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return path.stem
+
+
+def read_xplane_activity(path: str | Path) -> DeviceTrace:
+    """One ``<host>.xplane.pb``: every GPU plane's stream activity and steps, and the host's step markers."""
+    path = Path(path)
+    space: XSpaceData = read_xspace(path, stats_for=lambda name: name in HOST_STEP_NAMES)
+    host = space.hostnames[0] if space.hostnames else _host_of(path, (".xplane.pb",))
+    parts: list[pd.DataFrame] = []
+    devices: list[str] = []
+    for plane in space.planes:
+        match = _GPU_PLANE.search(plane.name)
+        if match:
+            device = f"GPU:{match.group(1)}"
+            devices.append(device)
+            streams = [line for line in plane.lines if line.name not in DERIVED_LINES]
+            for line in streams:
+                if len(line.metadata_id) == 0:
+                    continue
+                names = pd.Series([plane.event_names.get(int(i), str(i)) for i in line.metadata_id])
+                lane = line.display_name or line.name or f"line {line.line_id}"
+                parts.append(
+                    _frame(
+                        {
+                            "host": host,
+                            "device": device,
+                            "stream": lane,
+                            "kind": _kinds(names, pd.Series([lane] * len(names))),
+                            "name": names.to_numpy(object),
+                            "start_ns": line.start_ns,
+                            "end_ns": line.end_ns,
+                        }
+                    )
+                )
+            for line in plane.lines:
+                if line.name == "Steps" and len(line.metadata_id):
+                    labels = [plane.event_names.get(int(i), "") for i in line.metadata_id]
+                    steps = [int(label) if label.isdigit() else k for k, label in enumerate(labels)]
+                    parts.append(_step_rows(host, device, line.start_ns, line.end_ns, steps))
+        elif plane.name.startswith("/host:"):
+            for line in plane.lines:
+                marked = [(index, facts) for index, facts in line.stats.items() if "step_num" in facts]
+                if not marked:
+                    continue
+                rows = np.asarray([index for index, _ in marked])
+                steps = [int(facts["step_num"]) for _, facts in marked]
+                parts.append(_step_rows(host, "CPU", line.start_ns[rows], line.end_ns[rows], steps))
+    notes = [f"{path.name}: damaged part-way ({space.damage})"] if space.damage else []
+    activity = pd.concat(parts, ignore_index=True) if parts else _frame({})
+    return DeviceTrace(path, "xplane", host, activity, devices, True, notes)
+
+
+def _step_rows(host: str, device: str, start: np.ndarray, end: np.ndarray, steps: list[int]) -> pd.DataFrame:
+    return _frame(
+        {
+            "host": host,
+            "device": device,
+            "stream": "Steps",
+            "kind": ev.STEP_MARKER,
+            "name": [f"step {s}" for s in steps],
+            "step": np.asarray(steps, np.int64),
+            "start_ns": np.asarray(start, np.int64),
+            "end_ns": np.asarray(end, np.int64),
+        }
+    )
+
+
+#: Largest JSON trace read into memory, decompressed (bytes); larger is refused with a line saying so.
+MAX_JSON_BYTES = 4 << 30
+
+
+def load_json_trace(path: Path, *, limit: int = MAX_JSON_BYTES) -> Any:
+    """A Chrome-trace JSON file (gzip or not) as Python objects; damaged or oversized files are one line.
+
+    A gzip file is decompressed in pieces and stopped once it passes ``limit`` (a file that expands past what
+    this machine can hold is refused before it fills the memory); a JSON array never closed (a job stopped
+    while writing) is read up to its last whole record.
+    """
+    import zlib
+
+    raw = path.read_bytes() if path.stat().st_size else b""
+    if not raw:
+        raise TraceFormatError(f"{path} is empty: the job wrote nothing into it; pass the file once written")
+    if raw[:2] == b"\x1f\x8b":
+        out = bytearray()
+        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        damaged = ""
+        try:
+            for position in range(0, len(raw), 1 << 20):
+                out += inflater.decompress(raw[position : position + (1 << 20)], limit + 1 - len(out))
+                if inflater.unconsumed_tail or len(out) > limit:
+                    break
+        except zlib.error as error:
+            damaged = str(error)
+        if len(out) > limit:
+            raise TraceFormatError(
+                f"{path} expands past {limit / 2**30:.1f} GiB: too large to read here; split the profile"
+                " (fewer steps per trace) or read it on a machine with more memory"
+            )
+        if damaged and not out:
+            raise TraceFormatError(f"{path} is not readable gzip ({damaged}): copy it again from where it was written")
+        text = bytes(out)
+    else:
+        text = raw
+    try:
+        return json.loads(text)
+    except ValueError as error:
+        recovered = _recover_unclosed(text)
+        if recovered is None:
+            raise TraceFormatError(
+                f"{path} is not JSON ({error.msg} at byte {error.pos}): pass a Chrome-trace file"
+                " (TensorBoard's *.trace.json.gz, TF1's timeline JSON)"
+            ) from None
+        return recovered
+
+
+def _recover_unclosed(text: bytes) -> Any:
+    """The records of a trace whose JSON was cut off: up to its last whole record, the rest dropped."""
+    body = text.rstrip()
+    for end in range(len(body), 0, -1):
+        if body[end - 1 : end] != b"}":
+            continue
+        for closing in (b"]}", b"]"):
+            try:
+                return json.loads(body[:end] + closing)
+            except ValueError:
+                continue
+        if len(body) - end > 1 << 20:  # no whole record in the last MB: not a cut-off trace
+            return None
+    return None
+
+
+def read_json_activity(path: str | Path) -> DeviceTrace:
+    """A TensorBoard ``*.trace.json.gz`` (trace viewer) or TF1's client timeline (Chrome-trace JSON).
+
+    Processes named ``/device:GPU:N`` (TF2) or ``.../device:GPU:N ...`` (TF1, one process per stream) are
+    the GPUs; each thread of a GPU process is a lane. Timestamps are µs after the profile's start: no epoch.
+    """
+    path = Path(path)
+    data = load_json_trace(path)
+    records = data.get("traceEvents") if isinstance(data, dict) else data
+    if not isinstance(records, list):
+        raise TraceFormatError(f"{path} has no traceEvents list: pass a Chrome-trace file")
+    process: dict[Any, str] = {}
+    thread: dict[tuple[Any, Any], str] = {}
+    for record in records:
+        if isinstance(record, dict) and record.get("ph") == "M":
+            name = str((record.get("args") or {}).get("name", ""))
+            if record.get("name") == "process_name":
+                process[record.get("pid")] = name
+            elif record.get("name") == "thread_name":
+                thread[(record.get("pid"), record.get("tid"))] = name
+    gpu_of = {pid: f"GPU:{m.group(1)}" for pid, name in process.items() if (m := _GPU_PLANE.search(name))}
+    host_pids = {pid for pid, name in process.items() if "/host:" in name or ("CPU" in name and pid not in gpu_of)}
+    rows: dict[str, list[Any]] = {k: [] for k in ("device", "stream", "name", "start_ns", "end_ns", "step")}
+    for record in records:
+        if not isinstance(record, dict) or record.get("ph") != "X" or "ts" not in record:
+            continue
+        pid = record.get("pid")
+        name = str(record.get("name", ""))
+        start = round(float(record["ts"]) * 1000)
+        end = start + round(float(record.get("dur", 0) or 0) * 1000)
+        args = record.get("args") or {}
+        if pid in gpu_of:
+            lane = thread.get((pid, record.get("tid")), "")
+            process_name = process.get(pid, "")
+            if "/stream:all" in process_name or "Tensors" in process_name:
+                continue  # TF1's summary of every stream, and its tensor lifetimes: not more activity
+            lane = lane or process_name.split(gpu_of[pid])[-1].strip(" /") or f"tid {record.get('tid')}"
+            rows["device"].append(gpu_of[pid])
+            rows["stream"].append(lane)
+            rows["step"].append(-1)
+        elif pid in host_pids and ("step_num" in args or name in HOST_STEP_NAMES):
+            rows["device"].append("CPU")
+            rows["stream"].append("Steps")
+            step = args.get("step_num")
+            rows["step"].append(int(step) if str(step).isdigit() else -1)
+        else:
+            continue
+        rows["name"].append(name)
+        rows["start_ns"].append(start)
+        rows["end_ns"].append(max(end, start))
+    host = _host_of(path, (".trace.json.gz", ".trace.json", ".json.gz", ".json"))
+    frame = _frame({**rows, "host": [host] * len(rows["name"])})
+    is_step = (frame["device"] == "CPU").to_numpy()
+    kinds = np.full(len(frame), ev.STEP_MARKER, dtype=object)
+    kinds[~is_step] = _kinds(frame["name"][~is_step], frame["stream"][~is_step])
+    frame["kind"] = kinds
+    steps = frame.loc[is_step, "step"].to_numpy()
+    if is_step.any() and (steps < 0).any():  # markers without their number: counted in order
+        frame.loc[is_step, "step"] = np.arange(int(is_step.sum()))
+    fmt = "tf1_timeline" if any("/job:" in name for name in process.values()) else "trace_json"
+    return DeviceTrace(path, fmt, host, frame, sorted(set(gpu_of.values()), key=_device_order), False)
+
+
+def _device_order(device: str) -> tuple[str, int]:
+    kind, _, number = device.partition(":")
+    return kind, int(number) if number.isdigit() else -1
+
+
+__all__ = [
+    "DeviceTrace",
+    "TraceFormatError",
+    "XPlaneError",
+    "activity_kind",
+    "load_json_trace",
+    "read_json_activity",
+    "read_xplane_activity",
+]

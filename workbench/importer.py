@@ -1,0 +1,337 @@
+"""``workbench import``: the traces a GPU cluster already wrote, as one run in the store.
+
+What it reads (a folder is searched for them; several files of one job become one run):
+- Horovod timelines (``HOROVOD_TIMELINE``) of every version: with or without the start record, gzip, an
+  array never closed, rotated fragments of one job (given together, read in name order as one timeline);
+- TensorFlow profiles: ``<host>.xplane.pb`` (one per host in ``plugins/profile/<session>/``: a multi-worker
+  job is one run with its hosts), TensorBoard's ``*.trace.json.gz`` and TF1's client timeline (Chrome-trace JSON).
+
+How ranks are placed: each GPU that ran something is a rank (Horovod runs one rank per GPU; a
+MirroredStrategy worker's GPUs are its replicas), numbered by host (in natural order) then GPU index; its
+spans come from its GPU's activity (``analysis.devices.device_phase_spans``) and the activity itself is
+kept in the run's ``devices`` stream. Without GPU profiles the ranks are those the timeline names. The
+files never say which rank drove which GPU, so a timeline's rank ``r`` is taken to be GPU rank ``r``.
+
+Clocks: XPlane's timestamps are ns since the Unix epoch on each host (aligned across hosts as far as
+their clocks agree: NTP, typically within a millisecond); Horovod's are since its start record, when it
+wrote one; TensorBoard's JSON and 2019 timelines count from an instant the file does not give. Each
+source's alignment is in ``run.json`` (``import.sources``) and the import says which are unaligned.
+
+The user's files are only read: no converter writes beside them; the run's folder gets everything.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+
+from workbench import events as ev
+from workbench.analysis.devices import device_phase_spans
+from workbench.formats.gpu_trace import DeviceTrace, TraceFormatError, read_json_activity, read_xplane_activity
+from workbench.formats.horovod_timeline import TimelineError, iter_horovod_timeline, open_maybe_compressed
+from workbench.formats.xplane import XPlaneError
+from workbench.store import StreamWriter, create_run, update_run_meta, write_rank_meta
+
+#: Timestamps (ns) above this are since the Unix epoch (after 1973); below, since some start the file omits.
+EPOCH_NS = 10**17
+#: Files looked at inside a folder, by how their names end.
+_PATTERNS = ("*.xplane.pb", "*.trace.json.gz", "*.trace.json", "*.json", "*.json.gz", "*.trace")
+
+
+class TraceImportError(ValueError):
+    """Nothing importable: the message names the file or folder and what to pass instead."""
+
+
+@dataclass
+class ImportResult:
+    """What ``import_traces`` made: the run, its ranks and hosts, and one line per source read."""
+
+    run_path: Path
+    ranks: int
+    hosts: list[str]
+    events: int
+    device_activities: int
+    lines: list[str] = field(default_factory=list)
+
+
+def _natural(text: str) -> tuple:
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))
+
+
+def sniff(path: Path) -> str:
+    """Which format a file is: xplane, trace_json, horovod_timeline, kineto, old_trace or unknown."""
+    name = path.name
+    if name.endswith(".xplane.pb"):
+        return "xplane"
+    if name.endswith(".trace"):
+        return "old_trace"
+    if name.endswith((".trace.json.gz", ".trace.json")):
+        return "trace_json"
+    try:
+        with open_maybe_compressed(path) as handle:
+            head = handle.read(4096).lstrip()
+    except (OSError, EOFError):
+        return "unknown"
+    if head.startswith(b"["):
+        return "horovod_timeline"
+    if head.startswith(b"{"):
+        if b"schemaVersion" in head or b"distributedInfo" in head or b"deviceProperties" in head:
+            return "kineto"
+        return "trace_json"
+    return "unknown"
+
+
+def discover(paths: list[str | Path]) -> list[tuple[str, Path]]:
+    """The trace files among ``paths`` (folders searched), with their formats, in natural name order."""
+    found: list[tuple[str, Path]] = []
+    for given in paths:
+        path = Path(given)
+        if not path.exists():
+            raise TraceImportError(f"{path} does not exist: pass trace files or the folder that holds them")
+        if path.is_dir():
+            files = sorted({f for pattern in _PATTERNS for f in path.rglob(pattern) if f.is_file()})
+            chosen = [(sniff(f), f) for f in files]
+            chosen = [(kind, f) for kind, f in chosen if kind not in ("unknown", "kineto")]
+            if not chosen:
+                raise TraceImportError(
+                    f"{path} holds no trace this reads (*.xplane.pb, *.trace.json.gz, a Horovod timeline):"
+                    " pass the TensorBoard log folder or the timeline file"
+                )
+            found += chosen
+        else:
+            found.append((sniff(path), path))
+    return sorted(found, key=lambda item: _natural(str(item[1])))
+
+
+def import_traces(paths: list[str | Path], *, out: str | Path | None = None, name: str | None = None) -> ImportResult:
+    """Read the traces and write one run (see the module docstring); one clear error when nothing is readable."""
+    sources = discover(paths)
+    lines: list[str] = []
+    device_traces: list[DeviceTrace] = []
+    timelines: list[Path] = []
+    for kind, path in sources:
+        if kind == "xplane":
+            try:
+                trace = read_xplane_activity(path)
+            except (XPlaneError, OSError) as error:
+                raise TraceImportError(str(error)) from None
+            device_traces.append(trace)
+        elif kind == "trace_json":
+            try:
+                device_traces.append(read_json_activity(path))
+            except TraceFormatError as error:
+                raise TraceImportError(str(error)) from None
+        elif kind == "horovod_timeline":
+            timelines.append(path)
+        elif kind == "old_trace":
+            raise TraceImportError(
+                f"{path} is TensorBoard's older *.trace protobuf, which this does not read: open the profile"
+                " in TensorBoard 2.x and pass the *.xplane.pb (or trace.json.gz) it writes"
+            )
+        elif kind == "kineto":
+            raise TraceImportError(f"{path} is a PyTorch profiler (Kineto) trace, which this does not read yet")
+        else:
+            raise TraceImportError(
+                f"{path} is not a trace this reads (not an XPlane, Chrome-trace JSON or Horovod timeline):"
+                " pass *.xplane.pb, *.trace.json.gz or the file HOROVOD_TIMELINE wrote"
+            )
+    for trace in device_traces:
+        lines += trace.notes
+
+    title = name or _default_name(sources)
+    ranks_of_gpus = _place_ranks(device_traces)
+    world = len(ranks_of_gpus)
+    run_path = create_run(out, title, config={"source": "import"}, ranks=max(world, 1))
+    events_written = activities = 0
+    source_facts: list[dict[str, Any]] = []
+    hosts_of_rank: dict[int, str] = {}
+    run_id = run_path.name
+    if device_traces:
+        activity = _placed_activity(device_traces, ranks_of_gpus, run_id)
+        activities = _write_devices(run_path, activity)
+        spans = device_phase_spans(activity[activity["rank"] >= 0], run_id=run_id)
+        events_written += _write_events(run_path, spans)
+        for (host, _device), rank in ranks_of_gpus.items():
+            hosts_of_rank[rank] = host
+        for trace in device_traces:
+            busy = sorted(set(trace.activity.loc[trace.activity["kind"] != ev.STEP_MARKER, "device"]), key=_natural)
+            window = trace.window_ns
+            aligned = trace.epoch_aligned and window is not None and window[0] > EPOCH_NS
+            source_facts.append(
+                {
+                    "path": str(trace.path),
+                    "format": trace.format,
+                    "host": trace.host,
+                    "devices": trace.devices,
+                    "busy_devices": busy,
+                    "activities": int((trace.activity["kind"] != ev.STEP_MARKER).sum()),
+                    "steps": int((trace.activity["kind"] == ev.STEP_MARKER).sum()),
+                    "epoch_aligned": aligned,
+                }
+            )
+            lines.append(
+                f"{trace.path.name}: {trace.format}, host {trace.host}: "
+                f"{source_facts[-1]['activities']} GPU activities on {', '.join(busy) or 'no GPU'}"
+                f" of {len(trace.devices)} GPUs, {source_facts[-1]['steps']} step markers"
+                + (
+                    ""
+                    if aligned
+                    else "; clock: relative to the profile's start (no epoch), not aligned with other files"
+                )
+            )
+    timeline_info: dict[str, Any] = {}
+    unfinished: list[dict[str, object]] = []
+    if timelines:
+        written, timeline_info, error = _import_timeline(run_path, timelines, unfinished, hosts_of_rank)
+        events_written += written
+        timeline_ranks = timeline_info.get("ranks") or []
+        world = max(world, (max(timeline_ranks) + 1) if timeline_ranks else 1)
+        if device_traces and world != len(ranks_of_gpus):
+            lines.append(
+                f"ranks: the timeline names {len(timeline_ranks)} ranks, the profiles {len(ranks_of_gpus)} busy GPUs:"
+                " the timeline's rank r is taken to be GPU rank r"
+            )
+        facts = {
+            "path": [str(p) for p in timelines],
+            "format": "horovod_timeline",
+            **{k: v for k, v in timeline_info.items() if k in ("records", "has_start_record", "cycle_marks")},
+            "epoch_aligned": bool(timeline_info.get("epoch_aligned")),
+            "ranks": timeline_ranks,
+        }
+        source_facts.append(facts)
+        lines.append(_timeline_line(timelines, timeline_info, written, error, len(unfinished)))
+    hosts = sorted(set(hosts_of_rank.values()), key=_natural)
+    for rank in range(world):
+        write_rank_meta(run_path, rank, host=hosts_of_rank.get(rank, ""), source="import")
+    idle_devices = {
+        trace.host: [d for d in trace.devices if d not in set(trace.activity["device"])] for trace in device_traces
+    }
+    aligned = [bool(f["epoch_aligned"]) for f in source_facts]
+    update_run_meta(
+        run_path,
+        ranks=world,
+        status="finished",
+        hosts=hosts,
+        timeline_unfinished=unfinished,
+        devices_idle={host: devices for host, devices in idle_devices.items() if devices},
+        **{
+            "import": {
+                "sources": source_facts,
+                "clocks": "aligned" if all(aligned) else ("unaligned" if not any(aligned) else "partly aligned"),
+            }
+        },
+    )
+    if not all(aligned):
+        lines.append(
+            "clocks: "
+            + (
+                "none of the files carries an epoch: each keeps its own time base"
+                if not any(aligned)
+                else "the files without an epoch keep their own time base, apart from the others"
+            )
+        )
+    return ImportResult(run_path, world, hosts, events_written, activities, lines)
+
+
+def _default_name(sources: list[tuple[str, Path]]) -> str:
+    first = sources[0][1]
+    return "import-" + (first.parent.name if first.parent.name else first.stem)
+
+
+def _place_ranks(traces: list[DeviceTrace]) -> dict[tuple[str, str], int]:
+    """``{(host, device): rank}`` for every GPU that ran something: by host, then GPU index."""
+    busy: set[tuple[str, str]] = set()
+    for trace in traces:
+        work = trace.activity[trace.activity["kind"] != ev.STEP_MARKER]
+        busy.update(zip(work["host"], work["device"]))
+    ordered = sorted(busy, key=lambda pair: (_natural(pair[0]), _natural(pair[1])))
+    return {pair: rank for rank, pair in enumerate(ordered)}
+
+
+def _placed_activity(traces: list[DeviceTrace], ranks: dict[tuple[str, str], int], run_id: str) -> pd.DataFrame:
+    """Every trace's activity with its rank; a host's step markers (device CPU) go to each of its GPUs' ranks."""
+    parts = []
+    for trace in traces:
+        frame = trace.activity
+        if frame.empty:
+            continue
+        rank = [ranks.get((h, d), -1) for h, d in zip(frame["host"], frame["device"])]
+        parts.append(frame.assign(run_id=run_id, rank=rank))
+    if not parts:
+        return ev.DEVICE_SCHEMA.empty_table().to_pandas()
+    activity = pd.concat(parts, ignore_index=True)
+    host_steps = activity[(activity["device"] == "CPU") & (activity["kind"] == ev.STEP_MARKER)]
+    if len(host_steps):  # the host's markers stored under the host's first GPU rank (kept for the analysis)
+        first_rank = {}
+        for (host, _device), rank in sorted(ranks.items(), key=lambda item: item[1]):
+            first_rank.setdefault(host, rank)
+        activity.loc[host_steps.index, "rank"] = [first_rank.get(h, -1) for h in host_steps["host"]]
+    return activity[list(ev.DEVICE_COLUMNS)]
+
+
+def _write_devices(run_path: Path, activity: pd.DataFrame) -> int:
+    written = 0
+    for rank, rows in activity[activity["rank"] >= 0].groupby("rank", sort=True):
+        rows = rows.sort_values("start_ns", kind="stable")
+        table = pa.Table.from_pandas(rows.astype({"rank": "int32"}), schema=ev.DEVICE_SCHEMA, preserve_index=False)
+        StreamWriter(run_path, "devices", int(rank), merge_fanout=0).write(
+            {name: table[name] for name in ev.DEVICE_SCHEMA.names}
+        )
+        written += len(rows)
+    return written
+
+
+def _write_events(run_path: Path, events: pd.DataFrame) -> int:
+    from workbench.profile import write_events
+
+    return write_events(run_path, events) if len(events) else 0
+
+
+def _import_timeline(
+    run_path: Path, paths: list[Path], unfinished: list[dict[str, object]], hosts: dict[int, str]
+) -> tuple[int, dict[str, Any], str]:
+    """The timeline's events into the run (bounded memory): (events, what it held, the error that stopped it)."""
+    from workbench.profile import ImportWriter
+
+    info: dict[str, Any] = {}
+    writer = ImportWriter(run_path)
+    error = ""
+    try:
+        for batch in iter_horovod_timeline(paths, run_id=run_path.name, unfinished=unfinished, info=info):
+            if hosts:
+                batch["host"] = batch["rank"].map(hosts).fillna("").astype(str)
+            writer.add(batch)
+    except TimelineError as failure:
+        error = str(failure)
+        if not writer.written and not info:
+            writer.flush()
+            raise TraceImportError(error) from None
+    writer.flush()
+    return writer.written, info, error
+
+
+def _timeline_line(paths: list[Path], info: dict[str, Any], written: int, error: str, unfinished: int) -> str:
+    """One line on what the timeline held: its version's traits, ranks, spans, and why it gave no span."""
+    name = paths[0].name if len(paths) == 1 else f"{len(paths)} fragments ({paths[0].name} ...)"
+    ranks = info.get("ranks") or []
+    traits = [
+        "start record" if info.get("has_start_record") else "no start record (Horovod before 0.20)",
+        f"{info.get('cycle_marks', 0)} cycle marks",
+    ]
+    if not info.get("epoch_aligned"):
+        traits.append("clock: steady, no epoch")
+    world = f"ranks {ev.rank_list(ranks)} named (a world of at least {max(ranks) + 1})" if ranks else "no rank named"
+    text = f"{name}: Horovod timeline, {', '.join(traits)}; {world}, {written} spans"
+    if error:
+        text += f"; stopped early ({error}), the spans before it kept"
+    if written == 0 and unfinished:
+        text += (
+            f" — its {unfinished} collectives began and never ended within the file(s): the job's timeline"
+            " continues in fragments not given, or the job was stopped"
+        )
+    return text
