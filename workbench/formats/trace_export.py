@@ -64,6 +64,11 @@ class _Layout:
         self.pid_of_host: dict[str, int] = {}
         self.host_of_rank: dict[int, str] = {}
         self.in_flight_ranks: set[int] = set()
+        #: ``"rank|device|stream"`` of imported GPU activity -> its thread id.
+        self.device_lanes: dict[str, int] = {}
+
+    def device_tid(self, lane: str) -> int:
+        return self.device_lanes.setdefault(lane, DEVICE_TID_BASE + len(self.device_lanes))
 
     def pids(self, hosts: pa.ChunkedArray | pa.Array) -> pa.Array:
         """The process id of each row's host, as text."""
@@ -122,6 +127,12 @@ class _Layout:
                 tid = THREADS_PER_RANK * rank + offset
                 yield {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}}
                 yield {"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": tid}}
+        for lane, tid in sorted(self.device_lanes.items(), key=lambda item: _natural(item[0])):
+            rank_text, device, stream = lane.split("|", 2)
+            pid = self.pid_of_host.get(self.host_of_rank.get(int(rank_text), ""), 0)
+            name = f"rank {rank_text} · {device} · {stream}"
+            yield {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}}
+            yield {"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": tid}}
 
 
 def _natural(text: str) -> tuple:
@@ -216,7 +227,29 @@ def _counter_lines(table: pa.Table, origin: int, layout: _Layout) -> pa.Array:
     )  # fmt: skip
 
 
-_LINES = {"events": _span_lines, "memory": _memory_lines, "counters": _counter_lines}
+def _device_lines(table: pa.Table, origin: int, layout: _Layout) -> pa.Array:
+    """One ``"ph":"X"`` line per GPU activity (imported profiles), on a thread per rank, device and stream."""
+    lane = pc.binary_join_element_wise(pc.cast(table["rank"], pa.string()), table["device"], table["stream"], "|")
+    encoded = pc.dictionary_encode(lane).combine_chunks()
+    tids = np.asarray([layout.device_tid(str(key)) for key in encoded.dictionary.to_pylist()] or [0], np.int64)
+    tid = pa.array(tids[encoded.indices.to_numpy(zero_copy_only=False)])
+    start = table["start_ns"]
+    duration = pc.divide(pc.cast(pc.subtract(table["end_ns"], start), pa.float64()), 1000.0)
+    return pc.binary_join_element_wise(
+        '{"ph":"X","pid":', layout.pids(table["host"]),
+        ',"tid":', _text(tid),
+        ',"ts":', _micros(start, origin),
+        ',"dur":', _text(duration),
+        ',"name":', _json_strings(table["name"]),
+        ',"cat":', _json_strings(table["kind"]),
+        ',"args":{"step":', _text(table["step"]), "}},\n",
+        "",
+    )  # fmt: skip
+
+
+_LINES = {"events": _span_lines, "memory": _memory_lines, "counters": _counter_lines, "devices": _device_lines}
+#: Device lanes' thread ids start here, above any rank's own (``THREADS_PER_RANK * rank``).
+DEVICE_TID_BASE = 1 << 30
 
 
 def _first_time(files: dict[str, list[tuple[int, Path]]]) -> int:
@@ -294,7 +327,7 @@ def write_trace(
     layout = layout or _Layout()
     meta = meta or {}
     spans_per_rank: dict[int, int] = {}
-    counts = {"events": 0, "memory": 0, "counters": 0}
+    counts = {"events": 0, "memory": 0, "counters": 0, "devices": 0}
     tmp = out_path.with_name(f".{out_path.name}.tmp")
     # gzip's fastest level: 8x smaller than plain JSON here; its default (9) took 4x as long for 22 % less
     compressed = out_path.suffix == ".gz"
@@ -328,7 +361,7 @@ def write_trace(
     return TraceExport(
         path=out_path,
         bytes_written=out_path.stat().st_size,
-        spans=counts["events"],
+        spans=counts["events"] + counts["devices"],
         samples=counts["memory"] + counts["counters"],
         ranks=len(layout.host_of_rank),
         hosts=len(layout.pid_of_host),
