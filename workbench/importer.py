@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 
@@ -159,7 +160,8 @@ def import_traces(paths: list[str | Path], *, out: str | Path | None = None, nam
         for (host, _device), rank in ranks_of_gpus.items():
             hosts_of_rank[rank] = host
         for trace in device_traces:
-            busy = sorted(set(trace.activity.loc[trace.activity["kind"] != ev.STEP_MARKER, "device"]), key=_natural)
+            working = trace.activity.loc[trace.activity["kind"] != ev.STEP_MARKER, "device"]
+            busy = sorted(working.unique(), key=_natural)
             window = trace.window_ns
             aligned = trace.epoch_aligned and window is not None and window[0] > EPOCH_NS
             source_facts.append(
@@ -209,7 +211,8 @@ def import_traces(paths: list[str | Path], *, out: str | Path | None = None, nam
     for rank in range(world):
         write_rank_meta(run_path, rank, host=hosts_of_rank.get(rank, ""), source="import")
     idle_devices = {
-        trace.host: [d for d in trace.devices if d not in set(trace.activity["device"])] for trace in device_traces
+        trace.host: [d for d in trace.devices if d not in set(trace.activity["device"].unique())]
+        for trace in device_traces
     }
     aligned = [bool(f["epoch_aligned"]) for f in source_facts]
     update_run_meta(
@@ -260,7 +263,8 @@ def _placed_activity(traces: list[DeviceTrace], ranks: dict[tuple[str, str], int
         frame = trace.activity
         if frame.empty:
             continue
-        rank = [ranks.get((h, d), -1) for h, d in zip(frame["host"], frame["device"])]
+        codes, pairs = pd.MultiIndex.from_arrays([frame["host"], frame["device"]]).factorize()
+        rank = np.asarray([ranks.get(pair, -1) for pair in pairs], np.int64)[codes]
         parts.append(frame.assign(run_id=run_id, rank=rank))
     if not parts:
         return ev.DEVICE_SCHEMA.empty_table().to_pandas()

@@ -139,16 +139,19 @@ def read_xplane_activity(path: str | Path) -> DeviceTrace:
             for line in streams:
                 if len(line.metadata_id) == 0:
                     continue
-                names = pd.Series([plane.event_names.get(int(i), str(i)) for i in line.metadata_id])
                 lane = line.display_name or line.name or f"line {line.line_id}"
+                # per distinct metadata id, not per event: a gigabyte holds tens of millions of events
+                distinct, inverse = np.unique(line.metadata_id, return_inverse=True)
+                labels = np.asarray([plane.event_names.get(int(i), str(i)) for i in distinct], dtype=object)
+                kinds = np.asarray([activity_kind(label, lane) for label in labels], dtype=object)
                 parts.append(
                     _frame(
                         {
                             "host": host,
                             "device": device,
                             "stream": lane,
-                            "kind": _kinds(names, pd.Series([lane] * len(names))),
-                            "name": names.to_numpy(object),
+                            "kind": kinds[inverse],
+                            "name": labels[inverse],
                             "start_ns": line.start_ns,
                             "end_ns": line.end_ns,
                         }

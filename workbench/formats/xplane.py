@@ -87,8 +87,7 @@ def _message_classes() -> dict[str, Any]:
     pool = descriptor_pool.DescriptorPool()
     pool.Add(proto)
     return {
-        name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"workbench.xplane.{name}"))
-        for name in layout
+        name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"workbench.xplane.{name}")) for name in layout
     }
 
 
@@ -242,28 +241,36 @@ def _read_plane(data: Any, start: int, end: int, stats_for: Any) -> XPlaneData:
 
 
 def _read_line(data: Any, start: int, end: int, wanted: set[int], stat_names: dict[int, str]) -> XLineData:
-    """One line: its own fields by hand, its events in slices of at most ``LINE_SLICE_BYTES`` through upb."""
+    """One line: parsed whole by upb when it is at most ``LINE_SLICE_BYTES``; a longer one has its own fields
+    walked by hand and its events parsed in slices of about that size (bounded memory, per-event Python only
+    for the walk)."""
     head = bytearray()
     slices: list[tuple[int, int]] = []
-    slice_start = slice_end = -1
-    for number, wire, value, stop, field_start in _fields(data, start, end):
-        if number == 4:
-            if slice_start < 0 or stop - slice_start > LINE_SLICE_BYTES or field_start != slice_end:
-                if slice_start >= 0:
-                    slices.append((slice_start, slice_end))
-                slice_start = field_start
-            slice_end = stop
-        else:
-            head += _field_bytes(data, number, wire, value, stop)
-    if slice_start >= 0:
-        slices.append((slice_start, slice_end))
-    line = XLINE.FromString(bytes(head))
+    if end - start <= LINE_SLICE_BYTES:
+        slices.append((start, end))
+    else:
+        slice_start = slice_end = -1
+        for number, wire, value, stop, field_start in _fields(data, start, end):
+            if number == 4:
+                if slice_start < 0 or stop - slice_start > LINE_SLICE_BYTES or field_start != slice_end:
+                    if slice_start >= 0:
+                        slices.append((slice_start, slice_end))
+                    slice_start = field_start
+                slice_end = stop
+            else:
+                head += _field_bytes(data, number, wire, value, stop)
+        if slice_start >= 0:
+            slices.append((slice_start, slice_end))
+        head_line = XLINE.FromString(bytes(head))
+    if end - start <= LINE_SLICE_BYTES:
+        head_line = XLINE.FromString(data[start:end])
+    line = head_line
     base_ps = line.timestamp_ns * 1000
     ids, starts, durations = [], [], []
     stats: dict[int, dict[str, Any]] = {}
     counted = 0
     for first, last in slices:
-        events = XLINE.FromString(data[first:last]).events
+        events = line.events if (first, last) == (start, end) else XLINE.FromString(data[first:last]).events
         flat = np.fromiter((v for e in events for v in (e.metadata_id, e.offset_ps, e.duration_ps)), np.int64)
         flat = flat.reshape(-1, 3)
         ids.append(flat[:, 0])

@@ -1,0 +1,99 @@
+"""Speed and memory of ``workbench import`` per format: MB/s and peak resident memory, each in a fresh process.
+
+Formats: Horovod timelines as 0.28 writes them and as 0.15-0.16 did (no start record, cycle marks, never
+closed), the latter gzipped too, and a multi-host TensorFlow profile (one ``<host>.xplane.pb`` per host, made
+by ``bench.xplane``). Each import runs alone in a child process (``workbench.importer.import_traces``); its
+peak RSS is the child's ``ru_maxrss``, so nothing this process holds counts. Files are made first, outside
+the timing. Run: ``python benchmarks/import_traces.py --timeline-mb 300 --xplane-mb 1000 --hosts 4``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from workbench.bench.timeline import write_synthetic_timeline
+from workbench.bench.xplane import MS, MadeGpuStep, write_made_xplane
+
+CHILD = """
+import json, resource, sys, time
+from workbench.importer import import_traces
+started = time.perf_counter()
+result = import_traces(sys.argv[1:-1], out=sys.argv[-1])
+seconds = time.perf_counter() - started
+print(json.dumps({"seconds": seconds, "events": result.events, "activities": result.device_activities,
+                  "ranks": result.ranks, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def measure(paths: list[Path], out: Path) -> dict[str, float]:
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, *map(str, paths), str(out)], capture_output=True, text=True, check=True
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def made_xplanes(folder: Path, total_mb: float, hosts: int) -> list[Path]:
+    """``hosts`` profiles of about ``total_mb`` MB together: 8 GPUs each, steps until the size is reached."""
+    folder.mkdir(parents=True, exist_ok=True)
+    probe = write_made_xplane(
+        folder / "probe.xplane.pb", host="probe", gpus=8, steps=10, step=MadeGpuStep(step_ns=16 * MS)
+    )
+    per_step = probe.stat().st_size / 10
+    probe.unlink()
+    steps = max(1, int(total_mb * 1e6 / hosts / per_step))
+    session = folder / "plugins" / "profile" / "session"
+    session.mkdir(parents=True)
+    return [
+        write_made_xplane(session / f"node{h}.xplane.pb", host=f"node{h}", gpus=8, steps=steps,
+                          step=MadeGpuStep(step_ns=16 * MS), slow_gpus={3: 1.3} if h == 0 else None)
+        for h in range(1, hosts + 1)
+    ]  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--timeline-mb", type=float, default=300)
+    parser.add_argument("--xplane-mb", type=float, default=1000)
+    parser.add_argument("--hosts", type=int, default=4)
+    parser.add_argument("--json", default=None, help="also write the results to this file")
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="wb-import-bench-") as scratch:
+        folder = Path(scratch)
+        cases: list[tuple[str, list[Path]]] = []
+        cases.append(("horovod 0.28", [write_synthetic_timeline(folder / "new.json", args.timeline_mb, ranks=8)]))
+        old = write_synthetic_timeline(folder / "old.json", args.timeline_mb, ranks=8, layout="2019", origin_us=10**12)
+        cases.append(("horovod 0.15 (no start record)", [old]))
+        packed = folder / "old.json.gz"
+        with old.open("rb") as source, gzip.open(packed, "wb", compresslevel=1) as target:
+            shutil.copyfileobj(source, target)
+        cases.append(("horovod 0.15, gzip", [packed]))
+        made = time.perf_counter()
+        profiles = made_xplanes(folder / "xplane", args.xplane_mb, args.hosts)
+        print(f"made {len(profiles)} XPlane files in {time.perf_counter() - made:.0f} s", file=sys.stderr)
+        cases.append((f"xplane, {args.hosts} hosts x 8 GPUs", [profiles[0].parent]))
+        for label, paths in cases:
+            size = sum(p.stat().st_size for p in (paths[0].rglob("*.pb") if paths[0].is_dir() else paths))
+            result = measure(paths, folder / "runs")
+            rows.append({"format": label, "file_mb": size / 1e6, **result, "mb_per_s": size / 1e6 / result["seconds"]})
+            rate = size / 1e6 / result["seconds"]
+            print(
+                f"{label:36s} {size / 1e6:7.0f} MB  {result['seconds']:6.1f} s  {rate:6.0f} MB/s"
+                f"  peak {result['peak_rss_mb']:6.0f} MB  ({result['events']} spans,"
+                f" {result['activities']} GPU activities)"
+            )
+            shutil.rmtree(folder / "runs", ignore_errors=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"rows": rows}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
