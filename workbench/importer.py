@@ -32,7 +32,7 @@ import pandas as pd
 import pyarrow as pa
 
 from workbench import events as ev
-from workbench.analysis.devices import device_phase_spans
+from workbench.analysis.devices import device_phase_spans, group_codes
 from workbench.formats.gpu_trace import DeviceTrace, TraceFormatError, read_json_activity, read_xplane_activity
 from workbench.formats.horovod_timeline import TimelineError, iter_horovod_timeline, open_maybe_compressed
 from workbench.formats.xplane import XPlaneError
@@ -263,8 +263,8 @@ def _placed_activity(traces: list[DeviceTrace], ranks: dict[tuple[str, str], int
         frame = trace.activity
         if frame.empty:
             continue
-        codes, pairs = pd.MultiIndex.from_arrays([frame["host"], frame["device"]]).factorize()
-        rank = np.asarray([ranks.get(pair, -1) for pair in pairs], np.int64)[codes]
+        codes, pairs = group_codes(frame, ["host", "device"])
+        rank = np.asarray([ranks.get(pair, -1) for pair in zip(pairs["host"], pairs["device"])], np.int64)[codes]
         parts.append(frame.assign(run_id=run_id, rank=rank))
     if not parts:
         return ev.DEVICE_SCHEMA.empty_table().to_pandas()

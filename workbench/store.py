@@ -762,7 +762,8 @@ class Run:
             ),
             memory=_read_stream(path, "memory", ranks=chosen, window_ns=window_ns),
             counters=_read_stream(path, "counters", ranks=chosen, window_ns=window_ns),
-            devices=_read_stream(path, "devices", ranks=chosen, window_ns=window_ns),
+            # categorical always: an imported profile holds millions of GPU activities of a few names
+            devices=_read_stream(path, "devices", ranks=chosen, window_ns=window_ns, categorical=True),
             rank_meta=pd.DataFrame(rank_rows),
             selected_ranks=chosen,
         )

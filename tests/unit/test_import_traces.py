@@ -19,7 +19,7 @@ import pytest
 from workbench import analysis
 from workbench.analysis.devices import device_step_table, union_ns
 from workbench.bench.timeline import write_synthetic_timeline
-from workbench.bench.xplane import MS, MadeGpuStep, write_made_xplane
+from workbench.bench.xplane import COPY_BYTES, MS, MadeGpuStep, write_made_xplane
 from workbench.formats.gpu_trace import TraceFormatError, activity_kind, load_json_trace, read_xplane_activity
 from workbench.formats.horovod_timeline import TimelineError, iter_horovod_timeline
 from workbench.formats.trace_export import export_trace
@@ -90,6 +90,8 @@ def test_two_hosts_profiles_are_one_run_with_the_slow_gpu_and_the_hidden_share(t
     # the per-GPU spans cover each step whole: compute + communication + transfer + idle = the step
     per_rank = analysed.breakdown[analysed.breakdown["rank"] == 0].set_index("phase")["seconds"]
     assert per_rank[["compute", "communication", "transfer"]].sum() == pytest.approx(5 * normal_busy)
+    copies = run.devices[run.devices["kind"] == "memcpy_h2d"]
+    assert len(copies) == 4 * 5 and (copies["bytes"] == COPY_BYTES).all()  # from each copy's memcpy_details
     exported = export_trace(result.run_path, tmp_path / "trace.json.gz")
     assert exported.ranks == 4 and exported.hosts == 2
 
@@ -100,7 +102,7 @@ def test_the_real_8_gpu_xplane_names_its_busy_and_unused_gpus(tmp_path):
     assert _listing(TRACES / "tfprofiler_gpu_multi_worker") == before  # no .SSTABLE or anything beside it
     run, analysed = _analysed(result.run_path)
     assert analysed.devices["device"].tolist() == ["GPU:1", "GPU:4", "GPU:6"]
-    kernels = run.devices[run.devices["kind"] == "kernel"].groupby("device").size()
+    kernels = run.devices[run.devices["kind"] == "kernel"].groupby("device", observed=True).size()
     assert kernels.to_dict() == {"GPU:4": 665, "GPU:6": 665}
     assert run.meta["import"]["clocks"] == "unaligned"  # the demo's timestamps are not since the epoch
     unused = analysed.findings.set_index("kind").loc["unused_gpu", "text"]

@@ -80,6 +80,22 @@ def union_ns(group: np.ndarray, start: np.ndarray, end: np.ndarray, groups: int)
     return np.bincount(g[first], weights=lengths.astype(np.float64), minlength=groups)
 
 
+def group_codes(frame: pd.DataFrame, columns: list[str]) -> tuple[np.ndarray, pd.DataFrame]:
+    """Each row's group of equal ``columns`` values (0..G-1) and the groups' values: from the columns' codes,
+    without a tuple per row (a MultiIndex of millions of rows took most of the time)."""
+    if frame.empty:
+        return np.zeros(0, np.int64), pd.DataFrame(columns=columns)
+    combined = np.zeros(len(frame), np.int64)
+    parts = []
+    for column in columns:
+        codes, labels = pd.factorize(frame[column])
+        combined = combined * (len(labels) + 1) + codes
+        parts.append((codes, labels))
+    _distinct, first, inverse = np.unique(combined, return_index=True, return_inverse=True)
+    keys = pd.DataFrame({c: np.asarray(labels)[codes[first]] for c, (codes, labels) in zip(columns, parts)})
+    return inverse.ravel().astype(np.int64), keys
+
+
 def step_windows(activity: pd.DataFrame) -> pd.DataFrame:
     """``host, device, step, start_ns, end_ns`` of every step of every GPU: its own ``Steps`` markers, else its
     host's (``device`` CPU); a step ends where the next begins, the last at its marker's end or the GPU's last
@@ -144,11 +160,10 @@ def device_step_table(activity: pd.DataFrame, *, window_ns: tuple[int, int] | No
     windows = step_windows(activity)
     work = with_steps(work, windows)
     keys = ["rank", "host", "device", "step"]
-    keyed = work[keys].astype({"step": "int64"}).copy()
-    codes, uniques = pd.MultiIndex.from_frame(keyed).factorize()
-    groups = len(uniques)
+    codes, table = group_codes(work, keys)
+    groups = len(table)
     start, end = work["start_ns"].to_numpy(np.int64), work["end_ns"].to_numpy(np.int64)
-    category = work["kind"].map(_CATEGORY).fillna(0).to_numpy(np.int64)
+    category = _categories(work["kind"])
     busy = union_ns(codes, start, end, groups)
     compute = union_ns(codes[category == 0], start[category == 0], end[category == 0], groups)
     communication = union_ns(codes[category == 1], start[category == 1], end[category == 1], groups)
@@ -156,7 +171,6 @@ def device_step_table(activity: pd.DataFrame, *, window_ns: tuple[int, int] | No
     both = (category == 0) | (category == 1)
     compute_or_comm = union_ns(codes[both], start[both], end[both], groups)
     overlapped = compute + communication - compute_or_comm
-    table = pd.DataFrame(list(uniques), columns=keys)
     whole = window_ns or (int(start.min()), int(end.max()))
     wall = np.full(groups, float(whole[1] - whole[0]))
     if len(windows):
@@ -164,9 +178,7 @@ def device_step_table(activity: pd.DataFrame, *, window_ns: tuple[int, int] | No
         span = sized.set_index(["host", "device", "step"])["wall"]
         in_steps = sized.groupby(["host", "device"])["wall"].sum()
         keys_of = zip(table["host"], table["device"], table["step"])
-        looked = [
-            span.get((h, d, s), np.nan) if s >= 0 else wall[0] - in_steps.get((h, d), 0) for h, d, s in keys_of
-        ]
+        looked = [span.get((h, d, s), np.nan) if s >= 0 else wall[0] - in_steps.get((h, d), 0) for h, d, s in keys_of]
         wall = np.where(np.isnan(looked), wall, np.asarray(looked, np.float64))
     wall = np.maximum(wall, busy)
     seconds = {
@@ -204,86 +216,113 @@ def device_phase_spans(activity: pd.DataFrame, *, run_id: str = "") -> pd.DataFr
 
     Inside each step: a ``train_step`` compute span (the step, for the steps table) holding spans that cover
     it whole (the GPU's compute, communication, transfer and idle time), so the breakdown gives every instant
-    to what the GPU did. Collective kernels are also written as ``in_flight`` spans.
+    to what the GPU did. Collective kernels are also written as ``in_flight`` spans. String columns are
+    categoricals (millions of spans: no string per row).
     """
     work = activity[activity["kind"] != ev.STEP_MARKER]
     if work.empty:
         return ev.events_frame(pd.DataFrame(columns=["rank", "phase", "start_ns", "end_ns"]))
     windows = step_windows(activity)
-    parts = []
-    for (rank, host, device), lane in work.groupby(["rank", "host", "device"], sort=True):
+    lanes: list[dict[str, np.ndarray]] = []
+    lane_hosts: list[str] = []
+    lane_devices: list[str] = []
+    collective_names: dict[str, int] = {}
+    for (rank, host, device), lane in work.groupby(["rank", "host", "device"], sort=True, observed=True):
         own = windows[(windows["host"] == host) & (windows["device"] == device)]
-        parts.append(_lane_spans(int(rank), str(host), str(device), lane, own, run_id))
-    return ev.events_frame(pd.concat(parts, ignore_index=True))
+        spans = _lane_spans(lane, own, collective_names)
+        spans["rank"] = np.full(len(spans["start_ns"]), int(rank), np.int32)
+        spans["lane"] = np.full(len(spans["start_ns"]), len(lanes), np.int32)
+        lanes.append(spans)
+        lane_hosts.append(str(host))
+        lane_devices.append(str(device))
+    columns = {k: np.concatenate([lane[k] for lane in lanes]) for k in lanes[0]}
+    order = np.lexsort((columns["start_ns"], columns["rank"]))
+    columns = {k: v[order] for k, v in columns.items()}
+    n = len(order)
+    names = [*(SPAN_NAMES[p] for p in _PHASES), STEP_SPAN, *collective_names]
+    lane_codes = columns["lane"]
+    frame = {
+        "run_id": pd.Categorical.from_codes(np.zeros(n, np.int8), categories=[run_id]),
+        "rank": columns["rank"],
+        "host": _labelled(lane_codes, lane_hosts),
+        "phase": pd.Categorical.from_codes(columns["phase"], categories=[*_PHASES, ev.IN_FLIGHT]),
+        "name": _labelled(columns["name"], names),
+        "detail": _labelled(lane_codes, lane_devices),
+        "step": columns["step"],
+        "epoch": np.full(n, -1, np.int64),
+        "start_ns": columns["start_ns"],
+        "end_ns": columns["end_ns"],
+        "bytes": np.full(n, -1, np.int64),
+    }
+    return pd.DataFrame(frame, columns=list(ev.EVENT_COLUMNS))
 
 
-def _lane_spans(
-    rank: int, host: str, device: str, lane: pd.DataFrame, windows: pd.DataFrame, run_id: str
-) -> pd.DataFrame:
+#: Phases of the per-GPU spans, by code: what ran (compute first), else idle.
+_PHASES = (ev.COMPUTE, ev.COMMUNICATION, TRANSFER, ev.IDLE)
+_IN_FLIGHT_CODE = len(_PHASES)
+
+
+def _labelled(codes: np.ndarray, labels: list[str]) -> pd.Categorical:
+    """Codes into labels that may repeat, as a categorical of the distinct labels."""
+    label_codes, distinct = pd.factorize(pd.Index(labels, dtype=object))
+    return pd.Categorical.from_codes(label_codes[codes].astype(np.int32), categories=distinct)
+
+
+def _lane_spans(lane: pd.DataFrame, windows: pd.DataFrame, collective_names: dict[str, int]) -> dict[str, np.ndarray]:
+    """One GPU's spans as arrays: phase code, name code, step, start, end (see ``device_phase_spans``)."""
     start, end = lane["start_ns"].to_numpy(np.int64), lane["end_ns"].to_numpy(np.int64)
-    category = lane["kind"].map(_CATEGORY).fillna(0).to_numpy(np.int64)
+    category = _categories(lane["kind"])
     step_starts = windows["start_ns"].to_numpy(np.int64)
     step_ends = windows["end_ns"].to_numpy(np.int64)
+    step_numbers = windows["step"].to_numpy(np.int64)
     points = np.unique(np.concatenate([start, end, step_starts, step_ends]))
     counts = np.zeros((3, len(points)), np.int64)
     for c in range(3):
-        np.add.at(counts[c], np.searchsorted(points, start[category == c]), 1)
-        np.add.at(counts[c], np.searchsorted(points, end[category == c]), -1)
+        counts[c] += np.bincount(np.searchsorted(points, start[category == c]), minlength=len(points))
+        counts[c] -= np.bincount(np.searchsorted(points, end[category == c]), minlength=len(points))
     active = np.cumsum(counts, axis=1)[:, :-1]  # over [points[i], points[i + 1])
     seg_start, seg_end = points[:-1], points[1:]
     phase_code = np.select([active[0] > 0, active[1] > 0, active[2] > 0], [0, 1, 2], 3)
     if len(step_starts):
         at = np.searchsorted(step_starts, seg_start, side="right") - 1
         in_step = (at >= 0) & (seg_start < step_ends[at.clip(0)])
-        step = np.where(in_step, windows["step"].to_numpy(np.int64)[at.clip(0)], -1)
+        step = np.where(in_step, step_numbers[at.clip(0)], -1)
     else:
         in_step = np.zeros(len(seg_start), bool)
         step = np.full(len(seg_start), -1, np.int64)
     keep = (phase_code < 3) | in_step  # idle is written inside steps only (outside, no span is idle anyway)
     seg_start, seg_end, phase_code, step = seg_start[keep], seg_end[keep], phase_code[keep], step[keep]
     # neighbouring segments of one phase in one step become one span
-    joined = np.r_[
-        False, (phase_code[1:] == phase_code[:-1]) & (step[1:] == step[:-1]) & (seg_start[1:] == seg_end[:-1])
-    ]
+    same = (phase_code[1:] == phase_code[:-1]) & (step[1:] == step[:-1])
+    joined = np.r_[False, same & (seg_start[1:] == seg_end[:-1])]
     first = np.flatnonzero(~joined)
     last = np.r_[first[1:], len(seg_start)] - 1
-    phases = np.asarray([ev.COMPUTE, ev.COMMUNICATION, TRANSFER, ev.IDLE], dtype=object)[phase_code[first]]
-    spans = pd.DataFrame(
-        {
-            "phase": phases,
-            "name": [SPAN_NAMES[p] for p in phases],
-            "detail": device,
-            "step": step[first],
-            "start_ns": seg_start[first],
-            "end_ns": seg_end[last],
-        }
+    collective = np.flatnonzero(category == 1)
+    kernel_names = lane["name"].to_numpy(object)[collective] if len(collective) else np.zeros(0, object)
+    distinct, inverse = np.unique(kernel_names.astype(str), return_inverse=True) if len(collective) else ([], [])
+    base = len(_PHASES) + 1  # the phases' span names, then the step's, then the collective kernels'
+    name_of = np.asarray(
+        [base + collective_names.setdefault(str(k), len(collective_names)) for k in distinct], np.int64
     )
-    collectives = lane[category == 1]
-    in_flight = pd.DataFrame(
-        {
-            "phase": ev.IN_FLIGHT,
-            "name": collectives["name"].astype(str).to_numpy(),
-            "detail": device,
-            "step": collectives["step"].to_numpy(np.int64) if "step" in collectives else -1,
-            "start_ns": collectives["start_ns"].to_numpy(np.int64),
-            "end_ns": collectives["end_ns"].to_numpy(np.int64),
-        }
-    )
-    steps = pd.DataFrame(
-        {
-            "phase": ev.COMPUTE,
-            "name": STEP_SPAN,
-            "detail": device,
-            "step": windows["step"].to_numpy(np.int64),
-            "start_ns": step_starts,
-            "end_ns": step_ends,
-        }
-    )
-    out = pd.concat([steps, spans, in_flight], ignore_index=True)
-    out.insert(0, "run_id", run_id)
-    out.insert(1, "rank", rank)
-    out.insert(2, "host", host)
-    return out.sort_values("start_ns", kind="stable", ignore_index=True)
+    collective_steps = lane["step"].to_numpy(np.int64)[collective]
+    return {
+        "phase": np.concatenate(
+            [np.zeros(len(step_starts), np.int64), phase_code[first], np.full(len(collective), _IN_FLIGHT_CODE)]
+        ),
+        "name": np.concatenate(
+            [np.full(len(step_starts), len(_PHASES)), phase_code[first], name_of[np.asarray(inverse, np.int64)]]
+        ),
+        "step": np.concatenate([step_numbers, step[first], collective_steps]),
+        "start_ns": np.concatenate([step_starts, seg_start[first], start[collective]]),
+        "end_ns": np.concatenate([step_ends, seg_end[last], end[collective]]),
+    }
+
+
+def _categories(kinds: pd.Series) -> np.ndarray:
+    """0 compute, 1 collective, 2 copy or set, per row; computed once per distinct kind."""
+    codes, distinct = pd.factorize(kinds)
+    lookup = np.asarray([_CATEGORY.get(str(kind), 0) for kind in distinct] or [0], np.int64)
+    return lookup[codes]
 
 
 def device_findings(

@@ -60,12 +60,37 @@ def _concat_fields(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarr
     return matrix[mask], mask.sum(axis=1)
 
 
-def encode_events(metadata_id: np.ndarray, offset_ps: np.ndarray, duration_ps: np.ndarray) -> bytes:
-    """XLine field 4 (``events``) for every event: key, length and the XEvent's fields 1-3."""
+def _constant(payload: bytes, n: int) -> tuple[np.ndarray, np.ndarray]:
+    return np.tile(np.frombuffer(payload, np.uint8), (n, 1)), np.full(n, len(payload), np.int64)
+
+
+def varint_stat(metadata_id: int, values: np.ndarray, *, field: int = 3) -> list[tuple[np.ndarray, np.ndarray]]:
+    """An XStat per event (XEvent field 4) holding a number: ``field`` 3 uint64, 4 int64, 7 a ref to a stat name."""
+    value, length = _varints(values)
+    n = len(values)
+    head = _constant(bytes([0x22]), n)
+    size = (np.full((n, 1), 0, np.uint8), np.ones(n, np.int64))
+    size[0][:, 0] = (3 + length).astype(np.uint8)  # key 0x08, the id (< 128), the value's key, the value
+    return [head, size, _constant(bytes([0x08, metadata_id, field << 3]), n), (value, length)]
+
+
+def string_stat(metadata_id: int, text: bytes, n: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The same string XStat (``str_value``) on every event."""
+    body = bytes([0x08, metadata_id, 0x2A, len(text)]) + text
+    return [_constant(bytes([0x22, len(body)]) + body, n)]
+
+
+def encode_events(
+    metadata_id: np.ndarray,
+    offset_ps: np.ndarray,
+    duration_ps: np.ndarray,
+    stats: list[tuple[np.ndarray, np.ndarray]] = (),  # type: ignore[assignment]
+) -> bytes:
+    """XLine field 4 (``events``) for every event: key, length and the XEvent's fields 1-3 and its stats."""
     n = len(metadata_id)
     key = lambda byte: (np.full((n, 1), byte, np.uint8), np.ones(n, np.int64))  # noqa: E731
     body, body_length = _concat_fields(
-        [key(0x08), _varints(metadata_id), key(0x10), _varints(offset_ps), key(0x18), _varints(duration_ps)]
+        [key(0x08), _varints(metadata_id), key(0x10), _varints(offset_ps), key(0x18), _varints(duration_ps), *stats]
     )
     length_bytes, length_length = _varints(body_length)
     head, head_length = _concat_fields([key(0x22), (length_bytes, length_length)])
@@ -106,6 +131,22 @@ def _metadata(entries: dict[int, str], field_number: int) -> bytes:
     return out
 
 
+#: Stats TensorFlow's GPU tracer puts on every activity (their metadata ids on a made plane).
+STAT_CORRELATION, STAT_CONTEXT, STAT_DETAILS, STAT_DETAILS_TEXT, STAT_GROUP, STAT_KERNEL_DETAILS = 1, 2, 3, 4, 5, 6
+STAT_ANNOTATION, STAT_ANNOTATION_TEXT, STAT_SHAPE = 7, 8, 9
+GPU_STATS = {
+    STAT_CORRELATION: "correlation_id",
+    STAT_CONTEXT: "context_id",
+    STAT_DETAILS: "kernel_details",
+    STAT_DETAILS_TEXT: "memcpy_details",
+    STAT_GROUP: "group_id",
+    STAT_KERNEL_DETAILS: "regs:64 static_shared:0 dynamic_shared:16384 grid:80,1,1 block:256,1,1 occ_pct:50",
+    STAT_ANNOTATION: "annotation",
+    STAT_ANNOTATION_TEXT: "model/dense/MatMul:MatMul",
+    STAT_SHAPE: "shape",
+}
+#: Bytes of each made host-to-device copy (its ``memcpy_details`` says so).
+COPY_BYTES = 4_194_304
 KERNEL_NAME = "volta_fp16_s884gemm_fp16_128x128_ldg8_f2f_nn"
 ALLREDUCE_NAME = "ncclKernel_AllReduce_RING_LL_Sum_half(ncclWorkElem)"
 COPY_NAME = "MemcpyH2D"
@@ -160,14 +201,31 @@ def write_made_xplane(
                 (11, "Stream #20(nccl)", 2, allreduce_start, np.full(steps, step.allreduce_ns)),
                 (12, "Stream #15(MemcpyH2D)", 3, step_start, np.full(steps, step.copy_ns)),
             ]
+            correlation = 0
             for line_id, line_name, metadata_id, starts, durations in lines:
-                events = encode_events(np.full(len(starts), metadata_id), starts * 1000, durations * 1000)
+                n = len(starts)
+                details = (
+                    string_stat(STAT_DETAILS_TEXT, f"size:{COPY_BYTES} dest:{gpu} async:1".encode(), n)
+                    if metadata_id == 3
+                    else varint_stat(STAT_DETAILS, np.full(n, STAT_KERNEL_DETAILS), field=7)
+                )
+                stats = [
+                    *varint_stat(STAT_CORRELATION, np.arange(correlation, correlation + n)),
+                    *string_stat(STAT_CONTEXT, b"$$1", n),
+                    *details,
+                    *varint_stat(STAT_GROUP, (starts - starts.min()) // step.step_ns, field=4),
+                    *varint_stat(STAT_ANNOTATION, np.full(n, STAT_ANNOTATION_TEXT), field=7),
+                    *string_stat(STAT_SHAPE, b"(float16[512,512])", n),
+                ]
+                correlation += n
+                events = encode_events(np.full(n, metadata_id), starts * 1000, durations * 1000, stats)
                 plane += _field(3, _line(line_id, line_name, epoch_ns, events))
             step_ids = np.arange(steps) + 100
             step_events = encode_events(step_ids, step_start * 1000, np.full(steps, step.step_ns * 1000))
             plane += _field(3, _line(99, "Steps", epoch_ns, step_events))
             names = {1: KERNEL_NAME, 2: ALLREDUCE_NAME, 3: COPY_NAME, **{100 + k: str(k) for k in range(steps)}}
             plane += _metadata(names, 4)
+            plane += _metadata(GPU_STATS, 5)
         planes.append(plane)
     space = b"".join(_field(1, plane) for plane in planes) + _field(4, host.encode())
     path.write_bytes(space)

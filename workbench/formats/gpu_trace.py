@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from pandas.api.types import union_categoricals
 
 from workbench import events as ev
 from workbench.formats.xplane import XPlaneError, XSpaceData, read_xspace
@@ -106,13 +107,47 @@ class DeviceTrace:
         return int(self.activity["start_ns"].min()), int(self.activity["end_ns"].max())
 
 
-def _frame(rows: dict[str, list[Any] | np.ndarray]) -> pd.DataFrame:
+_STRING_COLUMNS = ("host", "device", "stream", "kind", "name")
+
+
+def _frame(rows: dict[str, Any]) -> pd.DataFrame:
+    """Activity rows (``DEVICE_COLUMNS`` less run and rank); strings as categoricals, one value given once."""
     columns = [c for c in ev.DEVICE_COLUMNS if c not in ("run_id", "rank")]
-    frame = pd.DataFrame(rows) if rows else pd.DataFrame(columns=columns)
+    lengths = [len(v) for v in rows.values() if not isinstance(v, str)]
+    n = lengths[0] if lengths else 0
+    out: dict[str, Any] = {}
     for column in columns:
-        if column not in frame:
-            frame[column] = -1 if column in ("step", "bytes") else ""
-    return frame[columns].astype({"step": "int64", "start_ns": "int64", "end_ns": "int64", "bytes": "int64"})
+        value = rows.get(column, "" if column in _STRING_COLUMNS else -1)
+        if column in _STRING_COLUMNS:
+            if isinstance(value, str):
+                value = pd.Categorical.from_codes(np.zeros(n, np.int8), categories=[value])
+            elif not isinstance(value, pd.Categorical):
+                value = pd.Categorical(np.asarray(value, dtype=object))
+        else:
+            value = np.full(n, value, np.int64) if np.isscalar(value) else np.asarray(value, np.int64)
+        out[column] = value
+    return pd.DataFrame(out, columns=columns)
+
+
+def concat_activity(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    """Activity frames as one, their categoricals' labels united (``pd.concat`` would make them objects)."""
+    parts = [part for part in parts if len(part)]
+    if not parts:
+        return _frame({})
+    out = {}
+    for column in parts[0].columns:
+        values = [part[column] for part in parts]
+        if isinstance(values[0].dtype, pd.CategoricalDtype):
+            out[column] = union_categoricals([pd.Categorical(v) for v in values])
+        else:
+            out[column] = np.concatenate([v.to_numpy() for v in values])
+    return pd.DataFrame(out, columns=list(parts[0].columns))
+
+
+def _categorical(codes: np.ndarray, labels: np.ndarray) -> pd.Categorical:
+    """Codes into labels that may repeat, as a categorical of the distinct labels."""
+    label_codes, distinct = pd.factorize(pd.Index(labels, dtype=object))
+    return pd.Categorical.from_codes(label_codes[codes].astype(np.int32), categories=distinct)
 
 
 def _host_of(path: Path, suffixes: tuple[str, ...]) -> str:
@@ -126,7 +161,7 @@ def _host_of(path: Path, suffixes: tuple[str, ...]) -> str:
 def read_xplane_activity(path: str | Path) -> DeviceTrace:
     """One ``<host>.xplane.pb``: every GPU plane's stream activity and steps, and the host's step markers."""
     path = Path(path)
-    space: XSpaceData = read_xspace(path, stats_for=lambda name: name in HOST_STEP_NAMES)
+    space: XSpaceData = read_xspace(path, stats_for=lambda name: name in HOST_STEP_NAMES or "memcpy" in name.lower())
     host = space.hostnames[0] if space.hostnames else _host_of(path, (".xplane.pb",))
     parts: list[pd.DataFrame] = []
     devices: list[str] = []
@@ -150,8 +185,9 @@ def read_xplane_activity(path: str | Path) -> DeviceTrace:
                             "host": host,
                             "device": device,
                             "stream": lane,
-                            "kind": kinds[inverse],
-                            "name": labels[inverse],
+                            "kind": _categorical(inverse, kinds),
+                            "name": _categorical(inverse, labels),
+                            "bytes": _copy_bytes(line.stats, len(line.metadata_id)),
                             "start_ns": line.start_ns,
                             "end_ns": line.end_ns,
                         }
@@ -171,8 +207,20 @@ def read_xplane_activity(path: str | Path) -> DeviceTrace:
                 steps = [int(facts["step_num"]) for _, facts in marked]
                 parts.append(_step_rows(host, "CPU", line.start_ns[rows], line.end_ns[rows], steps))
     notes = [f"{path.name}: damaged part-way ({space.damage})"] if space.damage else []
-    activity = pd.concat(parts, ignore_index=True) if parts else _frame({})
-    return DeviceTrace(path, "xplane", host, activity, devices, True, notes)
+    return DeviceTrace(path, "xplane", host, concat_activity(parts), devices, True, notes)
+
+
+_COPY_SIZE = re.compile(r"size:(\d+)")
+
+
+def _copy_bytes(stats: dict[int, dict[str, Any]], n: int) -> np.ndarray:
+    """Bytes of each copy its ``memcpy_details`` stat names (``size:4096 dest:0 async:1``); -1 elsewhere."""
+    out = np.full(n, -1, np.int64)
+    for index, facts in stats.items():
+        match = _COPY_SIZE.search(str(facts.get("memcpy_details", "")))
+        if match:
+            out[index] = int(match.group(1))
+    return out
 
 
 def _step_rows(host: str, device: str, start: np.ndarray, end: np.ndarray, steps: list[int]) -> pd.DataFrame:
@@ -306,11 +354,11 @@ def read_json_activity(path: str | Path) -> DeviceTrace:
         rows["start_ns"].append(start)
         rows["end_ns"].append(max(end, start))
     host = _host_of(path, (".trace.json.gz", ".trace.json", ".json.gz", ".json"))
-    frame = _frame({**rows, "host": [host] * len(rows["name"])})
-    is_step = (frame["device"] == "CPU").to_numpy()
-    kinds = np.full(len(frame), ev.STEP_MARKER, dtype=object)
-    kinds[~is_step] = _kinds(frame["name"][~is_step], frame["stream"][~is_step])
-    frame["kind"] = kinds
+    is_step = np.asarray([device == "CPU" for device in rows["device"]], bool)
+    kinds = np.full(len(is_step), ev.STEP_MARKER, dtype=object)
+    names, lanes = np.asarray(rows["name"], dtype=object), np.asarray(rows["stream"], dtype=object)
+    kinds[~is_step] = _kinds(pd.Series(names[~is_step]), pd.Series(lanes[~is_step]))
+    frame = _frame({**rows, "host": host, "kind": kinds})
     steps = frame.loc[is_step, "step"].to_numpy()
     if is_step.any() and (steps < 0).any():  # markers without their number: counted in order
         frame.loc[is_step, "step"] = np.arange(int(is_step.sum()))
