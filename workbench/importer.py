@@ -23,6 +23,7 @@ The user's files are only read: no converter writes beside them; the run's folde
 from __future__ import annotations
 
 import re
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,80 +113,41 @@ def discover(paths: list[str | Path]) -> list[tuple[str, Path]]:
 def import_traces(paths: list[str | Path], *, out: str | Path | None = None, name: str | None = None) -> ImportResult:
     """Read the traces and write one run (see the module docstring); one clear error when nothing is readable."""
     sources = discover(paths)
-    lines: list[str] = []
-    device_traces: list[DeviceTrace] = []
-    timelines: list[Path] = []
     for kind, path in sources:
-        if kind == "xplane":
-            try:
-                trace = read_xplane_activity(path)
-            except (XPlaneError, OSError) as error:
-                raise TraceImportError(str(error)) from None
-            device_traces.append(trace)
-        elif kind == "trace_json":
-            try:
-                device_traces.append(read_json_activity(path))
-            except TraceFormatError as error:
-                raise TraceImportError(str(error)) from None
-        elif kind == "horovod_timeline":
-            timelines.append(path)
-        elif kind == "old_trace":
-            raise TraceImportError(
-                f"{path} is TensorBoard's older *.trace protobuf, which this does not read: open the profile"
-                " in TensorBoard 2.x and pass the *.xplane.pb (or trace.json.gz) it writes"
-            )
-        elif kind == "kineto":
-            raise TraceImportError(f"{path} is a PyTorch profiler (Kineto) trace, which this does not read yet")
-        else:
-            raise TraceImportError(
-                f"{path} is not a trace this reads (not an XPlane, Chrome-trace JSON or Horovod timeline):"
-                " pass *.xplane.pb, *.trace.json.gz or the file HOROVOD_TIMELINE wrote"
-            )
-    for trace in device_traces:
-        lines += trace.notes
-
+        _check_readable(kind, path)
+    lines: list[str] = []
+    timelines = [path for kind, path in sources if kind == "horovod_timeline"]
+    profiles = [(kind, path) for kind, path in sources if kind in ("xplane", "trace_json")]
     title = name or _default_name(sources)
-    ranks_of_gpus = _place_ranks(device_traces)
-    world = len(ranks_of_gpus)
-    run_path = create_run(out, title, config={"source": "import"}, ranks=max(world, 1))
+    run_path = create_run(out, title, config={"source": "import"}, ranks=None)
+    run_id = run_path.name
     events_written = activities = 0
     source_facts: list[dict[str, Any]] = []
     hosts_of_rank: dict[int, str] = {}
-    run_id = run_path.name
-    if device_traces:
-        activity = _placed_activity(device_traces, ranks_of_gpus, run_id)
-        activities = _write_devices(run_path, activity)
-        spans = device_phase_spans(activity[activity["rank"] >= 0], run_id=run_id)
-        events_written += _write_events(run_path, spans)
-        for (host, _device), rank in ranks_of_gpus.items():
+    idle_devices: dict[str, list[str]] = {}
+    # one profile at a time, written before the next is read: memory is one host's activity, however many hosts
+    for kind, path in profiles:
+        try:
+            trace = _read_profile(kind, path)
+        except TraceImportError:
+            shutil.rmtree(run_path, ignore_errors=True)  # no half-made run left behind the one line
+            raise
+        lines += trace.notes
+        ranks = _place_ranks(trace, first_rank=len(hosts_of_rank))
+        for (host, _device), rank in ranks.items():
             hosts_of_rank[rank] = host
-        for trace in device_traces:
-            working = trace.activity.loc[trace.activity["kind"] != ev.STEP_MARKER, "device"]
-            busy = sorted(working.unique(), key=_natural)
-            window = trace.window_ns
-            aligned = trace.epoch_aligned and window is not None and window[0] > EPOCH_NS
-            source_facts.append(
-                {
-                    "path": str(trace.path),
-                    "format": trace.format,
-                    "host": trace.host,
-                    "devices": trace.devices,
-                    "busy_devices": busy,
-                    "activities": int((trace.activity["kind"] != ev.STEP_MARKER).sum()),
-                    "steps": int((trace.activity["kind"] == ev.STEP_MARKER).sum()),
-                    "epoch_aligned": aligned,
-                }
-            )
-            lines.append(
-                f"{trace.path.name}: {trace.format}, host {trace.host}: "
-                f"{source_facts[-1]['activities']} GPU activities on {', '.join(busy) or 'no GPU'}"
-                f" of {len(trace.devices)} GPUs, {source_facts[-1]['steps']} step markers"
-                + (
-                    ""
-                    if aligned
-                    else "; clock: relative to the profile's start (no epoch), not aligned with other files"
-                )
-            )
+        activity = _placed_activity(trace, ranks, run_id)
+        activities += _write_devices(run_path, activity)
+        events_written += _write_events(run_path, device_phase_spans(activity[activity["rank"] >= 0], run_id=run_id))
+        del activity
+        facts = _profile_facts(trace)
+        source_facts.append(facts)
+        unused = [d for d in trace.devices if d not in facts["busy_devices"]]
+        if unused:
+            idle_devices.setdefault(trace.host, []).extend(unused)
+        lines.append(_profile_line(trace, facts))
+        del trace
+    world = len(hosts_of_rank)
     timeline_info: dict[str, Any] = {}
     unfinished: list[dict[str, object]] = []
     if timelines:
@@ -193,9 +155,9 @@ def import_traces(paths: list[str | Path], *, out: str | Path | None = None, nam
         events_written += written
         timeline_ranks = timeline_info.get("ranks") or []
         world = max(world, (max(timeline_ranks) + 1) if timeline_ranks else 1)
-        if device_traces and world != len(ranks_of_gpus):
+        if profiles and world != len(hosts_of_rank):
             lines.append(
-                f"ranks: the timeline names {len(timeline_ranks)} ranks, the profiles {len(ranks_of_gpus)} busy GPUs:"
+                f"ranks: the timeline names {len(timeline_ranks)} ranks, the profiles {len(hosts_of_rank)} busy GPUs:"
                 " the timeline's rank r is taken to be GPU rank r"
             )
         facts = {
@@ -210,10 +172,6 @@ def import_traces(paths: list[str | Path], *, out: str | Path | None = None, nam
     hosts = sorted(set(hosts_of_rank.values()), key=_natural)
     for rank in range(world):
         write_rank_meta(run_path, rank, host=hosts_of_rank.get(rank, ""), source="import")
-    idle_devices = {
-        trace.host: [d for d in trace.devices if d not in set(trace.activity["device"].unique())]
-        for trace in device_traces
-    }
     aligned = [bool(f["epoch_aligned"]) for f in source_facts]
     update_run_meta(
         run_path,
@@ -221,7 +179,7 @@ def import_traces(paths: list[str | Path], *, out: str | Path | None = None, nam
         status="finished",
         hosts=hosts,
         timeline_unfinished=unfinished,
-        devices_idle={host: devices for host, devices in idle_devices.items() if devices},
+        devices_idle=idle_devices,
         **{
             "import": {
                 "sources": source_facts,
@@ -246,36 +204,71 @@ def _default_name(sources: list[tuple[str, Path]]) -> str:
     return "import-" + (first.parent.name if first.parent.name else first.stem)
 
 
-def _place_ranks(traces: list[DeviceTrace]) -> dict[tuple[str, str], int]:
-    """``{(host, device): rank}`` for every GPU that ran something: by host, then GPU index."""
-    busy: set[tuple[str, str]] = set()
-    for trace in traces:
-        work = trace.activity[trace.activity["kind"] != ev.STEP_MARKER]
-        busy.update(zip(work["host"], work["device"]))
-    ordered = sorted(busy, key=lambda pair: (_natural(pair[0]), _natural(pair[1])))
-    return {pair: rank for rank, pair in enumerate(ordered)}
+def _check_readable(kind: str, path: Path) -> None:
+    """One line for a file of a format this does not read, before anything is written."""
+    if kind == "old_trace":
+        raise TraceImportError(
+            f"{path} is TensorBoard's older *.trace protobuf, which this does not read: open the profile"
+            " in TensorBoard 2.x and pass the *.xplane.pb (or trace.json.gz) it writes"
+        )
+    if kind == "kineto":
+        raise TraceImportError(f"{path} is a PyTorch profiler (Kineto) trace, which this does not read yet")
+    if kind not in ("xplane", "trace_json", "horovod_timeline"):
+        raise TraceImportError(
+            f"{path} is not a trace this reads (not an XPlane, Chrome-trace JSON or Horovod timeline):"
+            " pass *.xplane.pb, *.trace.json.gz or the file HOROVOD_TIMELINE wrote"
+        )
 
 
-def _placed_activity(traces: list[DeviceTrace], ranks: dict[tuple[str, str], int], run_id: str) -> pd.DataFrame:
-    """Every trace's activity with its rank; a host's step markers (device CPU) go to each of its GPUs' ranks."""
-    parts = []
-    for trace in traces:
-        frame = trace.activity
-        if frame.empty:
-            continue
-        codes, pairs = group_codes(frame, ["host", "device"])
-        rank = np.asarray([ranks.get(pair, -1) for pair in zip(pairs["host"], pairs["device"])], np.int64)[codes]
-        parts.append(frame.assign(run_id=run_id, rank=rank))
-    if not parts:
+def _read_profile(kind: str, path: Path) -> DeviceTrace:
+    try:
+        return read_xplane_activity(path) if kind == "xplane" else read_json_activity(path)
+    except (XPlaneError, TraceFormatError, OSError) as error:
+        raise TraceImportError(str(error)) from None
+
+
+def _profile_facts(trace: DeviceTrace) -> dict[str, Any]:
+    working = trace.activity["kind"] != ev.STEP_MARKER
+    window = trace.window_ns
+    return {
+        "path": str(trace.path),
+        "format": trace.format,
+        "host": trace.host,
+        "devices": trace.devices,
+        "busy_devices": sorted(trace.activity.loc[working, "device"].unique(), key=_natural),
+        "activities": int(working.sum()),
+        "steps": int((~working).sum()),
+        "epoch_aligned": bool(trace.epoch_aligned and window is not None and window[0] > EPOCH_NS),
+    }
+
+
+def _profile_line(trace: DeviceTrace, facts: dict[str, Any]) -> str:
+    return (
+        f"{trace.path.name}: {trace.format}, host {trace.host}: {facts['activities']} GPU activities on"
+        f" {', '.join(facts['busy_devices']) or 'no GPU'} of {len(trace.devices)} GPUs, {facts['steps']} step markers"
+        + ("" if facts["epoch_aligned"] else "; clock: relative to the profile's start (no epoch)")
+    )
+
+
+def _place_ranks(trace: DeviceTrace, *, first_rank: int) -> dict[tuple[str, str], int]:
+    """``{(host, device): rank}`` for every GPU of the profile that ran something, in GPU order."""
+    working = trace.activity[trace.activity["kind"] != ev.STEP_MARKER]
+    _codes, pairs = group_codes(working, ["host", "device"])
+    ordered = sorted(zip(pairs["host"], pairs["device"]), key=lambda pair: (_natural(pair[0]), _natural(pair[1])))
+    return {pair: first_rank + index for index, pair in enumerate(ordered)}
+
+
+def _placed_activity(trace: DeviceTrace, ranks: dict[tuple[str, str], int], run_id: str) -> pd.DataFrame:
+    """The profile's activity with its rank; the host's step markers (device CPU) go to its first GPU's rank."""
+    frame = trace.activity
+    if frame.empty:
         return ev.DEVICE_SCHEMA.empty_table().to_pandas()
-    activity = pd.concat(parts, ignore_index=True)
-    host_steps = activity[(activity["device"] == "CPU") & (activity["kind"] == ev.STEP_MARKER)]
-    if len(host_steps):  # the host's markers stored under the host's first GPU rank (kept for the analysis)
-        first_rank = {}
-        for (host, _device), rank in sorted(ranks.items(), key=lambda item: item[1]):
-            first_rank.setdefault(host, rank)
-        activity.loc[host_steps.index, "rank"] = [first_rank.get(h, -1) for h in host_steps["host"]]
-    return activity[list(ev.DEVICE_COLUMNS)]
+    codes, pairs = group_codes(frame, ["host", "device"])
+    rank = np.asarray([ranks.get(pair, -1) for pair in zip(pairs["host"], pairs["device"])], np.int64)[codes]
+    if ranks:
+        host_steps = ((frame["device"] == "CPU") & (frame["kind"] == ev.STEP_MARKER)).to_numpy()
+        rank[host_steps] = min(ranks.values())
+    return frame.assign(run_id=run_id, rank=rank)[list(ev.DEVICE_COLUMNS)]
 
 
 def _write_devices(run_path: Path, activity: pd.DataFrame) -> int:

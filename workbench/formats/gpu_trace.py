@@ -161,7 +161,11 @@ def _host_of(path: Path, suffixes: tuple[str, ...]) -> str:
 def read_xplane_activity(path: str | Path) -> DeviceTrace:
     """One ``<host>.xplane.pb``: every GPU plane's stream activity and steps, and the host's step markers."""
     path = Path(path)
-    space: XSpaceData = read_xspace(path, stats_for=lambda name: name in HOST_STEP_NAMES or "memcpy" in name.lower())
+    space: XSpaceData = read_xspace(
+        path,
+        stats_for=lambda name: name in HOST_STEP_NAMES or "memcpy" in name.lower(),
+        stat_keys={"step_num", "memcpy_details"},
+    )
     host = space.hostnames[0] if space.hostnames else _host_of(path, (".xplane.pb",))
     parts: list[pd.DataFrame] = []
     devices: list[str] = []

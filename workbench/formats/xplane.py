@@ -72,6 +72,38 @@ def _message_classes() -> dict[str, Any]:
             ("display_name", 4, kinds.TYPE_STRING, False, ""),
         ],
         "XStatMetadata": [("id", 1, kinds.TYPE_INT64, False, ""), ("name", 2, kinds.TYPE_STRING, False, "")],
+        # The same bytes read another way (see ``_columns``): every event of a line merged into one message whose
+        # repeated fields collect each event's values in order; and the events counted as empty messages.
+        "XEventColumns": [
+            ("metadata_id", 1, kinds.TYPE_INT64, True, ""),
+            ("offset_ps", 2, kinds.TYPE_INT64, True, ""),
+            ("duration_ps", 3, kinds.TYPE_INT64, True, ""),
+            ("num_occurrences", 5, kinds.TYPE_INT64, True, ""),
+        ],
+        "XLineColumns": [
+            ("id", 1, kinds.TYPE_INT64, False, ""),
+            ("name", 2, kinds.TYPE_STRING, False, ""),
+            ("timestamp_ns", 3, kinds.TYPE_INT64, False, ""),
+            ("events", 4, kinds.TYPE_MESSAGE, False, "XEventColumns"),
+            ("duration_ps", 9, kinds.TYPE_INT64, False, ""),
+            ("display_id", 10, kinds.TYPE_INT64, False, ""),
+            ("display_name", 11, kinds.TYPE_STRING, False, ""),
+        ],
+        "Counted": [],
+        # a plane's names (its map fields, as the repeated entries they are on the wire)
+        "EventMetadataEntry": [
+            ("key", 1, kinds.TYPE_INT64, False, ""),
+            ("value", 2, kinds.TYPE_MESSAGE, False, "XEventMetadata"),
+        ],
+        "StatMetadataEntry": [
+            ("key", 1, kinds.TYPE_INT64, False, ""),
+            ("value", 2, kinds.TYPE_MESSAGE, False, "XStatMetadata"),
+        ],
+        "PlaneNames": [
+            ("event_metadata", 4, kinds.TYPE_MESSAGE, True, "EventMetadataEntry"),
+            ("stat_metadata", 5, kinds.TYPE_MESSAGE, True, "StatMetadataEntry"),
+        ],
+        "XLineCount": [("events", 4, kinds.TYPE_MESSAGE, True, "Counted")],
     }
     for name, fields in layout.items():
         message = proto.message_type.add(name=name)
@@ -93,6 +125,8 @@ def _message_classes() -> dict[str, Any]:
 
 _CLASSES = _message_classes()
 XLINE, XEVENT_METADATA, XSTAT_METADATA = _CLASSES["XLine"], _CLASSES["XEventMetadata"], _CLASSES["XStatMetadata"]
+XEVENT, XLINE_COLUMNS, XLINE_COUNT = _CLASSES["XEvent"], _CLASSES["XLineColumns"], _CLASSES["XLineCount"]
+PLANE_NAMES = _CLASSES["PlaneNames"]
 
 
 def _varint(data: Any, position: int, end: int) -> tuple[int, int]:
@@ -179,8 +213,9 @@ class XSpaceData:
     damage: str = ""
 
 
-def read_xspace(path: str | Path, *, stats_for: Any = None) -> XSpaceData:
-    """Every plane of one XPlane file (``stats_for(name) -> bool`` picks the events whose stats are read).
+def read_xspace(path: str | Path, *, stats_for: Any = None, stat_keys: Any = None) -> XSpaceData:
+    """Every plane of one XPlane file (``stats_for(name) -> bool`` picks the events whose stats are read;
+    ``stat_keys``, a set of stat names, which of their stats: all when None).
 
     A file cut off or damaged part-way keeps the planes and lines before the damage (``damage`` says where).
     """
@@ -200,7 +235,7 @@ def read_xspace(path: str | Path, *, stats_for: Any = None) -> XSpaceData:
         try:
             for number, _wire, start, end, _ in _fields(data, 0, size):
                 if number == 1:
-                    planes.append(_read_plane(data, start, end, stats_for))
+                    planes.append(_read_plane(data, start, end, stats_for, stat_keys))
                 elif number == 4:
                     hostnames.append(bytes(data[start:end]).decode("utf-8", "replace"))
         except XPlaneError as error:
@@ -213,37 +248,78 @@ def read_xspace(path: str | Path, *, stats_for: Any = None) -> XSpaceData:
     return XSpaceData(path, hostnames, planes, damage)
 
 
-def _read_plane(data: Any, start: int, end: int, stats_for: Any) -> XPlaneData:
+def _read_plane(data: Any, start: int, end: int, stats_for: Any, stat_keys: Any = None) -> XPlaneData:
     plane_id, name = 0, ""
     line_spans: list[tuple[int, int]] = []
     event_names: dict[int, str] = {}
     stat_names: dict[int, str] = {}
-    for number, _wire, value, stop, _ in _fields(data, start, end):
+    metadata_fields: list[bytes] = []
+    for number, _wire, value, stop, field_start in _fields(data, start, end):
         if number == 1:
             plane_id = value
         elif number == 2:
             name = bytes(data[value:stop]).decode("utf-8", "replace")
         elif number == 3:
             line_spans.append((value, stop))
-        elif number in (4, 5):  # map entries: key 1, value 2
-            for entry_number, _w, entry_start, entry_stop, _ in _fields(data, value, stop):
-                if entry_number != 2:
-                    continue
-                if number == 4:
-                    metadata = XEVENT_METADATA.FromString(data[entry_start:entry_stop])
-                    event_names[metadata.id] = metadata.display_name or metadata.name
-                else:
-                    metadata = XSTAT_METADATA.FromString(data[entry_start:entry_stop])
-                    stat_names[metadata.id] = metadata.name
+        elif number in (4, 5):  # map entries: parsed together below, by the C runtime
+            metadata_fields.append(data[field_start:stop])
+    names = PLANE_NAMES.FromString(b"".join(metadata_fields))
+    for entry in names.event_metadata:
+        event_names[entry.value.id or entry.key] = entry.value.display_name or entry.value.name
+    for entry in names.stat_metadata:
+        stat_names[entry.value.id or entry.key] = entry.value.name
     wanted = {i for i, n in event_names.items() if stats_for is not None and stats_for(n)}
-    lines = [_read_line(data, s, e, wanted, stat_names) for s, e in line_spans]
+    lines = [_read_line(data, s, e, wanted, stat_names, stat_keys) for s, e in line_spans]
     return XPlaneData(name, plane_id, event_names, lines)
 
 
-def _read_line(data: Any, start: int, end: int, wanted: set[int], stat_names: dict[int, str]) -> XLineData:
+def _columns(data: Any, start: int, end: int, wanted: set[int]) -> XLineData | None:
+    """A line's events as arrays without a Python object per event, or None where that cannot be trusted.
+
+    Protobuf merges the occurrences of a singular message field: parsed as ``XLineColumns`` (events declared
+    singular), all events become one message whose repeated fields hold every event's metadata id, offset
+    and duration in order, built by the C runtime. Proto3 omits zeros, so the columns line up only when each
+    holds one value per event (counted by parsing the events as empty messages); the usual exception, the
+    first event at the line's own timestamp (offset 0), is checked and mended. Lines with events whose stats
+    are wanted, and any other mismatch, take the per-event path (None).
+    """
+    blob = data[start:end]
+    line = XLINE_COLUMNS.FromString(blob)
+    count = len(XLINE_COUNT.FromString(blob).events)
+    events = line.events
+    ids = np.fromiter(events.metadata_id, np.int64, len(events.metadata_id))
+    offsets = np.fromiter(events.offset_ps, np.int64, len(events.offset_ps))
+    durations = np.fromiter(events.duration_ps, np.int64, len(events.duration_ps))
+    if len(events.num_occurrences) or len(ids) != count or len(durations) != count:
+        return None
+    if len(offsets) == count - 1 and count:
+        first = next((s, e) for number, _w, s, e, _ in _fields(data, start, end) if number == 4)
+        if XEVENT.FromString(data[first[0] : first[1]]).offset_ps != 0:
+            return None
+        offsets = np.r_[np.int64(0), offsets]
+    if len(offsets) != count or (wanted and np.isin(ids, list(wanted)).any()):
+        return None
+    base_ps = line.timestamp_ns * 1000
+    return XLineData(
+        name=line.name,
+        display_name=line.display_name or line.name,
+        line_id=line.id,
+        metadata_id=ids,
+        start_ns=(base_ps + offsets) // 1000,
+        end_ns=(base_ps + offsets + np.maximum(durations, 0)) // 1000,
+    )
+
+
+def _read_line(
+    data: Any, start: int, end: int, wanted: set[int], stat_names: dict[int, str], stat_keys: Any = None
+) -> XLineData:
     """One line: parsed whole by upb when it is at most ``LINE_SLICE_BYTES``; a longer one has its own fields
     walked by hand and its events parsed in slices of about that size (bounded memory, per-event Python only
     for the walk)."""
+    if end - start <= LINE_SLICE_BYTES:
+        fast = _columns(data, start, end, wanted)
+        if fast is not None:
+            return fast
     head = bytearray()
     slices: list[tuple[int, int]] = []
     if end - start <= LINE_SLICE_BYTES:
@@ -277,10 +353,12 @@ def _read_line(data: Any, start: int, end: int, wanted: set[int], stat_names: di
         starts.append(flat[:, 1])
         durations.append(flat[:, 2])
         if wanted:
+            named = {i for i, n in stat_names.items() if n in stat_keys} if stat_keys is not None else None
             for index in np.flatnonzero(np.isin(flat[:, 0], list(wanted))).tolist():
                 stats[counted + index] = {
                     stat_names.get(s.metadata_id, str(s.metadata_id)): _stat_value(s, stat_names)
                     for s in events[index].stats
+                    if named is None or s.metadata_id in named
                 }
         counted += len(flat)
         del events
