@@ -22,14 +22,26 @@ from pathlib import Path
 from workbench.bench.timeline import write_synthetic_timeline
 from workbench.bench.xplane import MS, MadeGpuStep, write_made_xplane
 
+# The peak is the child's own VmHWM: ru_maxrss carries the parent's high-water mark across fork and exec.
 CHILD = """
-import json, resource, sys, time
+import json, sys, time
 from workbench.importer import import_traces
 started = time.perf_counter()
 result = import_traces(sys.argv[1:-1], out=sys.argv[-1])
 seconds = time.perf_counter() - started
+status = open("/proc/self/status").read().split("VmHWM:")[1].split()[0]
 print(json.dumps({"seconds": seconds, "events": result.events, "activities": result.device_activities,
-                  "ranks": result.ranks, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                  "ranks": result.ranks, "peak_rss_mb": int(status) / 1024}))
+"""
+
+
+#: The timeline's parse alone (what ``workbench bench timeline`` times for today's format), for every layout.
+PARSE = """
+import json, sys, time
+from workbench.formats.horovod_timeline import read_horovod_timeline
+started = time.perf_counter()
+events = read_horovod_timeline(sys.argv[1])
+print(json.dumps({"seconds": time.perf_counter() - started, "events": len(events)}))
 """
 
 
@@ -37,7 +49,12 @@ def measure(paths: list[Path], out: Path) -> dict[str, float]:
     done = subprocess.run(
         [sys.executable, "-c", CHILD, *map(str, paths), str(out)], capture_output=True, text=True, check=True
     )
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    if len(paths) == 1 and paths[0].is_file() and ".json" in paths[0].name:
+        command = [sys.executable, "-c", PARSE, str(paths[0])]
+        parsed = subprocess.run(command, capture_output=True, text=True, check=True)
+        result["parse_seconds"] = json.loads(parsed.stdout.strip().splitlines()[-1])["seconds"]
+    return result
 
 
 def made_xplanes(folder: Path, total_mb: float, hosts: int) -> list[Path]:
@@ -75,20 +92,24 @@ def main() -> None:
         packed = folder / "old.json.gz"
         with old.open("rb") as source, gzip.open(packed, "wb", compresslevel=1) as target:
             shutil.copyfileobj(source, target)
-        cases.append(("horovod 0.15, gzip", [packed]))
+        cases.append(("horovod 0.15, gzip (MB/s of the JSON)", [packed]))
         made = time.perf_counter()
         profiles = made_xplanes(folder / "xplane", args.xplane_mb, args.hosts)
         print(f"made {len(profiles)} XPlane files in {time.perf_counter() - made:.0f} s", file=sys.stderr)
         cases.append((f"xplane, {args.hosts} hosts x 8 GPUs", [profiles[0].parent]))
         for label, paths in cases:
-            size = sum(p.stat().st_size for p in (paths[0].rglob("*.pb") if paths[0].is_dir() else paths))
+            files = list(paths[0].rglob("*.pb")) if paths[0].is_dir() else paths
+            size = sum((old if p == packed else p).stat().st_size for p in files)
             result = measure(paths, folder / "runs")
-            rows.append({"format": label, "file_mb": size / 1e6, **result, "mb_per_s": size / 1e6 / result["seconds"]})
             rate = size / 1e6 / result["seconds"]
+            parse = ""
+            if "parse_seconds" in result:
+                parse = f"  parse alone {size / 1e6 / result['parse_seconds']:4.0f} MB/s"
+            rows.append({"format": label, "file_mb": size / 1e6, **result, "mb_per_s": rate})
             print(
                 f"{label:36s} {size / 1e6:7.0f} MB  {result['seconds']:6.1f} s  {rate:6.0f} MB/s"
                 f"  peak {result['peak_rss_mb']:6.0f} MB  ({result['events']} spans,"
-                f" {result['activities']} GPU activities)"
+                f" {result['activities']} GPU activities){parse}"
             )
             shutil.rmtree(folder / "runs", ignore_errors=True)
     if args.json:
