@@ -175,6 +175,8 @@ def import_traces(paths: list[str | Path], *, out: str | Path | None = None, nam
     aligned = [bool(f["epoch_aligned"]) for f in source_facts]
     update_run_meta(
         run_path,
+        # what produced the run is this import, not the packages of the job that wrote the files
+        versions={"workbench": _workbench_version()},
         ranks=world,
         status="finished",
         hosts=hosts,
@@ -197,6 +199,15 @@ def import_traces(paths: list[str | Path], *, out: str | Path | None = None, nam
             )
         )
     return ImportResult(run_path, world, hosts, events_written, activities, lines)
+
+
+def _workbench_version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("workbench")
+    except metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def _default_name(sources: list[tuple[str, Path]]) -> str:

@@ -230,6 +230,9 @@ def analyse_run(
         )
         events = events[~backwards]
 
+    if devices is not None and len(devices):
+        # a GPU's spans already hold its idle time between kernels: nothing is derived from step lengths
+        derive_waits = False
     independent = independent_ranks_finding(events, ranks)
     if independent is not None:
         # no collective anywhere in the record: nothing says a rank waits for another, so none is derived
