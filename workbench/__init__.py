@@ -26,6 +26,7 @@ _LAZY: dict[str, str] = {
     "ClusterConfig": "workbench.config",
     "Dashboard": "workbench.widgets",
     "Experiment": "workbench.experiment",
+    "MadeGpuStep": "workbench.bench.xplane",
     "MiniCluster": "workbench.minicluster",
     "PROFILE_ENVIRONMENT": "workbench.profile",
     "ProfiledCall": "workbench.api",
@@ -35,11 +36,15 @@ _LAZY: dict[str, str] = {
     "RunTail": "workbench.store",
     "analyse_run": "workbench.analysis",
     "create_run": "workbench.store",
+    "export_trace": "workbench.formats.trace_export",
     "format_analysis": "workbench.text",
+    "import_traces": "workbench.importer",
     "list_runs": "workbench.store",
     "profile_command": "workbench.commands.profile",
     "profile_function": "workbench.api",
     "readable": "workbench.report",
+    "write_made_xplane": "workbench.bench.xplane",
+    "write_synthetic_timeline": "workbench.bench.timeline",
 }
 #: Exported namespaces: the layers, used as ``workbench.analysis.phase_breakdown`` and so on.
 _NAMESPACES = ("analysis", "cases", "figures", "minicluster", "widgets")

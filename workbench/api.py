@@ -29,7 +29,9 @@ class Run(store.Run):
         """What ``workbench analyse`` computes: POP metrics, breakdown, findings, steps, memory."""
         from workbench.analysis import analyse_run
 
-        return analyse_run(self.events, self.memory, self.meta, rank_meta=self.rank_meta, counters=self.counters)
+        return analyse_run(
+            self.events, self.memory, self.meta, rank_meta=self.rank_meta, counters=self.counters, devices=self.devices
+        )
 
     def report(self, path: str | Path, result: RunAnalysis | None = None) -> Path:
         """The analysis as one self-contained HTML file (what ``workbench analyse --html`` writes)."""

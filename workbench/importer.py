@@ -316,10 +316,9 @@ def _import_timeline(
             writer.add(batch)
     except TimelineError as failure:
         error = str(failure)
-        if not writer.written and not info:
-            writer.flush()
-            raise TraceImportError(error) from None
     writer.flush()
+    if error and not writer.written and not info:
+        raise TraceImportError(error)
     return writer.written, info, error
 
 

@@ -76,10 +76,15 @@ def test_foreign_and_corrupt_files_are_one_clear_error(tmp_path):
     foreign.write_text(json.dumps({"traceEvents": []}))
     with pytest.raises(TimelineError, match="is not a Horovod timeline"):
         read_horovod_timeline(foreign)
+    # no start record (as Horovod before 0.20 wrote) and none of Horovod's activities: another JSON array
     no_origin = tmp_path / "no_origin.json"
     no_origin.write_text('[{"ph": "B", "name": "X", "ts": 1, "pid": 1}]')
-    with pytest.raises(TimelineError, match="no start_time_since_epoch_in_micros"):
+    with pytest.raises(TimelineError, match="none of its 1 records is a Horovod activity"):
         read_horovod_timeline(no_origin)
+    # the same record named as Horovod names it is a timeline of that era, read with its own clock
+    old = tmp_path / "old.json"
+    old.write_text('[{"ph": "B", "name": "NEGOTIATE_ALLREDUCE", "ts": 1, "pid": 1}, {"ph": "E", "ts": 5, "pid": 1}')
+    assert read_horovod_timeline(old)[["start_ns", "end_ns"]].values.tolist() == [[1000, 5000]]
     with pytest.raises(TimelineError, match="does not exist"):
         read_horovod_timeline(tmp_path / "missing.json")
 

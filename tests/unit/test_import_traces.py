@@ -235,3 +235,40 @@ def test_device_steps_without_markers_cover_the_whole_profile():
     assert table.loc[0, "busy_s"] == pytest.approx(150e-9)
     assert table.loc[0, "overlapped_s"] == pytest.approx(50e-9)
     assert table.loc[0, "exposed_communication_s"] == pytest.approx(50e-9)
+
+
+def test_a_tf1_timeline_counts_stream_kernels_not_the_ops_that_launched_them(tmp_path):
+    """TF1's client timeline (Chrome-trace JSON): the GPU's per-stream processes are its activity."""
+    names = {
+        1: "/job:localhost/replica:0/task:0/device:GPU:0 Compute",
+        2: "/device:GPU:0/stream:all Compute",
+        3: "/device:GPU:0/stream:14 Compute",
+        4: "/device:GPU:0/memcpy Compute",
+        5: "/job:localhost/replica:0/task:0/device:CPU:0 Compute",
+    }
+    records = [{"ph": "M", "name": "process_name", "pid": pid, "args": {"name": name}} for pid, name in names.items()]
+    records += [
+        {"ph": "X", "pid": 1, "tid": 0, "ts": 0, "dur": 50, "name": "MatMul", "args": {"op": "MatMul"}},
+        {"ph": "X", "pid": 2, "tid": 0, "ts": 10, "dur": 30, "name": "MatMul", "args": {}},
+        {"ph": "X", "pid": 3, "tid": 0, "ts": 10, "dur": 30, "name": "volta_sgemm_128x64_nn", "args": {}},
+        {"ph": "X", "pid": 4, "tid": 0, "ts": 0, "dur": 8, "name": "MEMCPYHtoD", "args": {}},
+    ]
+    path = tmp_path / "timeline.json"
+    path.write_text(json.dumps({"traceEvents": records}))
+    result = import_traces([path], out=tmp_path / "runs")
+    run, analysed = _analysed(result.run_path)
+    assert result.ranks == 1 and sorted(run.devices["kind"].astype(str)) == ["kernel", "memcpy_h2d"]
+    assert analysed.devices.loc[0, "busy_s"] == pytest.approx(38e-6)  # 0-8 µs copy, 10-40 µs kernel
+
+
+def test_a_timeline_damaged_part_way_keeps_its_spans_before_the_damage(tmp_path):
+    whole = write_synthetic_timeline(tmp_path / "t.json", 0.3, ranks=2, origin_us=1_700_000_000_000_000)
+    text = whole.read_text()
+    cut = len(text) // 2
+    damaged = tmp_path / "damaged.json"
+    damaged.write_text(text[:cut] + '{"ph": "B", "name": }, garbage,\n' + text[cut:])
+    result = import_traces([damaged], out=tmp_path / "runs")
+    line = next(line for line in result.lines if "Horovod timeline" in line)
+    assert "stopped early" in line and "the spans before it kept" in line
+    complete = sum(len(batch) for batch in iter_horovod_timeline(whole))
+    assert 0 < result.events < complete

@@ -18,6 +18,7 @@ from workbench.analysis.breakdown import (
 )
 from workbench.analysis.compare import compare_runs
 from workbench.analysis.cpu_wait import cpu_wait_finding, cpu_wait_table
+from workbench.analysis.devices import device_findings, device_phase_spans, device_step_table, device_summary
 from workbench.analysis.findings import (
     combine_findings,
     findings,
@@ -84,6 +85,10 @@ __all__ = [
     "cpu_wait_finding",
     "cpu_wait_table",
     "declared_ranks",
+    "device_findings",
+    "device_phase_spans",
+    "device_step_table",
+    "device_summary",
     "effective_phase",
     "estimate_eval_interval",
     "estimate_sharded_evaluation",

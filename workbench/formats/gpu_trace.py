@@ -44,6 +44,8 @@ DERIVED_LINES = frozenset(
     }
 )
 _GPU_PLANE = re.compile(r"/device:GPU:(\d+)")
+#: A TF1 timeline's per-stream process of a GPU (``/device:GPU:0/stream:14 Compute``, ``.../memcpy Compute``).
+_TF1_STREAM = re.compile(r"device:GPU:\d+/(stream:\d+|memcpy)")
 _COLLECTIVE = re.compile(r"nccl|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|broadcast_?kernel", re.I)
 _COPY_DIRECTIONS = (
     ("memcpy_h2d", re.compile(r"h2d|htod|host\s*to\s*device", re.I)),
@@ -328,6 +330,14 @@ def read_json_activity(path: str | Path) -> DeviceTrace:
             elif record.get("name") == "thread_name":
                 thread[(record.get("pid"), record.get("tid"))] = name
     gpu_of = {pid: f"GPU:{m.group(1)}" for pid, name in process.items() if (m := _GPU_PLANE.search(name))}
+    # TF1 names a GPU's ops (launched from the host) apart from its streams' kernels: where a GPU has streams,
+    # its kernels and copies are the activity, its ops would count them twice
+    streamed = {gpu_of[pid] for pid, name in process.items() if pid in gpu_of and _TF1_STREAM.search(name)}
+    gpu_of = {
+        pid: device
+        for pid, device in gpu_of.items()
+        if device not in streamed or _TF1_STREAM.search(process[pid]) or "/stream:all" in process[pid]
+    }
     host_pids = {pid for pid, name in process.items() if "/host:" in name or ("CPU" in name and pid not in gpu_of)}
     rows: dict[str, list[Any]] = {k: [] for k in ("device", "stream", "name", "start_ns", "end_ns", "step")}
     for record in records:

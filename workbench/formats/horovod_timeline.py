@@ -77,8 +77,22 @@ _PH_CODES = {"B": _BEGIN, "E": _END, "X": _MARK, "M": _META, "i": _INSTANT, "I":
 CYCLE_MARK = "CYCLE_START"
 #: Activity names only Horovod's timeline writes: a file naming none of them (nor NEGOTIATE_*) is another trace.
 HOROVOD_ACTIVITY_HINTS = frozenset(
-    {CYCLE_MARK, "ALLREDUCE", "ALLGATHER", "BROADCAST", "MPI_ALLREDUCE", "NCCL_ALLREDUCE", "MEMCPY_IN_FUSION_BUFFER",
-     "QUEUE", "WAIT_FOR_DATA", "GLOO_ALLREDUCE", "MPI_ALLGATHER", "NCCL_ALLGATHER", "ALLTOALL", "REDUCESCATTER"}
+    {
+        CYCLE_MARK,
+        "ALLREDUCE",
+        "ALLGATHER",
+        "BROADCAST",
+        "MPI_ALLREDUCE",
+        "NCCL_ALLREDUCE",
+        "MEMCPY_IN_FUSION_BUFFER",
+        "QUEUE",
+        "WAIT_FOR_DATA",
+        "GLOO_ALLREDUCE",
+        "MPI_ALLGATHER",
+        "NCCL_ALLGATHER",
+        "ALLTOALL",
+        "REDUCESCATTER",
+    }
 )
 #: Timestamps above this many µs are since the Unix epoch (after 2001); below, a steady clock's (since boot).
 EPOCH_US = 10**15
@@ -295,8 +309,12 @@ def _parse_horovod_layout(data: np.ndarray, starts: np.ndarray) -> _Chunk | None
                 args = fields.get("args") or {}
                 pid[position] = int(fields.get("pid", -1))
                 meta.append(
-                    (int(pid[position]), str(fields.get("name")), args.get("start_time_since_epoch_in_micros"),
-                     args.get("name"))
+                    (
+                        int(pid[position]),
+                        str(fields.get("name")),
+                        args.get("start_time_since_epoch_in_micros"),
+                        args.get("name"),
+                    )
                 )
             except (ValueError, TypeError, AttributeError):
                 return None
@@ -646,8 +664,15 @@ def _release_free_memory() -> None:
         _LIBC.malloc_trim(0)
 
 
-def _parse_chunk(raw: tuple[bytearray, int, int], path: Path, engine: str) -> _Chunk:
-    """One chunk's records; a parse error is a ``TimelineError``."""
+class _Damaged(NamedTuple):
+    """A chunk whose record ``row`` is not JSON: the records before it, and the error that stopped the read."""
+
+    chunk: _Chunk | None
+    error: TimelineError
+
+
+def _parse_chunk(raw: tuple[bytearray, int, int], path: Path, engine: str) -> _Chunk | _Damaged:
+    """One chunk's records; a damaged record keeps the records before it (``_Damaged``)."""
     data, starts = _newline_delimited(*raw)
     if engine == "auto":
         direct = _parse_horovod_layout(data, starts)
@@ -658,10 +683,21 @@ def _parse_chunk(raw: tuple[bytearray, int, int], path: Path, engine: str) -> _C
         table = pa_json.read_json(pa.BufferReader(body), read_options=_READ, parse_options=_PARSE, memory_pool=_POOL)
     except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
         first = str(error).splitlines()[0]
-        raise TimelineError(
+        failure = TimelineError(
             f"{path} is not a Horovod timeline ({first}): pass the file written by HOROVOD_TIMELINE"
             " or hvd.start_timeline()"
-        ) from None
+        )
+        row = re.search(r"in row (\d+)", first)
+        if row is None or int(row.group(1)) == 0 or int(row.group(1)) >= len(starts):
+            return _Damaged(None, failure)
+        good = int(starts[int(row.group(1))])  # the records before the damaged one, read alone
+        try:
+            table = pa_json.read_json(
+                pa.BufferReader(pa.py_buffer(data[:good])), read_options=_READ, parse_options=_PARSE, memory_pool=_POOL
+            )
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            return _Damaged(None, failure)
+        return _Damaged(_arrow_chunk(table), TimelineError(f"{path} is damaged ({first})"))
     return _arrow_chunk(table)
 
 
@@ -773,24 +809,37 @@ def iter_horovod_timeline(
         index, parsed = in_flight.popleft()
         if index != pairing.fragment:
             pairing.new_fragment(index)
-        pairing.add(parsed.result())
+        result = parsed.result()
+        if isinstance(result, _Damaged):
+            if result.chunk is not None:
+                pairing.add(result.chunk)
+            raise result.error
+        pairing.add(result)
 
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        for index, raw in chunks():
-            in_flight.append((index, pool.submit(_parse_chunk, raw, paths[index], engine)))
-            del raw
-            if len(in_flight) >= _IN_FLIGHT:
+    damage: TimelineError | None = None
+    try:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            for index, raw in chunks():
+                in_flight.append((index, pool.submit(_parse_chunk, raw, paths[index], engine)))
+                del raw
+                if len(in_flight) >= _IN_FLIGHT:
+                    pair_next()
+                    if pairing.chunks % _TRIM_EVERY == 0:
+                        _release_free_memory()
+                    if ready():
+                        yield pairing.frame(run_id, host)
+            while in_flight:
                 pair_next()
-                if pairing.chunks % _TRIM_EVERY == 0:
-                    _release_free_memory()
                 if ready():
                     yield pairing.frame(run_id, host)
-        while in_flight:
-            pair_next()
-            if ready():
-                yield pairing.frame(run_id, host)
-    if not pairing.has_start_record and not any(name in pairing.names for name in HOROVOD_ACTIVITY_HINTS) and not any(
-        name.startswith("NEGOTIATE_") for name in pairing.names
+    except TimelineError as error:
+        if pairing.records == 0:
+            raise
+        damage = error  # what was read before the damage is kept: paired, counted and yielded below
+    if (
+        not pairing.has_start_record
+        and not any(name in pairing.names for name in HOROVOD_ACTIVITY_HINTS)
+        and not any(name.startswith("NEGOTIATE_") for name in pairing.names)
     ):
         raise TimelineError(
             f"{paths[0]} is not a Horovod timeline (none of its {pairing.records} records is a Horovod activity):"
@@ -813,3 +862,5 @@ def iter_horovod_timeline(
         )
     if pairing.pending():
         yield pairing.frame(run_id, host)
+    if damage is not None:
+        raise damage
