@@ -24,7 +24,8 @@ from workbench.formats.gpu_trace import TraceFormatError, activity_kind, load_js
 from workbench.formats.horovod_timeline import TimelineError, iter_horovod_timeline
 from workbench.formats.trace_export import export_trace
 from workbench.importer import TraceImportError, import_traces
-from workbench.store import Run
+from workbench.store import Run, RunTail
+from workbench.widgets import Dashboard
 
 TRACES = Path(__file__).resolve().parents[2] / "data" / "traces"
 STEP = MadeGpuStep(step_ns=16 * MS)  # the slow GPU's 12 ms of kernels + 2 ms allreduce fit each step
@@ -272,3 +273,23 @@ def test_a_timeline_damaged_part_way_keeps_its_spans_before_the_damage(tmp_path)
     assert "stopped early" in line and "the spans before it kept" in line
     complete = sum(len(batch) for batch in iter_horovod_timeline(whole))
     assert 0 < result.events < complete
+
+
+def test_a_timeline_and_profiles_of_one_job_are_one_run_on_one_clock(tmp_path):
+    session = tmp_path / "job" / "plugins" / "profile" / "s"
+    session.mkdir(parents=True)
+    epoch_ns = 1_700_000_000_000_000_000
+    for host in ("node1", "node2"):
+        write_made_xplane(session / f"{host}.xplane.pb", host=host, gpus=2, steps=3, epoch_ns=epoch_ns)
+    timeline = write_synthetic_timeline(tmp_path / "job" / "timeline.json", 0.02, ranks=4, origin_us=epoch_ns // 1000)
+    result = import_traces([tmp_path / "job"], out=tmp_path / "runs")
+    run = Run.load(result.run_path)
+    assert result.ranks == 4 and run.meta["import"]["clocks"] == "aligned"
+    collectives = run.events[run.events["phase"] == "in_flight"]
+    negotiations = collectives[collectives["name"] == "NEGOTIATE_ALLREDUCE"]
+    assert dict(zip(negotiations["rank"], negotiations["host"])) == {0: "node1", 1: "node1", 2: "node2", 3: "node2"}
+    # both sources on one clock: the timeline's first record within the profiles' first second
+    gpu_start = int(run.devices["start_ns"].min())
+    assert abs(int(negotiations["start_ns"].min()) - gpu_start) < 1_000_000_000
+    assert timeline.exists()
+    Dashboard(RunTail(result.run_path)).update()  # the dashboard replays an imported run
