@@ -171,8 +171,6 @@ def _span_lines(table: pa.Table, origin: int, layout: _Layout) -> pa.Array:
     tid = pc.add(pc.multiply(rank, THREADS_PER_RANK), pc.cast(overlap, pa.int64()))
     if pc.any(overlap).as_py():
         layout.in_flight_ranks.update(pc.unique(pc.filter(rank, overlap)).to_pylist())
-    start = table["start_ns"]
-    duration = pc.divide(pc.cast(pc.subtract(table["end_ns"], start), pa.float64()), 1000.0)
     detail = pc.if_else(
         pc.equal(table["detail"], ""),
         pa.scalar("", pa.string()),
@@ -183,16 +181,24 @@ def _span_lines(table: pa.Table, origin: int, layout: _Layout) -> pa.Array:
         pa.scalar("", pa.string()),
         pc.binary_join_element_wise(',"bytes":', _text(table["bytes"]), ""),
     )
+    return _complete_lines(table, origin, layout, tid, "phase", ',"epoch":', _text(table["epoch"]), detail, nbytes)
+
+
+def _complete_lines(
+    table: pa.Table, origin: int, layout: _Layout, tid: pa.Array, category: str, *args: Any
+) -> pa.Array:
+    """``"ph":"X"`` lines of spans on threads ``tid``, categorised by column ``category``; ``args`` after the step."""
+    start = table["start_ns"]
+    duration = pc.divide(pc.cast(pc.subtract(table["end_ns"], start), pa.float64()), 1000.0)
     return pc.binary_join_element_wise(
         '{"ph":"X","pid":', layout.pids(table["host"]),
         ',"tid":', _text(tid),
         ',"ts":', _micros(start, origin),
         ',"dur":', _text(duration),
         ',"name":', _json_strings(table["name"]),
-        ',"cat":', _json_strings(table["phase"]),
+        ',"cat":', _json_strings(table[category]),
         ',"args":{"step":', _text(table["step"]),
-        ',"epoch":', _text(table["epoch"]),
-        detail, nbytes, "}},\n",
+        *args, "}},\n",
         "",
     )  # fmt: skip
 
@@ -233,18 +239,7 @@ def _device_lines(table: pa.Table, origin: int, layout: _Layout) -> pa.Array:
     encoded = pc.dictionary_encode(lane).combine_chunks()
     tids = np.asarray([layout.device_tid(str(key)) for key in encoded.dictionary.to_pylist()] or [0], np.int64)
     tid = pa.array(tids[encoded.indices.to_numpy(zero_copy_only=False)])
-    start = table["start_ns"]
-    duration = pc.divide(pc.cast(pc.subtract(table["end_ns"], start), pa.float64()), 1000.0)
-    return pc.binary_join_element_wise(
-        '{"ph":"X","pid":', layout.pids(table["host"]),
-        ',"tid":', _text(tid),
-        ',"ts":', _micros(start, origin),
-        ',"dur":', _text(duration),
-        ',"name":', _json_strings(table["name"]),
-        ',"cat":', _json_strings(table["kind"]),
-        ',"args":{"step":', _text(table["step"]), "}},\n",
-        "",
-    )  # fmt: skip
+    return _complete_lines(table, origin, layout, tid, "kind")
 
 
 _LINES = {"events": _span_lines, "memory": _memory_lines, "counters": _counter_lines, "devices": _device_lines}

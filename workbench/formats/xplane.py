@@ -40,6 +40,15 @@ def _message_classes() -> dict[str, Any]:
     label_one = descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL
     label_many = descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED
     kinds = descriptor_pb2.FieldDescriptorProto
+    # a line's own fields; its events (field 4) are declared per message below
+    line_fields = [
+        ("id", 1, kinds.TYPE_INT64, False, ""),
+        ("name", 2, kinds.TYPE_STRING, False, ""),
+        ("timestamp_ns", 3, kinds.TYPE_INT64, False, ""),
+        ("duration_ps", 9, kinds.TYPE_INT64, False, ""),
+        ("display_id", 10, kinds.TYPE_INT64, False, ""),
+        ("display_name", 11, kinds.TYPE_STRING, False, ""),
+    ]
     layout: dict[str, list[tuple[str, int, int, bool, str]]] = {
         "XStat": [
             ("metadata_id", 1, kinds.TYPE_INT64, False, ""),
@@ -57,15 +66,7 @@ def _message_classes() -> dict[str, Any]:
             ("stats", 4, kinds.TYPE_MESSAGE, True, "XStat"),
             ("num_occurrences", 5, kinds.TYPE_INT64, False, ""),
         ],
-        "XLine": [
-            ("id", 1, kinds.TYPE_INT64, False, ""),
-            ("name", 2, kinds.TYPE_STRING, False, ""),
-            ("timestamp_ns", 3, kinds.TYPE_INT64, False, ""),
-            ("events", 4, kinds.TYPE_MESSAGE, True, "XEvent"),
-            ("duration_ps", 9, kinds.TYPE_INT64, False, ""),
-            ("display_id", 10, kinds.TYPE_INT64, False, ""),
-            ("display_name", 11, kinds.TYPE_STRING, False, ""),
-        ],
+        "XLine": [*line_fields, ("events", 4, kinds.TYPE_MESSAGE, True, "XEvent")],
         "XEventMetadata": [
             ("id", 1, kinds.TYPE_INT64, False, ""),
             ("name", 2, kinds.TYPE_STRING, False, ""),
@@ -80,15 +81,7 @@ def _message_classes() -> dict[str, Any]:
             ("duration_ps", 3, kinds.TYPE_INT64, True, ""),
             ("num_occurrences", 5, kinds.TYPE_INT64, True, ""),
         ],
-        "XLineColumns": [
-            ("id", 1, kinds.TYPE_INT64, False, ""),
-            ("name", 2, kinds.TYPE_STRING, False, ""),
-            ("timestamp_ns", 3, kinds.TYPE_INT64, False, ""),
-            ("events", 4, kinds.TYPE_MESSAGE, False, "XEventColumns"),
-            ("duration_ps", 9, kinds.TYPE_INT64, False, ""),
-            ("display_id", 10, kinds.TYPE_INT64, False, ""),
-            ("display_name", 11, kinds.TYPE_STRING, False, ""),
-        ],
+        "XLineColumns": [*line_fields, ("events", 4, kinds.TYPE_MESSAGE, False, "XEventColumns")],
         "Counted": [],
         # a plane's names (its map fields, as the repeated entries they are on the wire)
         "EventMetadataEntry": [
