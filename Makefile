@@ -16,7 +16,7 @@ export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: demo test test-fresh test-busy venv horovod mpich horovod-mpich browser slurm lint clean-venv
+.PHONY: demo peers test test-fresh test-busy venv horovod mpich horovod-mpich browser slurm lint clean-venv
 
 demo: $(VENV)/.ready
 	$(BIN)/workbench doctor
@@ -109,3 +109,10 @@ lint: $(VENV)/.ready
 
 clean-venv:
 	rm -rf $(VENV)
+
+# Holistic Trace Analysis in an environment of its own (it wants numpy 2 and pandas 3, which TensorFlow 2.15 cannot
+# have), for benchmarks/peers.py: both tools on the same PyTorch traces.
+peers: $(VENV)/.ready
+	python3 -m venv .venv-hta
+	.venv-hta/bin/pip install -q holistictraceanalysis==0.5.0
+	$(BIN)/python benchmarks/peers.py

@@ -416,6 +416,32 @@ def render_analysis_split(saved: Mapping[str, Any]) -> str:
     return table(header, ["r", "r", "l", "r", "r", "r", "l"], rows) + "\n\n" + verdict + "\n\n" + sources_line(*runs)
 
 
+def render_peers(saved: Mapping[str, Any]) -> str:
+    """The workbench beside HTA on the same Kineto traces: the largest difference of their numbers, and the costs."""
+    rows = []
+    for result in saved["result"]["sets"]:
+        hta, ours = result["hta"], result["ours"]
+        hta_s, ours_s = hta["load_s"] + hta["analysis_s"], ours["load_s"] + ours["analysis_s"]
+        rows.append(
+            [
+                result["traces"],
+                str(len(result["ranks"])),
+                f"{result['max_diff_points']:.2f}",
+                fixed(hta_s, 2),
+                fixed(ours_s, 2),
+                f"**{result['speedup']:.1f}×**",
+                number(hta["peak_mb"]),
+                number(ours["peak_mb"]),
+                f"{result['memory_ratio']:.2f}×",
+            ]
+        )
+    header = [
+        "traces", "ranks", "largest difference (points)", "HTA s", "workbench s", "faster",
+        "HTA MB", "workbench MB", "memory",
+    ]
+    return table(header, ["l"] + ["r"] * 8, rows) + "\n\n" + source_line(saved)
+
+
 def render_timeline(saved: Mapping[str, Any]) -> str:
     """One import of a synthetic Horovod timeline per engine: speed and memory."""
     r = saved["result"]
@@ -2084,6 +2110,7 @@ RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "analysis-categorical": render_analysis,
     "analysis-split-100m": render_analysis_split,
     "timeline": render_timeline,
+    "peers": render_peers,
     "export": render_export,
     "timeline-stream": render_timeline_stream,
     "timeline-stream-1024": render_timeline_stream,

@@ -648,7 +648,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     imported = sub.add_parser(
         "import",
-        help="traces a GPU cluster wrote (Horovod timelines, TF profiles: *.xplane.pb, *.trace.json.gz) as one run",
+        help="traces a GPU cluster wrote (Horovod timelines; TF profiles: *.xplane.pb, *.trace.json.gz; PyTorch"
+        " profiler traces) as one run",
     )
     imported.add_argument(
         "paths", nargs="+", help="trace files, or folders holding them (a TensorBoard log folder); one job's files"

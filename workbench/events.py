@@ -44,7 +44,7 @@ from __future__ import annotations
 import math
 import re
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -200,7 +200,11 @@ DEVICE_COLUMNS: tuple[str, ...] = tuple(DEVICE_SCHEMA.names)
 #: the host's step markers (``step``).
 KERNEL, COLLECTIVE, MEMSET, STEP_MARKER = "kernel", "collective", "memset", "step"
 COPY_KINDS: tuple[str, ...] = ("memcpy_h2d", "memcpy_d2h", "memcpy_d2d", "memcpy_p2p")
-DEVICE_KINDS: tuple[str, ...] = (KERNEL, COLLECTIVE, *COPY_KINDS, MEMSET, STEP_MARKER)
+#: What ran on a GPU (the rest is the host's: step markers, and a PyTorch trace's operators and runtime calls).
+GPU_KINDS: tuple[str, ...] = (KERNEL, COLLECTIVE, *COPY_KINDS, MEMSET)
+#: The host's side of a PyTorch (Kineto) trace: CPU operators and annotations, CUDA runtime calls.
+CPU_OP, RUNTIME = "cpu_op", "runtime"
+DEVICE_KINDS: tuple[str, ...] = (*GPU_KINDS, STEP_MARKER, CPU_OP, RUNTIME)
 #: Counters every rank's recorder writes with its heartbeat (about once a second), each since the last beat:
 #: the process's CPU % (all its threads; 150 = one and a half cores)
 CPU_PERCENT = "rank.cpu_percent"
@@ -380,6 +384,13 @@ def empty_memory() -> pd.DataFrame:
 def empty_counters() -> pd.DataFrame:
     """A counters frame with the right columns and dtypes and no rows."""
     return COUNTER_SCHEMA.empty_table().to_pandas()
+
+
+def labelled_codes(codes: np.ndarray, labels: Sequence[object]) -> pd.Categorical:
+    """Codes into labels that may repeat (two metadata ids of one name), as a categorical of the distinct labels:
+    millions of rows of a few names with no string per row."""
+    label_codes, distinct = pd.factorize(pd.Index(list(labels), dtype=object))
+    return pd.Categorical.from_codes(label_codes[np.asarray(codes, np.int64)].astype(np.int32), categories=distinct)
 
 
 def events_frame(rows: list[dict] | pd.DataFrame) -> pd.DataFrame:

@@ -4,7 +4,9 @@ What it reads (a folder is searched for them; several files of one job become on
 - Horovod timelines (``HOROVOD_TIMELINE``) of every version: with or without the start record, gzip, an
   array never closed, rotated fragments of one job (given together, read in name order as one timeline);
 - TensorFlow profiles: ``<host>.xplane.pb`` (one per host in ``plugins/profile/<session>/``: a multi-worker
-  job is one run with its hosts), TensorBoard's ``*.trace.json.gz`` and TF1's client timeline (Chrome-trace JSON).
+  job is one run with its hosts), TensorBoard's ``*.trace.json.gz`` and TF1's client timeline (Chrome-trace JSON);
+- PyTorch profiler (Kineto) traces, one file per rank (``formats.kineto``): each file's rank is its
+  ``distributedInfo.rank``.
 
 How ranks are placed: each GPU that ran something is a rank (Horovod runs one rank per GPU; a
 MirroredStrategy worker's GPUs are its replicas), numbered by host (in natural order) then GPU index; its
@@ -36,6 +38,7 @@ from workbench import events as ev
 from workbench.analysis.devices import device_phase_spans, group_codes
 from workbench.formats.gpu_trace import DeviceTrace, TraceFormatError, read_json_activity, read_xplane_activity
 from workbench.formats.horovod_timeline import TimelineError, iter_horovod_timeline, open_maybe_compressed
+from workbench.formats.kineto import read_kineto_activity
 from workbench.formats.xplane import XPlaneError
 from workbench.store import StreamWriter, create_run, update_run_meta, write_rank_meta
 
@@ -72,13 +75,11 @@ def sniff(path: Path) -> str:
         return "xplane"
     if name.endswith(".trace"):
         return "old_trace"
-    if name.endswith((".trace.json.gz", ".trace.json")):
-        return "trace_json"
     try:
         with open_maybe_compressed(path) as handle:
             head = handle.read(4096).lstrip()
-    except (OSError, EOFError):
-        return "unknown"
+    except (OSError, EOFError):  # a damaged trace file: its reader says what is wrong with it
+        return "trace_json" if name.endswith((".trace.json.gz", ".trace.json", ".json.gz")) else "unknown"
     if head.startswith(b"["):
         return "horovod_timeline"
     if head.startswith(b"{"):
@@ -98,7 +99,7 @@ def discover(paths: list[str | Path]) -> list[tuple[str, Path]]:
         if path.is_dir():
             files = sorted({f for pattern in _PATTERNS for f in path.rglob(pattern) if f.is_file()})
             chosen = [(sniff(f), f) for f in files]
-            chosen = [(kind, f) for kind, f in chosen if kind not in ("unknown", "kineto")]
+            chosen = [(kind, f) for kind, f in chosen if kind != "unknown"]
             if not chosen:
                 raise TraceImportError(
                     f"{path} holds no trace this reads (*.xplane.pb, *.trace.json.gz, a Horovod timeline):"
@@ -117,7 +118,7 @@ def import_traces(paths: list[str | Path], *, out: str | Path | None = None, nam
         _check_readable(kind, path)
     lines: list[str] = []
     timelines = [path for kind, path in sources if kind == "horovod_timeline"]
-    profiles = [(kind, path) for kind, path in sources if kind in ("xplane", "trace_json")]
+    profiles = [(kind, path) for kind, path in sources if kind in ("xplane", "trace_json", "kineto")]
     title = name or _default_name(sources)
     run_path = create_run(out, title, config={"source": "import"}, ranks=None)
     run_id = run_path.name
@@ -125,15 +126,18 @@ def import_traces(paths: list[str | Path], *, out: str | Path | None = None, nam
     source_facts: list[dict[str, Any]] = []
     hosts_of_rank: dict[int, str] = {}
     idle_devices: dict[str, list[str]] = {}
+    world_sizes: set[int] = set()
     # one profile at a time, written before the next is read: memory is one host's activity, however many hosts
     for kind, path in profiles:
         try:
-            trace = _read_profile(kind, path)
+            trace, own_rank, world_size = _read_profile(kind, path)
         except TraceImportError:
             shutil.rmtree(run_path, ignore_errors=True)  # no half-made run left behind the one line
             raise
         lines += trace.notes
-        ranks = _place_ranks(trace, first_rank=len(hosts_of_rank))
+        if world_size:
+            world_sizes.add(world_size)
+        ranks = _place_ranks(trace, first_rank=len(hosts_of_rank) if own_rank is None else own_rank)
         for (host, _device), rank in ranks.items():
             hosts_of_rank[rank] = host
         activity = _placed_activity(trace, ranks, run_id)
@@ -147,7 +151,12 @@ def import_traces(paths: list[str | Path], *, out: str | Path | None = None, nam
             idle_devices.setdefault(trace.host, []).extend(unused)
         lines.append(_profile_line(trace, facts))
         del trace
-    world = len(hosts_of_rank)
+    world = max(hosts_of_rank) + 1 if hosts_of_rank else 0
+    if world_sizes and max(world_sizes) > len(hosts_of_rank):
+        lines.append(
+            f"ranks: the traces are {len(hosts_of_rank)} of a job of {max(world_sizes)} ranks"
+            f" (ranks {ev.rank_list(sorted(hosts_of_rank))}); the analysis covers these"
+        )
     timeline_info: dict[str, Any] = {}
     unfinished: list[dict[str, object]] = []
     if timelines:
@@ -170,14 +179,16 @@ def import_traces(paths: list[str | Path], *, out: str | Path | None = None, nam
         source_facts.append(facts)
         lines.append(_timeline_line(timelines, timeline_info, written, error, len(unfinished)))
     hosts = sorted(set(hosts_of_rank.values()), key=_natural)
-    for rank in range(world):
+    contiguous = not hosts_of_rank or sorted(hosts_of_rank) == list(range(len(hosts_of_rank)))
+    for rank in range(world) if contiguous else sorted(hosts_of_rank):
         write_rank_meta(run_path, rank, host=hosts_of_rank.get(rank, ""), source="import")
     aligned = [bool(f["epoch_aligned"]) for f in source_facts]
     update_run_meta(
         run_path,
         # what produced the run is this import, not the packages of the job that wrote the files
         versions={"workbench": _workbench_version()},
-        ranks=world,
+        # a rank count only where the ranks are 0..N-1: sampled ranks of a larger job (5 and 77) are those analysed
+        ranks=world if contiguous else None,
         status="finished",
         hosts=hosts,
         timeline_unfinished=unfinished,
@@ -222,24 +233,25 @@ def _check_readable(kind: str, path: Path) -> None:
             f"{path} is TensorBoard's older *.trace protobuf, which this does not read: open the profile"
             " in TensorBoard 2.x and pass the *.xplane.pb (or trace.json.gz) it writes"
         )
-    if kind == "kineto":
-        raise TraceImportError(f"{path} is a PyTorch profiler (Kineto) trace, which this does not read yet")
-    if kind not in ("xplane", "trace_json", "horovod_timeline"):
+    if kind not in ("xplane", "trace_json", "horovod_timeline", "kineto"):
         raise TraceImportError(
             f"{path} is not a trace this reads (not an XPlane, Chrome-trace JSON or Horovod timeline):"
             " pass *.xplane.pb, *.trace.json.gz or the file HOROVOD_TIMELINE wrote"
         )
 
 
-def _read_profile(kind: str, path: Path) -> DeviceTrace:
+def _read_profile(kind: str, path: Path) -> tuple[DeviceTrace, int | None, int | None]:
+    """One profile's activity, and its rank and world size where the file says them (PyTorch's do)."""
     try:
-        return read_xplane_activity(path) if kind == "xplane" else read_json_activity(path)
+        if kind == "kineto":
+            return read_kineto_activity(path)
+        return (read_xplane_activity(path) if kind == "xplane" else read_json_activity(path)), None, None
     except (XPlaneError, TraceFormatError, OSError) as error:
         raise TraceImportError(str(error)) from None
 
 
 def _profile_facts(trace: DeviceTrace) -> dict[str, Any]:
-    working = trace.activity["kind"] != ev.STEP_MARKER
+    working = trace.activity["kind"].isin(ev.GPU_KINDS).to_numpy()
     window = trace.window_ns
     return {
         "path": str(trace.path),
@@ -248,7 +260,7 @@ def _profile_facts(trace: DeviceTrace) -> dict[str, Any]:
         "devices": trace.devices,
         "busy_devices": sorted(trace.activity.loc[working, "device"].unique(), key=_natural),
         "activities": int(working.sum()),
-        "steps": int((~working).sum()),
+        "steps": int((trace.activity["kind"] == ev.STEP_MARKER).sum()),
         "epoch_aligned": bool(trace.epoch_aligned and window is not None and window[0] > EPOCH_NS),
     }
 
@@ -263,7 +275,7 @@ def _profile_line(trace: DeviceTrace, facts: dict[str, Any]) -> str:
 
 def _place_ranks(trace: DeviceTrace, *, first_rank: int) -> dict[tuple[str, str], int]:
     """``{(host, device): rank}`` for every GPU of the profile that ran something, in GPU order."""
-    working = trace.activity[trace.activity["kind"] != ev.STEP_MARKER]
+    working = trace.activity[trace.activity["kind"].isin(ev.GPU_KINDS).to_numpy()]
     _codes, pairs = group_codes(working, ["host", "device"])
     ordered = sorted(zip(pairs["host"], pairs["device"]), key=lambda pair: (_natural(pair[0]), _natural(pair[1])))
     return {pair: first_rank + index for index, pair in enumerate(ordered)}
@@ -276,9 +288,8 @@ def _placed_activity(trace: DeviceTrace, ranks: dict[tuple[str, str], int], run_
         return ev.DEVICE_SCHEMA.empty_table().to_pandas()
     codes, pairs = group_codes(frame, ["host", "device"])
     rank = np.asarray([ranks.get(pair, -1) for pair in zip(pairs["host"], pairs["device"])], np.int64)[codes]
-    if ranks:
-        host_steps = ((frame["device"] == "CPU") & (frame["kind"] == ev.STEP_MARKER)).to_numpy()
-        rank[host_steps] = min(ranks.values())
+    if ranks:  # the host's rows (step markers, a PyTorch trace's operators) go to its first GPU's rank
+        rank[(frame["device"] == "CPU").to_numpy()] = min(ranks.values())
     return frame.assign(run_id=run_id, rank=rank)[list(ev.DEVICE_COLUMNS)]
 
 

@@ -626,6 +626,12 @@ def _read_part(entry: Path) -> pa.Table | None:
         return None
 
 
+def stream_rows(run_path: str | Path, stream: str) -> int:
+    """Rows a run's stream holds, from its part files' footers: what loading it would bring into memory."""
+    files = [entry for _rank, entry in stream_files(run_path, stream)]
+    return _rows_in(files)
+
+
 def _rows_in(files: list[Path]) -> int:
     """Rows the part files hold, from their footers (files that cannot be read count 0)."""
     total = 0

@@ -145,8 +145,26 @@ def test_analyse_in_rank_groups_says_what_the_whole_run_says(tmp_path, capsys):
     assert "analysed in 2 rank group(s) on 1 worker(s)" in out
     assert re.search(r"parallel efficiency +0\.60\n", out)
     assert "serial_evaluation: 2.00 s lost (20% of wall); ranks 0" in " ".join(out.split())
-    with pytest.raises(SystemExit, match="--html is not available"):
-        main(["analyse", str(path), "--workers", "2", "--html", str(tmp_path / "r.html")])
+    report = tmp_path / "split.html"
+    assert main(["analyse", str(path), "--workers", "0", "--group-ranks", "1", "--html", str(report)]) == 0
+    html = report.read_text()
+    for heading in ("How it was analysed", "POP metrics", "Findings", "Seconds per rank and phase"):
+        assert f"<h2>{heading}</h2>" in html
+
+
+def test_a_run_too_large_for_the_free_memory_is_analysed_in_rank_groups(tmp_path, capsys, monkeypatch):
+    from workbench.commands import analyse
+
+    path = record(tmp_path, "eval-k1", every_epoch_rows(), ranks=2, memory=memory_frame())
+    fits, line = analyse.whole_run_fits(path, available=10**12)
+    assert fits and line == ""
+    fits, line = analyse.whole_run_fits(path, available=1_000)
+    assert not fits and "in rank groups" in line and "GB free" in line
+    monkeypatch.setattr(analyse, "BYTES_PER_EVENT_WHOLE_RUN", 10**15)  # every run is too large now
+    assert main(["analyse", str(path), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert "in rank groups on 2 workers" in captured.err and len(captured.err.strip().splitlines()) == 1
+    assert json.loads(captured.out)["split"]["groups"] >= 1
 
 
 def test_analyse_html_writes_the_report(tmp_path, capsys):

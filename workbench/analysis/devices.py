@@ -101,7 +101,7 @@ def step_windows(activity: pd.DataFrame) -> pd.DataFrame:
     host's (``device`` CPU); a step ends where the next begins, the last at its marker's end or the GPU's last
     activity, whichever is later."""
     markers = activity[activity["kind"] == ev.STEP_MARKER]
-    work = activity[activity["kind"] != ev.STEP_MARKER]
+    work = gpu_work(activity)
     rows = []
     for (host, device), lane in work.groupby(["host", "device"], sort=True, observed=True):
         own = markers[(markers["host"] == host) & (markers["device"] == device)]
@@ -129,9 +129,11 @@ def step_windows(activity: pd.DataFrame) -> pd.DataFrame:
 
 
 def with_steps(activity: pd.DataFrame, windows: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The activity with ``step`` set to the step window its start falls in (-1 outside every step)."""
+    """The activity with ``step`` set to the step window its start falls in (-1 outside every step); rows that
+    carry their step already (a PyTorch trace's, from the call that launched them) keep it."""
     windows = step_windows(activity) if windows is None else windows
     out = activity.copy()
+    given = out["step"].to_numpy(np.int64)
     steps = np.full(len(out), -1, np.int64)
     for (host, device), own in windows.groupby(["host", "device"], sort=False):
         rows = np.flatnonzero(
@@ -142,10 +144,15 @@ def with_steps(activity: pd.DataFrame, windows: pd.DataFrame | None = None) -> p
         at = np.searchsorted(starts, out["start_ns"].to_numpy(np.int64)[rows], side="right") - 1
         inside = (at >= 0) & (out["start_ns"].to_numpy(np.int64)[rows] < own["end_ns"].to_numpy(np.int64)[at.clip(0)])
         steps[rows[inside]] = own["step"].to_numpy(np.int64)[at[inside]]
-    keep = (out["kind"] == ev.STEP_MARKER).to_numpy()
-    steps[keep] = out["step"].to_numpy(np.int64)[keep]
+    keep = (out["kind"] == ev.STEP_MARKER).to_numpy() | (given >= 0)
+    steps[keep] = given[keep]
     out["step"] = steps
     return out
+
+
+def gpu_work(activity: pd.DataFrame) -> pd.DataFrame:
+    """The rows that ran on a GPU (kernels, collectives, copies, sets): not markers, not the host's calls."""
+    return activity[activity["kind"].isin(ev.GPU_KINDS).to_numpy()]
 
 
 def device_step_table(activity: pd.DataFrame, *, window_ns: tuple[int, int] | None = None) -> pd.DataFrame:
@@ -154,7 +161,7 @@ def device_step_table(activity: pd.DataFrame, *, window_ns: tuple[int, int] | No
     Without step markers a GPU has one row, step -1, over ``window_ns`` (default: the whole profile, first to
     last activity of any GPU), so a GPU that idled while others worked shows it.
     """
-    work = activity[activity["kind"] != ev.STEP_MARKER]
+    work = gpu_work(activity)
     if work.empty:
         return pd.DataFrame(columns=list(DEVICE_STEP_COLUMNS))
     windows = step_windows(activity)
@@ -197,6 +204,70 @@ def device_step_table(activity: pd.DataFrame, *, window_ns: tuple[int, int] | No
     return table[list(DEVICE_STEP_COLUMNS)]
 
 
+TEMPORAL_COLUMNS: tuple[str, ...] = (
+    "rank",
+    "host",
+    "device",
+    "kernel_time_s",
+    "idle_s",
+    "compute_s",
+    "non_compute_s",
+    "idle_share",
+    "compute_share",
+    "non_compute_share",
+    "communication_s",
+    "overlapped_s",
+    "overlap_share",
+)
+
+
+def temporal_breakdown(activity: pd.DataFrame, *, include_last_step: bool = False) -> pd.DataFrame:
+    """Per GPU, the temporal breakdown and communication-computation overlap as Holistic Trace Analysis defines
+    them (``TEMPORAL_COLUMNS``), so the two tools' numbers stand side by side on one trace.
+
+    ``kernel_time``: from the GPU's first activity's start to its last one's end; ``idle``: the part of it with
+    nothing running; ``compute``: compute kernels (merged: overlaps once); ``non_compute``: the rest
+    (collectives, copies, sets); ``overlap_share``: ``|compute ∩ communication| / |communication|``. As HTA does
+    by default, the activity of the last profiler step is left out (what its launches started can be cut off
+    by the profiler's stop) unless ``include_last_step``.
+    """
+    work = gpu_work(activity)
+    steps = activity.loc[(activity["kind"] == ev.STEP_MARKER).to_numpy(), "step"]
+    if not include_last_step and len(steps):
+        work = work[(work["step"] != int(steps.max())).to_numpy()]
+    if work.empty:
+        return pd.DataFrame(columns=list(TEMPORAL_COLUMNS))
+    codes, table = group_codes(work, ["rank", "host", "device"])
+    groups = len(table)
+    start, end = work["start_ns"].to_numpy(np.int64), work["end_ns"].to_numpy(np.int64)
+    category = _categories(work["kind"])
+    compute_rows, comm_rows = category == 0, category == 1
+    either = compute_rows | comm_rows
+    busy = union_ns(codes, start, end, groups)
+    compute = union_ns(codes[compute_rows], start[compute_rows], end[compute_rows], groups)
+    communication = union_ns(codes[comm_rows], start[comm_rows], end[comm_rows], groups)
+    overlapped = compute + communication - union_ns(codes[either], start[either], end[either], groups)
+    first = np.full(groups, np.iinfo(np.int64).max)
+    last = np.full(groups, np.iinfo(np.int64).min)
+    np.minimum.at(first, codes, start)
+    np.maximum.at(last, codes, end)
+    span = (last - first).astype(np.float64)
+    seconds = {
+        "kernel_time_s": span,
+        "idle_s": span - busy,
+        "compute_s": compute,
+        "non_compute_s": busy - compute,
+    }
+    for name, values in seconds.items():
+        table[name] = values / ev.NS_PER_S
+    for name in ("idle", "compute", "non_compute"):
+        table[f"{name}_share"] = table[f"{name}_s"] / table["kernel_time_s"].where(table["kernel_time_s"] > 0)
+    table["communication_s"] = communication / ev.NS_PER_S
+    table["overlapped_s"] = overlapped / ev.NS_PER_S
+    table["overlap_share"] = table["overlapped_s"] / table["communication_s"].where(table["communication_s"] > 0)
+    return table.sort_values("rank", ignore_index=True)[list(TEMPORAL_COLUMNS)]
+
+
 def device_summary(steps: pd.DataFrame) -> pd.DataFrame:
     """Per GPU over its steps: the sums of ``device_step_table`` and the shares of its wall time."""
     if steps.empty:
@@ -219,7 +290,7 @@ def device_phase_spans(activity: pd.DataFrame, *, run_id: str = "") -> pd.DataFr
     to what the GPU did. Collective kernels are also written as ``in_flight`` spans. String columns are
     categoricals (millions of spans: no string per row).
     """
-    work = activity[activity["kind"] != ev.STEP_MARKER]
+    work = gpu_work(activity)
     if work.empty:
         return ev.events_frame(pd.DataFrame(columns=["rank", "phase", "start_ns", "end_ns"]))
     windows = step_windows(activity)
@@ -244,10 +315,10 @@ def device_phase_spans(activity: pd.DataFrame, *, run_id: str = "") -> pd.DataFr
     frame = {
         "run_id": pd.Categorical.from_codes(np.zeros(n, np.int8), categories=[run_id]),
         "rank": columns["rank"],
-        "host": _labelled(lane_codes, lane_hosts),
+        "host": ev.labelled_codes(lane_codes, lane_hosts),
         "phase": pd.Categorical.from_codes(columns["phase"], categories=[*_PHASES, ev.IN_FLIGHT]),
-        "name": _labelled(columns["name"], names),
-        "detail": _labelled(lane_codes, lane_devices),
+        "name": ev.labelled_codes(columns["name"], names),
+        "detail": ev.labelled_codes(lane_codes, lane_devices),
         "step": columns["step"],
         "epoch": np.full(n, -1, np.int64),
         "start_ns": columns["start_ns"],
@@ -260,12 +331,6 @@ def device_phase_spans(activity: pd.DataFrame, *, run_id: str = "") -> pd.DataFr
 #: Phases of the per-GPU spans, by code: what ran (compute first), else idle.
 _PHASES = (ev.COMPUTE, ev.COMMUNICATION, TRANSFER, ev.IDLE)
 _IN_FLIGHT_CODE = len(_PHASES)
-
-
-def _labelled(codes: np.ndarray, labels: list[str]) -> pd.Categorical:
-    """Codes into labels that may repeat, as a categorical of the distinct labels."""
-    label_codes, distinct = pd.factorize(pd.Index(labels, dtype=object))
-    return pd.Categorical.from_codes(label_codes[codes].astype(np.int32), categories=distinct)
 
 
 def _lane_spans(lane: pd.DataFrame, windows: pd.DataFrame, collective_names: dict[str, int]) -> dict[str, np.ndarray]:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from workbench.formats.xplane import _encode_varint
+from workbench.formats.xplane import encode_varint
 
 NS = 1
 US = 1_000 * NS
@@ -112,11 +112,11 @@ def _ranks_within(lengths: np.ndarray) -> np.ndarray:
 
 
 def _field(number: int, payload: bytes) -> bytes:
-    return _encode_varint((number << 3) | 2) + _encode_varint(len(payload)) + payload
+    return encode_varint((number << 3) | 2) + encode_varint(len(payload)) + payload
 
 
 def _int_field(number: int, value: int) -> bytes:
-    return _encode_varint(number << 3) + _encode_varint(value)
+    return encode_varint(number << 3) + encode_varint(value)
 
 
 def _line(line_id: int, name: str, timestamp_ns: int, events: bytes) -> bytes:

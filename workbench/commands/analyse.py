@@ -7,6 +7,8 @@ loads the run, picks the output and prints.
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,15 +32,23 @@ def analyse_command(
     """Analyse one recorded run: print text (or JSON), optionally write the HTML report.
 
     With ``workers`` (or ``group_ranks``) the run is analysed in rank groups (``analysis.split``): for
-    runs of hundreds of ranks that do not fit one process; no HTML report then.
+    runs of hundreds of ranks that do not fit one process. Without them, a run too large for this
+    machine's free memory (``whole_run_fits``) is analysed in rank groups anyway, said in one line.
     """
+    if workers is None and group_ranks is None:
+        fits, line = whole_run_fits(run_dir)
+        if not fits:
+            print(line, file=sys.stderr)
+            workers = max(1, min(2, os.cpu_count() or 1))
     if workers is not None or group_ranks is not None:
         from workbench.analysis.split import DEFAULT_GROUP_RANKS, analyse_split
         from workbench.text import format_split_analysis
 
-        if html is not None:
-            raise SystemExit("--html is not available with --workers/--group-ranks: drop one of them")
         split = analyse_split(run_dir, group_ranks=group_ranks or DEFAULT_GROUP_RANKS, workers=workers or None)
+        if html is not None:
+            path = write_split_report(html, split, Path(run_dir))
+            if not as_json:
+                print(f"report: {path}")
         print(json.dumps(split.to_dict(), indent=2, allow_nan=False) if as_json else format_split_analysis(split))
         return 0
     run = Run.load(run_dir)
@@ -51,6 +61,60 @@ def analyse_command(
             print(f"report: {path}")
     print(json.dumps(result.to_dict(), indent=2, allow_nan=False) if as_json else format_analysis(result))
     return 0
+
+
+#: Memory one event takes in the whole-run analysis (``Run.load`` with string columns, then ``analyse_run``'s
+#: tables): 10 M events peaked at 1.29 GB in the load and breakdown alone (``benchmarks/results/
+#: analysis-object.json``); the rest of the analysis about doubles it.
+BYTES_PER_EVENT_WHOLE_RUN = 300
+#: Share of the free memory the whole-run analysis may take before rank groups are chosen instead.
+MEMORY_SHARE = 0.6
+
+
+def whole_run_fits(run_dir: str | Path, *, available: int | None = None) -> tuple[bool, str]:
+    """Whether analysing the run in one process fits this machine's free memory, and the line that says why not."""
+    import psutil
+
+    from workbench.store import stream_rows
+
+    events = stream_rows(run_dir, "events")
+    needed = events * BYTES_PER_EVENT_WHOLE_RUN
+    free = psutil.virtual_memory().available if available is None else available
+    if needed <= MEMORY_SHARE * free:
+        return True, ""
+    return False, (
+        f"workbench analyse: {events / 1e6:.3g} M events need about {needed / 1e9:.3g} GB in one process and this"
+        f" machine has {free / 1e9:.3g} GB free: analysing the run in rank groups on 2 workers"
+        " (--workers N and --group-ranks R choose)"
+    )
+
+
+def write_split_report(path: str | Path, split: Any, run_path: Path) -> Path:
+    """The analysis of a run too large for one process, as an HTML file: header, POP, findings, breakdown, steps."""
+    from workbench import figures
+    from workbench.report import run_metadata, write_report
+
+    header = split.header
+    sections: list[tuple[str, Any]] = [("Run", "\n".join(f"- {line.strip()}" for line in format_header(header)))]
+    sections.append(
+        (
+            "How it was analysed",
+            f"In {split.groups} rank groups on {split.workers} workers ({split.events} events): the whole run did not"
+            " fit one process. Timelines are left out: open the run's slowest ranks with `Run.load(ranks=...)`.",
+        )
+    )
+    pop_row = {k: v for k, v in split.pop.items() if k != "useful_phases"}
+    sections.append(("POP metrics", figures.pop_table_figure(pd.DataFrame([pop_row]), id_column="run_id")))
+    found = findings_lines(split.findings, width=10_000)
+    sections.append(("Findings", "\n".join(f"- {line.strip()}" for line in found) if found else "none"))
+    if len(split.breakdown):
+        sections.append(("Seconds per rank and phase", figures.breakdown_figure(split.breakdown)))
+    sections.append(("Training steps per rank", split.steps))
+    if len(split.lateness):
+        sections.append(("Arrival at the allreduce per rank (Horovod's readiness marks)", split.lateness))
+    sections.append(("Memory per rank (MB)", split.memory))
+    title = f"workbench analyse: {header.get('run_id') or run_path.name}"
+    return write_report(path, title=title, sections=sections, metadata=run_metadata([run_path]))
 
 
 def write_analysis_report(path: str | Path, result: RunAnalysis, run: Run) -> Path:

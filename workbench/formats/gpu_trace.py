@@ -112,7 +112,7 @@ class DeviceTrace:
 _STRING_COLUMNS = ("host", "device", "stream", "kind", "name")
 
 
-def _frame(rows: dict[str, Any]) -> pd.DataFrame:
+def activity_frame(rows: dict[str, Any]) -> pd.DataFrame:
     """Activity rows (``DEVICE_COLUMNS`` less run and rank); strings as categoricals, one value given once."""
     columns = [c for c in ev.DEVICE_COLUMNS if c not in ("run_id", "rank")]
     lengths = [len(v) for v in rows.values() if not isinstance(v, str)]
@@ -135,7 +135,7 @@ def concat_activity(parts: list[pd.DataFrame]) -> pd.DataFrame:
     """Activity frames as one, their categoricals' labels united (``pd.concat`` would make them objects)."""
     parts = [part for part in parts if len(part)]
     if not parts:
-        return _frame({})
+        return activity_frame({})
     out = {}
     for column in parts[0].columns:
         values = [part[column] for part in parts]
@@ -144,12 +144,6 @@ def concat_activity(parts: list[pd.DataFrame]) -> pd.DataFrame:
         else:
             out[column] = np.concatenate([v.to_numpy() for v in values])
     return pd.DataFrame(out, columns=list(parts[0].columns))
-
-
-def _categorical(codes: np.ndarray, labels: np.ndarray) -> pd.Categorical:
-    """Codes into labels that may repeat, as a categorical of the distinct labels."""
-    label_codes, distinct = pd.factorize(pd.Index(labels, dtype=object))
-    return pd.Categorical.from_codes(label_codes[codes].astype(np.int32), categories=distinct)
 
 
 def _host_of(path: Path, suffixes: tuple[str, ...]) -> str:
@@ -186,13 +180,13 @@ def read_xplane_activity(path: str | Path) -> DeviceTrace:
                 labels = np.asarray([plane.event_names.get(int(i), str(i)) for i in distinct], dtype=object)
                 kinds = np.asarray([activity_kind(label, lane) for label in labels], dtype=object)
                 parts.append(
-                    _frame(
+                    activity_frame(
                         {
                             "host": host,
                             "device": device,
                             "stream": lane,
-                            "kind": _categorical(inverse, kinds),
-                            "name": _categorical(inverse, labels),
+                            "kind": ev.labelled_codes(inverse, kinds),
+                            "name": ev.labelled_codes(inverse, labels),
                             "bytes": _copy_bytes(line.stats, len(line.metadata_id)),
                             "start_ns": line.start_ns,
                             "end_ns": line.end_ns,
@@ -230,7 +224,7 @@ def _copy_bytes(stats: dict[int, dict[str, Any]], n: int) -> np.ndarray:
 
 
 def _step_rows(host: str, device: str, start: np.ndarray, end: np.ndarray, steps: list[int]) -> pd.DataFrame:
-    return _frame(
+    return activity_frame(
         {
             "host": host,
             "device": device,
@@ -251,10 +245,24 @@ MAX_JSON_BYTES = 4 << 30
 def load_json_trace(path: Path, *, limit: int = MAX_JSON_BYTES) -> Any:
     """A Chrome-trace JSON file (gzip or not) as Python objects; damaged or oversized files are one line.
 
-    A gzip file is decompressed in pieces and stopped once it passes ``limit`` (a file that expands past what
-    this machine can hold is refused before it fills the memory); a JSON array never closed (a job stopped
-    while writing) is read up to its last whole record.
+    A JSON array never closed (a job stopped while writing) is read up to its last whole record.
     """
+    text = read_trace_bytes(path, limit=limit)
+    try:
+        return json.loads(text)
+    except ValueError as error:
+        recovered = _recover_unclosed(text)
+        if recovered is None:
+            raise TraceFormatError(
+                f"{path} is not JSON ({error.msg} at byte {error.pos}): pass a Chrome-trace file"
+                " (TensorBoard's *.trace.json.gz, TF1's timeline JSON)"
+            ) from None
+        return recovered
+
+
+def read_trace_bytes(path: Path, *, limit: int = MAX_JSON_BYTES) -> bytes:
+    """A trace file's bytes, gunzipped in pieces when compressed and refused once past ``limit`` (a file that
+    expands past what this machine can hold is stopped before it fills the memory)."""
     import zlib
 
     raw = path.read_bytes() if path.stat().st_size else b""
@@ -278,19 +286,8 @@ def load_json_trace(path: Path, *, limit: int = MAX_JSON_BYTES) -> Any:
             )
         if damaged and not out:
             raise TraceFormatError(f"{path} is not readable gzip ({damaged}): copy it again from where it was written")
-        text = bytes(out)
-    else:
-        text = raw
-    try:
-        return json.loads(text)
-    except ValueError as error:
-        recovered = _recover_unclosed(text)
-        if recovered is None:
-            raise TraceFormatError(
-                f"{path} is not JSON ({error.msg} at byte {error.pos}): pass a Chrome-trace file"
-                " (TensorBoard's *.trace.json.gz, TF1's timeline JSON)"
-            ) from None
-        return recovered
+        return bytes(out)
+    return raw
 
 
 def _recover_unclosed(text: bytes) -> Any:
@@ -372,7 +369,7 @@ def read_json_activity(path: str | Path) -> DeviceTrace:
     kinds = np.full(len(is_step), ev.STEP_MARKER, dtype=object)
     names, lanes = np.asarray(rows["name"], dtype=object), np.asarray(rows["stream"], dtype=object)
     kinds[~is_step] = _kinds(pd.Series(names[~is_step]), pd.Series(lanes[~is_step]))
-    frame = _frame({**rows, "host": host, "kind": kinds})
+    frame = activity_frame({**rows, "host": host, "kind": kinds})
     steps = frame.loc[is_step, "step"].to_numpy()
     if is_step.any() and (steps < 0).any():  # markers without their number: counted in order
         frame.loc[is_step, "step"] = np.arange(int(is_step.sum()))

@@ -371,15 +371,16 @@ def _read_line(
 
 def _field_bytes(data: Any, number: int, wire: int, value: int, stop: int) -> bytes:
     """A line's own field (not an event) written back in wire format, for the protobuf runtime to parse."""
-    key = _encode_varint((number << 3) | wire)
+    key = encode_varint((number << 3) | wire)
     if wire == 0:
-        return key + _encode_varint(value)
+        return key + encode_varint(value)
     if wire == 2:
-        return key + _encode_varint(stop - value) + bytes(data[value:stop])
+        return key + encode_varint(stop - value) + bytes(data[value:stop])
     return key + bytes(data[value:stop])
 
 
-def _encode_varint(value: int) -> bytes:
+def encode_varint(value: int) -> bytes:
+    """A protobuf varint (``_varint`` reads it): also what the made profiles are written with."""
     out = bytearray()
     value &= (1 << 64) - 1
     while True:

@@ -1,0 +1,239 @@
+"""PyTorch profiler (Kineto) traces, one file per rank, as GPU activity: what HTA reads, read the workbench's way.
+
+A Kineto trace is Chrome-trace JSON with ``distributedInfo`` (rank, world size, backend) and
+``traceEvents``: ``cpu_op`` and ``user_annotation`` (``ProfilerStep#N``: the steps) on CPU threads,
+``cuda_runtime`` calls, and on the GPU ``kernel``, ``gpu_memcpy`` and ``gpu_memset`` events with
+``args.device`` and ``args.stream``. Timestamps are µs since the epoch (``baseTimeNanoseconds``, when
+present, is added to relative ones), so ranks' files share a clock.
+
+GPU events are classified as Holistic Trace Analysis classifies them (``activity_kind``: NCCL's kernels are
+collectives, ``Memcpy``/``Memset`` copies and sets, the rest compute) so that the two tools' numbers can
+be set side by side (``benchmarks/peers.py``). CPU operators and runtime calls are kept as activity of the
+host (device ``CPU``, kinds ``cpu_op`` and ``runtime``) for the timeline; the GPU analysis reads the GPU's.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pa_json
+
+from workbench import events as ev
+from workbench.formats.gpu_trace import (
+    DeviceTrace,
+    TraceFormatError,
+    activity_frame,
+    activity_kind,
+    read_trace_bytes,
+)
+
+#: Kineto's categories of GPU activity.
+GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+#: CPU-side categories kept (operators, annotations, runtime calls).
+CPU_CATEGORIES = {
+    "cpu_op": ev.CPU_OP,
+    "user_annotation": ev.CPU_OP,
+    "cuda_runtime": ev.RUNTIME,
+    "cuda_driver": ev.RUNTIME,
+}
+_STEP = re.compile(r"^ProfilerStep#(\d+)")
+
+
+def is_kineto(data: Any) -> bool:
+    return (
+        isinstance(data, dict)
+        and isinstance(data.get("traceEvents"), list)
+        and ("distributedInfo" in data or "schemaVersion" in data or "deviceProperties" in data)
+    )
+
+
+def read_kineto_activity(path: str | Path) -> tuple[DeviceTrace, int | None, int | None]:
+    """One rank's Kineto trace: its activity, and its rank and world size from ``distributedInfo`` (None if absent).
+
+    The events are read by Arrow's JSON reader (C++, both cores) once the array is cut into one record per
+    line; a file laid out otherwise (a record that does not start with ``"ph"`` or ``"name"``, nested
+    objects that look like record boundaries) is read by Python's ``json`` instead, with the same result.
+    """
+    path = Path(path)
+    text = read_trace_bytes(path)
+    columns = _arrow_columns(text)
+    if columns is None:
+        try:
+            data = json.loads(text)
+        except ValueError as error:
+            raise TraceFormatError(f"{path} is not JSON ({error}): pass a PyTorch profiler trace") from None
+        if not is_kineto(data):
+            raise TraceFormatError(f"{path} is not a PyTorch profiler trace (no distributedInfo/schemaVersion)")
+        header, columns = data, _python_columns(data["traceEvents"])
+    else:
+        header, columns = columns
+    info = header.get("distributedInfo") or {}
+    rank = int(info["rank"]) if str(info.get("rank", "")).lstrip("-").isdigit() else None
+    world = int(info["world_size"]) if str(info.get("world_size", "")).isdigit() else None
+    base_us = float(header.get("baseTimeNanoseconds", 0) or 0) / 1000
+    host = _host_name(path, rank)
+    category_codes, categories = columns["cat"]
+    name_codes, names = columns["name"]
+    category_kind = np.asarray(
+        [0 if c in GPU_CATEGORIES else 1 if c in CPU_CATEGORIES else 2 for c in categories] + [2], np.int64
+    )
+    where = category_kind[category_codes]  # 0 GPU, 1 host, 2 left out (code -1: the appended 2)
+    keep = where < 2
+    on_gpu = where[keep] == 0
+    name_codes, category_codes = name_codes[keep], category_codes[keep]
+    start_ns = np.round((columns["ts"][keep] + base_us) * 1000).astype(np.int64)
+    end_ns = np.maximum(start_ns + np.round(columns["dur"][keep] * 1000).astype(np.int64), start_ns)
+    names = np.asarray([str(n) for n in names] or [""], dtype=object)
+    step_of_name = np.asarray([int(m.group(1)) if (m := _STEP.match(n)) else -1 for n in names], np.int64)
+    kind_of_name = np.asarray([activity_kind(n) for n in names], dtype=object)
+    host_kind = np.asarray([CPU_CATEGORIES.get(str(c), ev.CPU_OP) for c in categories] or [ev.CPU_OP], dtype=object)
+    steps = np.where(on_gpu, -1, step_of_name[name_codes])
+    is_marker = ~on_gpu & (steps >= 0)
+    kinds = np.where(on_gpu, kind_of_name[name_codes], host_kind[category_codes])
+    kinds[is_marker] = ev.STEP_MARKER
+    device_numbers = columns["device"][keep]
+    device_codes, device_labels = pd.factorize(np.where(on_gpu, device_numbers, -1))
+    device = pd.Categorical.from_codes(
+        device_codes, categories=[f"GPU:{d}" if d >= 0 else "CPU" for d in device_labels]
+    )
+    stream_numbers = np.where(on_gpu, columns["stream"][keep], np.where(is_marker, -2, -3))
+    stream_codes, stream_labels = pd.factorize(stream_numbers)
+    stream = pd.Categorical.from_codes(
+        stream_codes,
+        categories=[f"stream {n}" if n >= 0 else "Steps" if n == -2 else "CPU" for n in stream_labels],
+    )
+    steps = _launch_steps(steps, kinds, start_ns, end_ns, columns["correlation"][keep])
+    frame = activity_frame(
+        {
+            "host": host,
+            "device": device,
+            "stream": stream,
+            "kind": pd.Categorical(kinds),
+            "name": ev.labelled_codes(name_codes, names),
+            "step": steps,
+            "start_ns": start_ns,
+            "end_ns": end_ns,
+        }
+    )
+    devices = sorted((d for d in device.categories if d.startswith("GPU")), key=lambda d: int(d.split(":")[1]))
+    notes = [] if rank is not None else [f"{path.name}: no distributedInfo.rank; ranks follow the files' order"]
+    aligned = bool(len(start_ns)) and int(start_ns.min()) > 10**17
+    return DeviceTrace(path, "kineto", host, frame, devices, aligned, notes), rank, world
+
+
+_ARROW_SCHEMA = pa.schema(
+    [
+        ("ph", pa.string()),
+        ("cat", pa.string()),
+        ("name", pa.string()),
+        ("ts", pa.float64()),
+        ("dur", pa.float64()),
+        ("args", pa.struct([("device", pa.int64()), ("stream", pa.int64()), ("correlation", pa.int64())])),
+    ]
+)
+_BOUNDARY = re.compile(rb'\}\s*,\s*\{(?=\s*"(?:ph|name)")')
+_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[\s*')
+_ARRAY_END = re.compile(rb"\}\s*\]\s*(?:,|\})")
+
+
+def _arrow_columns(text: bytes) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
+    """The header (every key but the events) and the events' columns, or None where the layout is not as expected."""
+    found = _EVENTS_KEY.search(text)
+    if found is None:
+        return None
+    body_start = found.end()
+    ends = list(_ARRAY_END.finditer(text, body_start))  # the last is the events' (the keys after are scalars)
+    if not ends:
+        return None
+    end = ends[-1].start() + 1  # the last record's closing brace
+    try:
+        header = json.loads(text[: found.start()] + b'"traceEvents": []' + text[ends[-1].end() - 1 :])
+    except ValueError:
+        return None
+    body, boundaries = _BOUNDARY.subn(b"}\n{", text[body_start:end])  # one record per line
+    try:
+        table = pa_json.read_json(
+            pa.BufferReader(pa.py_buffer(body)),
+            read_options=pa_json.ReadOptions(block_size=8 << 20),
+            parse_options=pa_json.ParseOptions(explicit_schema=_ARROW_SCHEMA, unexpected_field_behavior="ignore"),
+        )
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return None
+    if table.num_rows != boundaries + 1:
+        return None
+    table = table.filter(pc.equal(table["ph"], "X"))
+    args = table["args"].combine_chunks()
+    category = pc.dictionary_encode(table["cat"]).combine_chunks()
+    name = pc.dictionary_encode(table["name"]).combine_chunks()
+    return header, {
+        "cat": (category.indices.fill_null(-1).to_numpy(zero_copy_only=False), category.dictionary.to_pylist()),
+        "name": (name.indices.fill_null(-1).to_numpy(zero_copy_only=False), name.dictionary.to_pylist()),
+        "ts": table["ts"].fill_null(0).to_numpy(zero_copy_only=False),
+        "dur": table["dur"].fill_null(0).to_numpy(zero_copy_only=False),
+        "device": args.field("device").fill_null(-1).to_numpy(zero_copy_only=False),
+        "stream": args.field("stream").fill_null(-1).to_numpy(zero_copy_only=False),
+        "correlation": args.field("correlation").fill_null(-1).to_numpy(zero_copy_only=False),
+    }
+
+
+def _python_columns(records: list[Any]) -> dict[str, Any]:
+    """The same columns from records parsed by Python's ``json``."""
+    rows = [r for r in records if isinstance(r, dict) and r.get("ph") == "X"]
+
+    def arg(record: dict, key: str) -> int:
+        value = (record.get("args") or {}).get(key)
+        return int(value) if isinstance(value, (int, float)) else -1
+
+    category_codes, categories = pd.factorize(pd.Series([r.get("cat") for r in rows], dtype=object))
+    name_codes, names = pd.factorize(pd.Series([str(r.get("name", "")) for r in rows], dtype=object))
+    return {
+        "cat": (category_codes, list(categories)),
+        "name": (name_codes, list(names)),
+        "ts": np.asarray([float(r.get("ts", 0)) for r in rows], np.float64),
+        "dur": np.asarray([float(r.get("dur", 0) or 0) for r in rows], np.float64),
+        "device": np.asarray([arg(r, "device") for r in rows], np.int64),
+        "stream": np.asarray([arg(r, "stream") for r in rows], np.int64),
+        "correlation": np.asarray([arg(r, "correlation") for r in rows], np.int64),
+    }
+
+
+def _launch_steps(
+    steps: np.ndarray, kinds: np.ndarray, start_ns: np.ndarray, end_ns: np.ndarray, correlation: np.ndarray
+) -> np.ndarray:
+    """Each GPU activity's step: the ``ProfilerStep#N`` whose time holds the CPU call that launched it (the runtime
+    call of the same ``correlation``), as HTA assigns iterations; a launch after the last step's start is in the
+    last step, one before the first is -1. CPU rows keep theirs (markers their number, operators -1)."""
+    out = steps.copy()
+    is_step = kinds == ev.STEP_MARKER
+    if not is_step.any():
+        return out
+    order = np.argsort(start_ns[is_step], kind="stable")
+    marker_start, marker_number = start_ns[is_step][order], steps[is_step][order]
+    gpu = np.flatnonzero(np.isin(kinds, list(ev.GPU_KINDS)))
+    runtime = np.flatnonzero((kinds == ev.RUNTIME) & (correlation >= 0))
+    launch = start_ns[gpu].copy()  # without a launch call: the activity's own start
+    if len(runtime) and len(gpu):
+        by_correlation = pd.Series(start_ns[runtime], index=correlation[runtime])
+        by_correlation = by_correlation[~by_correlation.index.duplicated()]
+        found = by_correlation.reindex(correlation[gpu]).to_numpy()
+        launch = np.where(np.isnan(found), launch, found).astype(np.int64)
+    at = np.searchsorted(marker_start, launch, side="right") - 1
+    out[gpu] = np.where(at >= 0, marker_number[at.clip(0)], -1)
+    return out
+
+
+def _host_name(path: Path, rank: int | None) -> str:
+    """Kineto writes no host name: the file's name (``<host>_<pid>.<time>.pt.trace.json``) holds it when the
+    profiler's default handler named it, else the rank stands for it."""
+    stem = path.name.split(".")[0]
+    match = re.match(r"(.+?)_\d+$", stem)
+    if match:
+        return match.group(1)
+    return f"rank{rank}" if rank is not None else stem
