@@ -117,8 +117,8 @@ def _message_classes() -> dict[str, Any]:
 
 
 _CLASSES = _message_classes()
-XLINE, XEVENT_METADATA, XSTAT_METADATA = _CLASSES["XLine"], _CLASSES["XEventMetadata"], _CLASSES["XStatMetadata"]
-XEVENT, XLINE_COLUMNS, XLINE_COUNT = _CLASSES["XEvent"], _CLASSES["XLineColumns"], _CLASSES["XLineCount"]
+XLINE, XEVENT = _CLASSES["XLine"], _CLASSES["XEvent"]
+XLINE_COLUMNS, XLINE_COUNT = _CLASSES["XLineColumns"], _CLASSES["XLineCount"]
 PLANE_NAMES = _CLASSES["PlaneNames"]
 
 
