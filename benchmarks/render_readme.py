@@ -416,17 +416,23 @@ def render_analysis_split(saved: Mapping[str, Any]) -> str:
     return table(header, ["r", "r", "l", "r", "r", "r", "l"], rows) + "\n\n" + verdict + "\n\n" + sources_line(*runs)
 
 
+PEERS_GOALS = {"points": 1.0, "speedup": 5.0, "memory": 1 / 3}
+
+
 def render_peers(saved: Mapping[str, Any]) -> str:
-    """The workbench beside HTA on the same Kineto traces: the largest difference of their numbers, and the costs."""
+    """The workbench beside HTA on the same Kineto traces: the largest difference of their numbers, the launch
+    statistics, the costs; then the goals on the large made sets and the 100 M-event analysis of the same run."""
     rows = []
     for result in saved["result"]["sets"]:
         hta, ours = result["hta"], result["ours"]
         hta_s, ours_s = hta["load_s"] + hta["analysis_s"], ours["load_s"] + ours["analysis_s"]
+        launches = result.get("launch_numbers_equal")
         rows.append(
             [
                 result["traces"],
                 str(len(result["ranks"])),
                 f"{result['max_diff_points']:.2f}",
+                "–" if launches is None else "equal" if launches else "differ",
                 fixed(hta_s, 2),
                 fixed(ours_s, 2),
                 f"**{result['speedup']:.1f}×**",
@@ -436,10 +442,35 @@ def render_peers(saved: Mapping[str, Any]) -> str:
             ]
         )
     header = [
-        "traces", "ranks", "largest difference (points)", "HTA s", "workbench s", "faster",
+        "traces", "ranks", "largest difference (points)", "launch statistics", "HTA s", "workbench s", "faster",
         "HTA MB", "workbench MB", "memory",
-    ]
-    return table(header, ["l"] + ["r"] * 8, rows) + "\n\n" + source_line(saved)
+    ]  # fmt: skip
+    text = table(header, ["l"] + ["r"] * 9, rows)
+    made = [r for r in saved["result"]["sets"] if r["traces"].startswith("made")]
+    if made:
+        points = max(r["max_diff_points"] for r in saved["result"]["sets"])
+        speedup = min(r["speedup"] for r in made)
+        memory = max(r["memory_ratio"] for r in made)
+        verdict = [
+            f"same numbers within {PEERS_GOALS['points']:g} point — **{_met(points <= PEERS_GOALS['points'])}**"
+            f" ({points:.2f})",
+            f"≥ {PEERS_GOALS['speedup']:g}× faster — **{_met(speedup >= PEERS_GOALS['speedup'])}** ({speedup:.1f}×)",
+            f"≤ ⅓ of HTA's memory — **{_met(memory <= PEERS_GOALS['memory'])}** ({memory:.2f}×)",
+        ]
+        scale = saved["result"].get("scale")
+        if scale:
+            fits = scale["seconds"] <= SPLIT_GOAL_S and scale["peak_mb"] / 1000 <= SPLIT_GOAL_GB
+            verdict.append(
+                f"the workbench's analysis of {number(scale['events'])} events in {number(scale['ranks'])} ranks in"
+                f" the same run ≤ {SPLIT_GOAL_S:g} s and {SPLIT_GOAL_GB:g} GB — **{_met(fits)}**"
+                f" ({scale['seconds']:.1f} s, {scale['peak_mb'] / 1000:.2f} GB)"
+            )
+        text += "\n\nGoals on the made sets: " + "; ".join(verdict) + "."
+    return text + "\n\n" + source_line(saved)
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "not met"
 
 
 def render_timeline(saved: Mapping[str, Any]) -> str:

@@ -52,6 +52,8 @@ import pyarrow as pa
 
 #: Nanoseconds per second: every ``*_ns`` column is divided by this to give seconds.
 NS_PER_S = 1_000_000_000
+#: Microseconds per second: every ``*_us`` column is seconds times this.
+US_PER_S = 1_000_000
 #: Bytes per megabyte (SI) in every ``*_mb`` column and memory axis.
 BYTES_PER_MB = 1_000_000
 #: POP's traffic-light bands for efficiencies (0..1): at least GOOD is good, below FAIR is poor.
@@ -193,6 +195,8 @@ DEVICE_SCHEMA = pa.schema(
         ("start_ns", pa.int64()),
         ("end_ns", pa.int64()),
         ("bytes", pa.int64()),
+        # ties a GPU activity to the host's runtime call that launched it (PyTorch traces; -1 where unknown)
+        ("correlation", pa.int64()),
     ]
 )
 DEVICE_COLUMNS: tuple[str, ...] = tuple(DEVICE_SCHEMA.names)

@@ -679,6 +679,21 @@ def _read_stream(
         return _gather(files, schema, names, strings, filters, sort_key, categorical)
 
 
+def _with_columns_added_since(table: pa.Table, schema: pa.Schema, names: list[str]) -> pa.Table:
+    """A file written before a column joined its stream gets the column as unknown: -1, or an empty string."""
+    rows = table.num_rows
+    for name in names:
+        if name in table.column_names:
+            continue
+        field = schema.field(name)
+        if field.type == pa.string():
+            column = pa.DictionaryArray.from_arrays(pa.array(np.zeros(rows, np.int32)), pa.array([""]))
+        else:
+            column = pa.array(np.full(rows, -1, field.type.to_pandas_dtype()), field.type)
+        table = table.append_column(name, column)
+    return table
+
+
 def _gather(
     files: list[Path],
     schema: pa.Schema,
@@ -698,7 +713,9 @@ def _gather(
                 groups = _row_groups(parquet, filters)
                 if not groups:
                     continue
-                table = parquet.read_row_groups(groups, columns=read, use_threads=False)
+                present = set(parquet.schema_arrow.names)
+                table = parquet.read_row_groups(groups, columns=[c for c in read if c in present], use_threads=False)
+                table = _with_columns_added_since(table, schema, read)
         except (OSError, KeyError, pa.ArrowInvalid):
             continue  # only complete files are renamed into place; tolerate foreign junk
         if filters:

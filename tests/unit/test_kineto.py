@@ -65,16 +65,26 @@ def test_made_traces_give_the_chosen_shares(tmp_path):
         assert row["overlap_share"] == pytest.approx(step.overlap_us / step.allreduce_us, **near)
 
 
-def test_both_readers_agree(tmp_path):
-    (path,) = write_made_kineto(tmp_path, ranks=1, steps=3)
-    text = path.read_bytes()
-    header, arrow = kineto._arrow_columns(text)
-    python = kineto._python_columns(json.loads(text)["traceEvents"])
+@pytest.mark.parametrize("layout", ["line", "libkineto"])
+def test_both_readers_agree(tmp_path, monkeypatch, layout):
+    """Arrow's reader, streamed in parts much smaller than the file, gives Python's ``json`` columns on both
+    layouts (libkineto writes each event over several lines)."""
+    (path,) = write_made_kineto(tmp_path, ranks=1, steps=30, layout=layout)
+    monkeypatch.setattr(kineto, "PART_BYTES", 4096)
+    assert path.stat().st_size > 20 * kineto.PART_BYTES
+    header, arrow = kineto._arrow_columns(path)
+    python = kineto._python_columns(json.loads(path.read_bytes())["traceEvents"])
     assert header["distributedInfo"]["rank"] == 0
     for column in ("ts", "dur", "device", "stream", "correlation"):
         assert np.array_equal(arrow[column], python[column]), column
-    names = [arrow["name"][1][i] for i in arrow["name"][0]]
-    assert names == [python["name"][1][i] for i in python["name"][0]]
+    for column in ("name", "cat"):
+        labels = [arrow[column][1][i] for i in arrow[column][0]]
+        assert labels == [python[column][1][i] for i in python[column][0]], column
+    trace, _rank, _world = kineto.read_kineto_activity(path)
+    runtime = trace.activity[trace.activity["kind"] == "runtime"]
+    # µs since the epoch to the ns: the second call of step 0 starts 1 µs after the step (float µs * 1000 would
+    # be off by up to 128 ns there)
+    assert int(runtime["start_ns"].iloc[1] - trace.activity["start_ns"].iloc[0]) == 2000
 
 
 def test_a_kineto_folder_imports_as_one_run_of_its_ranks(tmp_path):
@@ -111,3 +121,17 @@ def test_sampled_ranks_of_a_larger_job_keep_their_numbers(tmp_path):
     assert run.meta["ranks"] is None and run.ranks == [5, 77]
     assert any("2 of a job of 128 ranks (ranks 5, 77)" in line for line in result.lines)
     assert run.analyse().devices["rank"].tolist() == [5, 77]
+
+
+def test_a_run_imported_before_correlation_was_kept_still_loads(tmp_path):
+    """Files of the devices stream written without a column the schema has since gained read it as unknown."""
+    import pyarrow.parquet as pq
+
+    result = import_traces(write_made_kineto(tmp_path / "made", ranks=2, steps=3), out=tmp_path / "runs")
+    parts = sorted((result.run_path / "devices").rglob("*.parquet"))
+    assert parts
+    for part in parts:
+        pq.write_table(pq.read_table(part).drop(["correlation"]), part)
+    run = Run.load(result.run_path)
+    assert len(run.devices) and (run.devices["correlation"] == -1).all()
+    assert "exposed_communication" in set(run.analyse().findings["kind"])

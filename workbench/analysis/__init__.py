@@ -4,137 +4,107 @@ Every function takes DataFrames shaped like ``workbench.events`` and returns a D
 small frozen dataclass. A recorded run never makes it raise: what a run lacks (no events, no
 compute spans, one rank, no memory samples) becomes a finding or a NaN with a note. Misuse (a
 missing column, two runs where one is expected) raises ValueError saying what is wrong.
+
+Names are imported when first used (PEP 562): ``from workbench.analysis.devices import ...`` loads that
+module alone, not every analysis (scipy, the projection) with it.
 """
 
 from __future__ import annotations
 
-from workbench.analysis import projection
-from workbench.analysis.breakdown import (
-    effective_phase,
-    lane_table,
-    own_time_spans,
-    phase_breakdown,
-    rank_wall_time,
-)
-from workbench.analysis.compare import compare_runs
-from workbench.analysis.cpu_wait import cpu_wait_finding, cpu_wait_table
-from workbench.analysis.devices import device_findings, device_phase_spans, device_step_table, device_summary
-from workbench.analysis.findings import (
-    combine_findings,
-    findings,
-    missing_data_finding,
-    oversubscription_finding,
-    oversubscription_finding_from_meta,
-)
-from workbench.analysis.input import input_bound_level, input_findings, input_share, queue_exhaustion, step_times
-from workbench.analysis.keras_calls import call_memory_findings, keras_call_findings, keras_call_table
-from workbench.analysis.memory import memory_growth, memory_skew, memory_summary
-from workbench.analysis.method import BenchmarkMethod, measured_step_seconds, scaling_efficiency
-from workbench.analysis.pop import pop_metrics, pop_scaling, useful_phase_set
-from workbench.analysis.run_analysis import (
-    RunAnalysis,
-    analyse_run,
-    declared_ranks,
-    json_ready,
-    json_records,
-    lateness_summary,
-    run_header,
-    run_hosts,
-    with_hosts,
-    with_step_waits,
-)
-from workbench.analysis.scaling import (
-    IoOverhead,
-    io_overhead,
-    scaling_table,
-    step_throughput,
-    steps_per_rank,
-    summarise_repetitions,
-)
-from workbench.analysis.straggler import (
-    allreduce_lateness,
-    collective_intervals,
-    collective_split,
-    collective_summary,
-    communication_overlap,
-    step_correlation,
-    step_spans,
-    step_waits,
-    straggler_rows,
-    wait_spans,
-    with_derived_waits,
-)
-from workbench.analysis.whatif import WhatIf, estimate_eval_interval, estimate_sharded_evaluation
-from workbench.events import GOOD_EFFICIENCY, phase_order, rank_list, ranks_with_hosts
+import importlib
+from typing import Any
 
-__all__ = [
-    "GOOD_EFFICIENCY",
-    "BenchmarkMethod",
-    "IoOverhead",
-    "RunAnalysis",
-    "WhatIf",
-    "allreduce_lateness",
-    "analyse_run",
-    "call_memory_findings",
-    "collective_intervals",
-    "collective_split",
-    "collective_summary",
-    "combine_findings",
-    "communication_overlap",
-    "compare_runs",
-    "cpu_wait_finding",
-    "cpu_wait_table",
-    "declared_ranks",
-    "device_findings",
-    "device_phase_spans",
-    "device_step_table",
-    "device_summary",
-    "effective_phase",
-    "estimate_eval_interval",
-    "estimate_sharded_evaluation",
-    "findings",
-    "input_bound_level",
-    "input_findings",
-    "input_share",
-    "io_overhead",
-    "json_ready",
-    "json_records",
-    "keras_call_findings",
-    "keras_call_table",
-    "lane_table",
-    "lateness_summary",
-    "measured_step_seconds",
-    "memory_growth",
-    "memory_skew",
-    "memory_summary",
-    "missing_data_finding",
-    "oversubscription_finding",
-    "oversubscription_finding_from_meta",
-    "own_time_spans",
-    "phase_breakdown",
-    "phase_order",
-    "pop_metrics",
-    "pop_scaling",
-    "projection",
-    "queue_exhaustion",
-    "rank_list",
-    "rank_wall_time",
-    "ranks_with_hosts",
-    "run_header",
-    "run_hosts",
-    "scaling_efficiency",
-    "scaling_table",
-    "step_correlation",
-    "step_spans",
-    "step_throughput",
-    "step_times",
-    "step_waits",
-    "steps_per_rank",
-    "straggler_rows",
-    "summarise_repetitions",
-    "useful_phase_set",
-    "wait_spans",
-    "with_derived_waits",
-    "with_hosts",
-    "with_step_waits",
-]
+# the one name that is also a module's: importing the module sets the package's attribute to it, so the function
+# is bound here, after its module (light: pandas only)
+from workbench.analysis.findings import findings as findings
+
+#: Each public name and the module that defines it.
+_WHERE: dict[str, str] = {
+    "allreduce_lateness": "workbench.analysis.straggler",
+    "analyse_run": "workbench.analysis.run_analysis",
+    "BenchmarkMethod": "workbench.analysis.method",
+    "call_memory_findings": "workbench.analysis.keras_calls",
+    "collective_intervals": "workbench.analysis.straggler",
+    "collective_split": "workbench.analysis.straggler",
+    "collective_summary": "workbench.analysis.straggler",
+    "combine_findings": "workbench.analysis.findings",
+    "communication_overlap": "workbench.analysis.straggler",
+    "compare_runs": "workbench.analysis.compare",
+    "cpu_wait_finding": "workbench.analysis.cpu_wait",
+    "cpu_wait_table": "workbench.analysis.cpu_wait",
+    "declared_ranks": "workbench.analysis.run_analysis",
+    "device_findings": "workbench.analysis.devices",
+    "device_phase_spans": "workbench.analysis.devices",
+    "device_step_table": "workbench.analysis.devices",
+    "device_summary": "workbench.analysis.devices",
+    "effective_phase": "workbench.analysis.breakdown",
+    "estimate_eval_interval": "workbench.analysis.whatif",
+    "estimate_sharded_evaluation": "workbench.analysis.whatif",
+    "GOOD_EFFICIENCY": "workbench.events",
+    "idle_by_cause": "workbench.analysis.launches",
+    "kernel_launches": "workbench.analysis.launches",
+    "launch_findings": "workbench.analysis.launches",
+    "launch_summary": "workbench.analysis.launches",
+    "input_bound_level": "workbench.analysis.input",
+    "input_findings": "workbench.analysis.input",
+    "input_share": "workbench.analysis.input",
+    "io_overhead": "workbench.analysis.scaling",
+    "IoOverhead": "workbench.analysis.scaling",
+    "json_ready": "workbench.analysis.run_analysis",
+    "json_records": "workbench.analysis.run_analysis",
+    "keras_call_findings": "workbench.analysis.keras_calls",
+    "keras_call_table": "workbench.analysis.keras_calls",
+    "lane_table": "workbench.analysis.breakdown",
+    "lateness_summary": "workbench.analysis.run_analysis",
+    "measured_step_seconds": "workbench.analysis.method",
+    "memory_growth": "workbench.analysis.memory",
+    "memory_skew": "workbench.analysis.memory",
+    "memory_summary": "workbench.analysis.memory",
+    "missing_data_finding": "workbench.analysis.findings",
+    "oversubscription_finding": "workbench.analysis.findings",
+    "oversubscription_finding_from_meta": "workbench.analysis.findings",
+    "own_time_spans": "workbench.analysis.breakdown",
+    "phase_breakdown": "workbench.analysis.breakdown",
+    "phase_order": "workbench.events",
+    "pop_metrics": "workbench.analysis.pop",
+    "pop_scaling": "workbench.analysis.pop",
+    "projection": "workbench.analysis.projection",
+    "queue_exhaustion": "workbench.analysis.input",
+    "rank_list": "workbench.events",
+    "rank_wall_time": "workbench.analysis.breakdown",
+    "ranks_with_hosts": "workbench.events",
+    "run_header": "workbench.analysis.run_analysis",
+    "run_hosts": "workbench.analysis.run_analysis",
+    "RunAnalysis": "workbench.analysis.run_analysis",
+    "scaling_efficiency": "workbench.analysis.method",
+    "scaling_table": "workbench.analysis.scaling",
+    "step_correlation": "workbench.analysis.straggler",
+    "step_spans": "workbench.analysis.straggler",
+    "step_throughput": "workbench.analysis.scaling",
+    "step_times": "workbench.analysis.input",
+    "step_waits": "workbench.analysis.straggler",
+    "steps_per_rank": "workbench.analysis.scaling",
+    "straggler_rows": "workbench.analysis.straggler",
+    "summarise_repetitions": "workbench.analysis.scaling",
+    "useful_phase_set": "workbench.analysis.pop",
+    "wait_spans": "workbench.analysis.straggler",
+    "WhatIf": "workbench.analysis.whatif",
+    "with_derived_waits": "workbench.analysis.straggler",
+    "with_hosts": "workbench.analysis.run_analysis",
+    "with_step_waits": "workbench.analysis.run_analysis",
+}
+
+__all__ = sorted([*_WHERE, "findings"], key=str.lower)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'workbench.analysis' has no attribute {name!r}")
+    module = importlib.import_module(_WHERE[name])
+    value = module if _WHERE[name].endswith(f".{name}") else getattr(module, name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

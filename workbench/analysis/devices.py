@@ -221,6 +221,19 @@ TEMPORAL_COLUMNS: tuple[str, ...] = (
 )
 
 
+def without_last_step(activity: pd.DataFrame) -> pd.DataFrame:
+    """The activity less its last profiler step, as HTA reads a trace by default (the profiler's stop can cut off
+    what that step launched): the step's marker and GPU activity, and the host's rows from its start on."""
+    is_marker = (activity["kind"] == ev.STEP_MARKER).to_numpy()
+    if not is_marker.any():
+        return activity
+    last = int(activity["step"].to_numpy()[is_marker].max())
+    last_start = int(activity["start_ns"].to_numpy()[is_marker & (activity["step"].to_numpy() == last)].min())
+    on_host = (activity["device"] == "CPU").to_numpy() & ~is_marker
+    drop = (activity["step"].to_numpy() == last) | (on_host & (activity["start_ns"].to_numpy() >= last_start))
+    return activity[~drop]
+
+
 def temporal_breakdown(activity: pd.DataFrame, *, include_last_step: bool = False) -> pd.DataFrame:
     """Per GPU, the temporal breakdown and communication-computation overlap as Holistic Trace Analysis defines
     them (``TEMPORAL_COLUMNS``), so the two tools' numbers stand side by side on one trace.
@@ -231,10 +244,7 @@ def temporal_breakdown(activity: pd.DataFrame, *, include_last_step: bool = Fals
     by default, the activity of the last profiler step is left out (what its launches started can be cut off
     by the profiler's stop) unless ``include_last_step``.
     """
-    work = gpu_work(activity)
-    steps = activity.loc[(activity["kind"] == ev.STEP_MARKER).to_numpy(), "step"]
-    if not include_last_step and len(steps):
-        work = work[(work["step"] != int(steps.max())).to_numpy()]
+    work = gpu_work(activity if include_last_step else without_last_step(activity))
     if work.empty:
         return pd.DataFrame(columns=list(TEMPORAL_COLUMNS))
     codes, table = group_codes(work, ["rank", "host", "device"])

@@ -38,6 +38,7 @@ from workbench.analysis.keras_calls import (
     keras_call_findings,
     keras_call_table,
 )
+from workbench.analysis.launches import idle_by_cause, kernel_launches, launch_findings, launch_summary
 from workbench.analysis.memory import memory_summary
 from workbench.analysis.pop import POP_COLUMNS, pop_metrics, useful_phase_set
 from workbench.analysis.retracing import retracing_finding
@@ -205,7 +206,8 @@ def analyse_run(
     - ``counters`` (``Run.counters``): a serial Python generator behind tf.data that was busy nearly all of
       a rank's training is named (``analysis.input.python_input_finding``).
     - ``devices`` (``Run.devices``, GPU activity of imported profiles): per GPU busy, idle, communication hidden
-      or not (``analysis.devices``), and findings on idle, lagging and transfer-bound GPUs.
+      or not (``analysis.devices``), and findings on idle, lagging and transfer-bound GPUs, and on GPUs that
+      waited for their hosts to launch work (``analysis.launches``, where the trace ties launches to kernels).
     - Each rank's host comes from the events, else the memory samples, else ``rank_meta``
       (``Run.rank_meta``): per-rank tables get a ``host`` column, and when ranks ran on more than
       one host the findings name the host next to each rank ("rank 2 (node3)").
@@ -269,6 +271,10 @@ def analyse_run(
             gpus, gpu_steps, idle_devices=idle_devices, profile_s=wall_s, min_fraction=min_fraction
         )
         extra.append(combine_findings(pd.DataFrame(gpu_found)))
+        launch_found = launch_findings(
+            idle_by_cause(devices), launch_summary(kernel_launches(devices)), wall_s=wall_s, min_fraction=min_fraction
+        )
+        extra.append(combine_findings(pd.DataFrame(launch_found)))
     if len(in_flight) and gpus.empty:
         busiest = in_flight.sort_values("in_flight_s").iloc[-1]
         share = f"{busiest['in_flight_s'] / wall_s:.0%} of wall time, " if wall_s else ""

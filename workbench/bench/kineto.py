@@ -2,8 +2,9 @@
 
 Per step: a ``ProfilerStep#N`` annotation on the CPU, a ``cudaLaunchKernel`` per GPU activity (its
 ``correlation`` ties it to what it launched), a host-to-device copy, ``kernels`` compute kernels back to back
-on stream 7, and an NCCL allreduce on stream 20 that starts ``overlap_us`` before the last kernel ends. Every
-time is chosen, so the busy, idle, compute and overlap shares are known exactly (``made_kineto_truth``).
+on stream 7 (``kernel_gap_us`` apart), and an NCCL allreduce on stream 20 that starts ``overlap_us`` before the
+last kernel ends. Every time is chosen, so the busy, idle, compute and overlap shares, and the GPU's waits for
+the host (``launch_lead_us``), are known exactly.
 """
 
 from __future__ import annotations
@@ -28,6 +29,11 @@ class MadeKinetoStep:
     allreduce_us: int = 2000
     overlap_us: int = 1000
     step_us: int = 12000
+    #: idle between compute kernels
+    kernel_gap_us: int = 0
+    #: None: every launch call early in the step (the GPU never waits for the host); else every second activity's
+    #: call starts this long before the activity (a gap longer than it is the GPU waiting for the host)
+    launch_lead_us: int | None = None
 
     def busy_us(self, slow: float = 1.0) -> float:
         return self.copy_us + self.kernels * self.kernel_us * slow + self.allreduce_us - self.overlap_us
@@ -42,8 +48,12 @@ def write_made_kineto(
     slow_ranks: dict[int, float] | None = None,
     base_us: int = 1_700_000_000_000_000,
     compress: bool = False,
+    layout: str = "line",
 ) -> list[Path]:
-    """``ranks`` files ``rank-<r>.pt.trace.json[.gz]`` in ``folder``; a rank in ``slow_ranks`` computes slower."""
+    """``ranks`` files ``rank-<r>.pt.trace.json[.gz]`` in ``folder``; a rank in ``slow_ranks`` computes slower.
+
+    ``layout``: ``"line"`` (an event a line, as HTA's trace filter writes) or ``"libkineto"`` (a key a line, as
+    the PyTorch profiler itself writes)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -51,7 +61,7 @@ def write_made_kineto(
         slow = (slow_ranks or {}).get(rank, 1.0)
         kernel_us = step.kernel_us * slow
         records = []
-        correlation = 0
+        correlation = 1_000_000  # ids run high in real profiles (HTA 0.5 fails on small ones: int16 columns)
         for k in range(steps):
             t0 = base_us + k * step.step_us
             records.append(
@@ -59,12 +69,14 @@ def write_made_kineto(
                  "ts": t0, "dur": step.step_us - 1, "args": {}}
             )  # fmt: skip
             gpu = [(COPY, "gpu_memcpy", 7, t0, step.copy_us)]
-            gpu += [(KERNEL, "kernel", 7, t0 + step.copy_us + i * kernel_us, kernel_us) for i in range(step.kernels)]
-            compute_end = t0 + step.copy_us + step.kernels * kernel_us
+            pitch = kernel_us + step.kernel_gap_us
+            gpu += [(KERNEL, "kernel", 7, t0 + step.copy_us + i * pitch, kernel_us) for i in range(step.kernels)]
+            compute_end = t0 + step.copy_us + step.kernels * pitch - step.kernel_gap_us
             gpu.append((ALLREDUCE, "kernel", 20, compute_end - step.overlap_us, step.allreduce_us))
             for index, (name, category, stream, start, duration) in enumerate(gpu):
                 correlation += 1
-                launch = t0 + 1 + index  # launched early in the step, on the CPU
+                late = step.launch_lead_us is not None and index % 2 == 1
+                launch = start - step.launch_lead_us if late else t0 + 1 + index
                 records.append(
                     {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 100, "tid": 100,
                      "ts": launch, "dur": 1, "args": {"correlation": correlation}}
@@ -80,7 +92,20 @@ def write_made_kineto(
         }
         name = f"rank-{rank}.pt.trace.json" + (".gz" if compress else "")
         path = folder / name
-        text = json.dumps(document).encode()
+        text = (_libkineto_text(document) if layout == "libkineto" else json.dumps(document)).encode()
         path.write_bytes(gzip.compress(text, compresslevel=1) if compress else text)
         paths.append(path)
     return paths
+
+
+def _libkineto_text(document: dict) -> str:
+    """The document laid out as libkineto's ChromeTraceLogger writes it: each event over several lines."""
+
+    def event(record: dict) -> str:
+        keys = ",\n    ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in record.items() if k != "args")
+        args = ",\n      ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in record.get("args", {}).items())
+        return f"  {{\n    {keys},\n    \"args\": {{\n      {args}\n    }}\n  }}"
+
+    head = ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in document.items() if k != "traceEvents")
+    events = ",\n".join(event(record) for record in document["traceEvents"])
+    return f'{{\n{head},\n  "traceEvents": [\n{events}\n  ],\n  "traceName": "made"\n}}\n'

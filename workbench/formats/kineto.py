@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import pandas as pd
@@ -33,6 +33,7 @@ from workbench.formats.gpu_trace import (
     activity_kind,
     read_trace_bytes,
 )
+from workbench.formats.horovod_timeline import open_maybe_compressed
 
 #: Kineto's categories of GPU activity.
 GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
@@ -57,14 +58,15 @@ def is_kineto(data: Any) -> bool:
 def read_kineto_activity(path: str | Path) -> tuple[DeviceTrace, int | None, int | None]:
     """One rank's Kineto trace: its activity, and its rank and world size from ``distributedInfo`` (None if absent).
 
-    The events are read by Arrow's JSON reader (C++, both cores) once the array is cut into one record per
-    line; a file laid out otherwise (a record that does not start with ``"ph"`` or ``"name"``, nested
-    objects that look like record boundaries) is read by Python's ``json`` instead, with the same result.
+    The events are read by Arrow's JSON reader (C++, both cores) a part at a time, each part cut into one
+    record per line; a file laid out otherwise (a record that does not start with ``"ph"`` or ``"name"``,
+    nested objects that look like record boundaries) is read by Python's ``json`` instead, with the same
+    result. Each row keeps its ``correlation`` (a GPU activity's and the runtime call's that launched it).
     """
     path = Path(path)
-    text = read_trace_bytes(path)
-    columns = _arrow_columns(text)
+    columns = _arrow_columns(path)
     if columns is None:
+        text = read_trace_bytes(path)
         try:
             data = json.loads(text)
         except ValueError as error:
@@ -77,7 +79,7 @@ def read_kineto_activity(path: str | Path) -> tuple[DeviceTrace, int | None, int
     info = header.get("distributedInfo") or {}
     rank = int(info["rank"]) if str(info.get("rank", "")).lstrip("-").isdigit() else None
     world = int(info["world_size"]) if str(info.get("world_size", "")).isdigit() else None
-    base_us = float(header.get("baseTimeNanoseconds", 0) or 0) / 1000
+    base_ns = _whole_number(header.get("baseTimeNanoseconds"))
     host = _host_name(path, rank)
     category_codes, categories = columns["cat"]
     name_codes, names = columns["name"]
@@ -88,7 +90,7 @@ def read_kineto_activity(path: str | Path) -> tuple[DeviceTrace, int | None, int
     keep = where < 2
     on_gpu = where[keep] == 0
     name_codes, category_codes = name_codes[keep], category_codes[keep]
-    start_ns = np.round((columns["ts"][keep] + base_us) * 1000).astype(np.int64)
+    start_ns = _microseconds_to_ns(columns["ts"][keep]) + base_ns
     end_ns = np.maximum(start_ns + np.round(columns["dur"][keep] * 1000).astype(np.int64), start_ns)
     names = np.asarray([str(n) for n in names] or [""], dtype=object)
     step_of_name = np.asarray([int(m.group(1)) if (m := _STEP.match(n)) else -1 for n in names], np.int64)
@@ -120,6 +122,7 @@ def read_kineto_activity(path: str | Path) -> tuple[DeviceTrace, int | None, int
             "step": steps,
             "start_ns": start_ns,
             "end_ns": end_ns,
+            "correlation": columns["correlation"][keep],
         }
     )
     devices = sorted((d for d in device.categories if d.startswith("GPU")), key=lambda d: int(d.split(":")[1]))
@@ -141,46 +144,138 @@ _ARROW_SCHEMA = pa.schema(
 _BOUNDARY = re.compile(rb'\}\s*,\s*\{(?=\s*"(?:ph|name)")')
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[\s*')
 _ARRAY_END = re.compile(rb"\}\s*\]\s*(?:,|\})")
+#: Bytes read (decompressed) at a time: the file is never held whole, so memory stays near one part's columns.
+PART_BYTES = 16 << 20
+_LINE = b"}\n{"
 
 
-def _arrow_columns(text: bytes) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
-    """The header (every key but the events) and the events' columns, or None where the layout is not as expected."""
-    found = _EVENTS_KEY.search(text)
-    if found is None:
+class _NotAsExpected(Exception):
+    """The file is not laid out as the streaming reader expects: Python's ``json`` reads it instead."""
+
+
+def _arrow_columns(path: Path) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The header (every key but the events) and the events' columns, streamed ``PART_BYTES`` at a time; None
+    where the layout is not as expected (then the whole file goes through Python's ``json``).
+
+    Raw newlines inside a record are whitespace (JSON strings cannot hold them), so they become spaces:
+    libkineto's layout (one key per line) and a one-line file read alike. Each part is cut after its last
+    record, made one record per line and parsed by Arrow (C++, both cores); names and categories get codes
+    shared by all parts.
+    """
+    try:
+        with open_maybe_compressed(path) as handle:
+            return _stream_columns(handle)
+    except (_NotAsExpected, OSError, EOFError, pa.ArrowInvalid, pa.ArrowTypeError, ValueError):
         return None
-    body_start = found.end()
-    ends = list(_ARRAY_END.finditer(text, body_start))  # the last is the events' (the keys after are scalars)
+
+
+def _stream_columns(handle: BinaryIO) -> tuple[dict[str, Any], dict[str, Any]]:
+    buffer = b""
+    while (found := _EVENTS_KEY.search(buffer)) is None:
+        piece = handle.read(PART_BYTES)
+        if not piece or len(buffer) > 4 * PART_BYTES:
+            raise _NotAsExpected
+        buffer += piece
+    prefix = buffer[: found.start()]
+    pending = _one_line(buffer[found.end() :])
+    columns = _Columns()
+    while piece := handle.read(PART_BYTES):
+        pending += _one_line(piece)
+        split, cut = _records_split(pending, columns)
+        if cut < 0:
+            if len(pending) > 4 * PART_BYTES:  # no record ends in 64 MB: not a trace of records
+                raise _NotAsExpected
+            continue
+        pending = split[cut + 2 :]
+    ends = list(_ARRAY_END.finditer(pending))  # the last is the events' (the keys after are scalars)
     if not ends:
-        return None
-    end = ends[-1].start() + 1  # the last record's closing brace
-    try:
-        header = json.loads(text[: found.start()] + b'"traceEvents": []' + text[ends[-1].end() - 1 :])
-    except ValueError:
-        return None
-    body, boundaries = _BOUNDARY.subn(b"}\n{", text[body_start:end])  # one record per line
-    try:
+        raise _NotAsExpected
+    _records_split(pending[: ends[-1].start() + 1] + b"\n{", columns)
+    header = json.loads(prefix + b'"traceEvents": []' + pending[ends[-1].end() - 1 :])
+    return header, columns.arrays()
+
+
+#: Record boundaries as ``json.dumps`` writes them (HTA's trace filter), and as libkineto does once its newlines
+#: are spaces: replaced as plain bytes, much faster than the pattern, which is the fallback.
+_LAYOUT_BOUNDARIES = (b'}, {"', b'},   {     "')
+
+
+def _records_split(text: bytes, columns: _Columns) -> tuple[bytes, int]:
+    """``text`` (no newlines) with its records one a line, and the complete ones up to the last boundary added to
+    ``columns``: (the split text, where its last boundary is; -1 where none is). The layouts' plain boundaries are
+    tried first; where they split inside a record (a nested list of objects), the parse fails and the pattern,
+    which also wants the next record's first key, splits the text again."""
+    split = text
+    for boundary in _LAYOUT_BOUNDARIES:
+        split = split.replace(boundary, b'}\n{"')
+    cut = split.rfind(_LINE)
+    if cut >= 0:
+        try:
+            columns.add(split[: cut + 1])
+            return split, cut
+        except (_NotAsExpected, pa.ArrowInvalid):
+            pass
+    split = _BOUNDARY.sub(_LINE, text)
+    cut = split.rfind(_LINE)
+    if cut >= 0:
+        columns.add(split[: cut + 1])
+    return split, cut
+
+
+def _one_line(raw: bytes) -> bytes:
+    raw = raw.replace(b"\n", b" ")
+    return raw.replace(b"\r", b" ") if b"\r" in raw else raw
+
+
+class _Columns:
+    """The events' columns gathered part by part; strings as codes into labels shared by every part."""
+
+    NUMBERS = ("ts", "dur")
+    ARGS = ("device", "stream", "correlation")
+
+    def __init__(self) -> None:
+        self.labels: dict[str, dict[str, int]] = {"cat": {}, "name": {}}
+        self.parts: dict[str, list[np.ndarray]] = {k: [] for k in (*self.labels, *self.NUMBERS, *self.ARGS)}
+
+    def add(self, body: bytes) -> None:
+        """One part: complete records, one a line."""
         table = pa_json.read_json(
             pa.BufferReader(pa.py_buffer(body)),
             read_options=pa_json.ReadOptions(block_size=8 << 20),
             parse_options=pa_json.ParseOptions(explicit_schema=_ARROW_SCHEMA, unexpected_field_behavior="ignore"),
         )
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        return None
-    if table.num_rows != boundaries + 1:
-        return None
-    table = table.filter(pc.equal(table["ph"], "X"))
-    args = table["args"].combine_chunks()
-    category = pc.dictionary_encode(table["cat"]).combine_chunks()
-    name = pc.dictionary_encode(table["name"]).combine_chunks()
-    return header, {
-        "cat": (category.indices.fill_null(-1).to_numpy(zero_copy_only=False), category.dictionary.to_pylist()),
-        "name": (name.indices.fill_null(-1).to_numpy(zero_copy_only=False), name.dictionary.to_pylist()),
-        "ts": table["ts"].fill_null(0).to_numpy(zero_copy_only=False),
-        "dur": table["dur"].fill_null(0).to_numpy(zero_copy_only=False),
-        "device": args.field("device").fill_null(-1).to_numpy(zero_copy_only=False),
-        "stream": args.field("stream").fill_null(-1).to_numpy(zero_copy_only=False),
-        "correlation": args.field("correlation").fill_null(-1).to_numpy(zero_copy_only=False),
-    }
+        if table.num_rows != body.count(b"\n") + 1:  # a line that held two records, or none
+            raise _NotAsExpected
+        table = table.filter(pc.equal(table["ph"], "X"))
+        for key, labels in self.labels.items():
+            encoded = pc.dictionary_encode(table[key]).combine_chunks()
+            found = encoded.dictionary.to_pylist()
+            codes = np.asarray([labels.setdefault(label, len(labels)) for label in found] + [-1], np.int64)
+            self.parts[key].append(codes[encoded.indices.fill_null(len(found)).to_numpy(zero_copy_only=False)])
+        for key in self.NUMBERS:
+            self.parts[key].append(table[key].fill_null(0).to_numpy())
+        args = table["args"].combine_chunks()
+        for key in self.ARGS:
+            self.parts[key].append(args.field(key).fill_null(-1).to_numpy(zero_copy_only=False))
+
+    def arrays(self) -> dict[str, Any]:
+        out: dict[str, Any] = {k: np.concatenate(v) if v else np.zeros(0) for k, v in self.parts.items()}
+        for key, labels in self.labels.items():
+            out[key] = (out[key].astype(np.int64), list(labels))
+        return out
+
+
+def _whole_number(value: Any) -> int:
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _microseconds_to_ns(microseconds: np.ndarray) -> np.ndarray:
+    """Whole µs and their fraction apart: µs since the epoch times 1000 exceed float64's exact integers."""
+    whole = np.floor(microseconds)
+    return whole.astype(np.int64) * 1000 + np.round((microseconds - whole) * 1000).astype(np.int64)
 
 
 def _python_columns(records: list[Any]) -> dict[str, Any]:
