@@ -390,6 +390,11 @@ def empty_counters() -> pd.DataFrame:
     return COUNTER_SCHEMA.empty_table().to_pandas()
 
 
+def natural_order(text: str) -> tuple:
+    """A sort key that puts ``node2`` before ``node10`` (numbers in names compared as numbers)."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))
+
+
 def labelled_codes(codes: np.ndarray, labels: Sequence[object]) -> pd.Categorical:
     """Codes into labels that may repeat (two metadata ids of one name), as a categorical of the distinct labels:
     millions of rows of a few names with no string per row."""

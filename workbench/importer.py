@@ -24,7 +24,6 @@ The user's files are only read: no converter writes beside them; the run's folde
 
 from __future__ import annotations
 
-import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,9 +62,6 @@ class ImportResult:
     device_activities: int
     lines: list[str] = field(default_factory=list)
 
-
-def _natural(text: str) -> tuple:
-    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))
 
 
 def sniff(path: Path) -> str:
@@ -108,7 +104,7 @@ def discover(paths: list[str | Path]) -> list[tuple[str, Path]]:
             found += chosen
         else:
             found.append((sniff(path), path))
-    return sorted(found, key=lambda item: _natural(str(item[1])))
+    return sorted(found, key=lambda item: ev.natural_order(str(item[1])))
 
 
 def import_traces(paths: list[str | Path], *, out: str | Path | None = None, name: str | None = None) -> ImportResult:
@@ -178,7 +174,7 @@ def import_traces(paths: list[str | Path], *, out: str | Path | None = None, nam
         }
         source_facts.append(facts)
         lines.append(_timeline_line(timelines, timeline_info, written, error, len(unfinished)))
-    hosts = sorted(set(hosts_of_rank.values()), key=_natural)
+    hosts = sorted(set(hosts_of_rank.values()), key=ev.natural_order)
     contiguous = not hosts_of_rank or sorted(hosts_of_rank) == list(range(len(hosts_of_rank)))
     for rank in range(world) if contiguous else sorted(hosts_of_rank):
         write_rank_meta(run_path, rank, host=hosts_of_rank.get(rank, ""), source="import")
@@ -258,7 +254,7 @@ def _profile_facts(trace: DeviceTrace) -> dict[str, Any]:
         "format": trace.format,
         "host": trace.host,
         "devices": trace.devices,
-        "busy_devices": sorted(trace.activity.loc[working, "device"].unique(), key=_natural),
+        "busy_devices": sorted(trace.activity.loc[working, "device"].unique(), key=ev.natural_order),
         "activities": int(working.sum()),
         "steps": int((trace.activity["kind"] == ev.STEP_MARKER).sum()),
         "epoch_aligned": bool(trace.epoch_aligned and window is not None and window[0] > EPOCH_NS),
@@ -277,7 +273,8 @@ def _place_ranks(trace: DeviceTrace, *, first_rank: int) -> dict[tuple[str, str]
     """``{(host, device): rank}`` for every GPU of the profile that ran something, in GPU order."""
     working = trace.activity[trace.activity["kind"].isin(ev.GPU_KINDS).to_numpy()]
     _codes, pairs = group_codes(working, ["host", "device"])
-    ordered = sorted(zip(pairs["host"], pairs["device"]), key=lambda pair: (_natural(pair[0]), _natural(pair[1])))
+    pairs_in_order = zip(pairs["host"], pairs["device"])
+    ordered = sorted(pairs_in_order, key=lambda pair: (ev.natural_order(pair[0]), ev.natural_order(pair[1])))
     return {pair: first_rank + index for index, pair in enumerate(ordered)}
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import re
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -113,7 +112,7 @@ class _Layout:
         ranks_of: dict[str, list[int]] = {}
         for rank, host in sorted(self.host_of_rank.items()):
             ranks_of.setdefault(host, []).append(rank)
-        for order, host in enumerate(sorted(self.pid_of_host, key=_natural)):
+        for order, host in enumerate(sorted(self.pid_of_host, key=ev.natural_order)):
             pid = self.pid_of_host[host]
             label = f"{host or 'unknown host'} (ranks {ev.rank_list(ranks_of.get(host, []))})"
             yield {"ph": "M", "name": "process_name", "pid": pid, "args": {"name": label}}
@@ -127,17 +126,13 @@ class _Layout:
                 tid = THREADS_PER_RANK * rank + offset
                 yield {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}}
                 yield {"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": tid}}
-        for lane, tid in sorted(self.device_lanes.items(), key=lambda item: _natural(item[0])):
+        for lane, tid in sorted(self.device_lanes.items(), key=lambda item: ev.natural_order(item[0])):
             rank_text, device, stream = lane.split("|", 2)
             pid = self.pid_of_host.get(self.host_of_rank.get(int(rank_text), ""), 0)
             name = f"rank {rank_text} · {device} · {stream}"
             yield {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}}
             yield {"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": tid}}
 
-
-def _natural(text: str) -> tuple:
-    """``node2`` before ``node10``."""
-    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))
 
 
 def _json_strings(column: pa.ChunkedArray | pa.Array) -> pa.Array:
