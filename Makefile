@@ -16,7 +16,7 @@ export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: demo peers test test-fresh test-busy venv horovod mpich horovod-mpich browser slurm lint clean-venv
+.PHONY: demo peers check test test-fresh test-busy venv horovod mpich horovod-mpich browser slurm lint clean-venv
 
 demo: $(VENV)/.ready
 	$(BIN)/workbench doctor
@@ -106,6 +106,11 @@ slurm:
 
 lint: $(VENV)/.ready
 	$(BIN)/ruff check workbench tests benchmarks
+
+# The inner loop while changing code: lint and the unit tests (about 5 minutes on 2 cores, no MPI, no browser).
+# `make test` runs these and everything else.
+check: lint
+	$(BIN)/python -m pytest -q -x tests/unit
 
 clean-venv:
 	rm -rf $(VENV)

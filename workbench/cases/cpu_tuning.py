@@ -1,5 +1,5 @@
 """Case study "CPU tuning of an S-GAN with Horovod": threads, ranks x threads, runtime settings, MPI A/B,
-evaluation tied to the rank count (seed 002).
+evaluation tied to the rank count.
 
 The seed tuned an S-GAN on Xeon nodes: too many OpenMP + Eigen threads oversubscribed the cores; it
 swept ``OMP_NUM_THREADS``, TensorFlow's inter x intra-op threads (a heatmap with failed runs in
@@ -149,7 +149,7 @@ class CpuTuning(Case):
     name = "cpu-tuning"
     title = "CPU tuning of an S-GAN with Horovod: threads, ranks, runtime settings, MPI, evaluation"
     about = (
-        "S-GAN with Horovod: threads, inter x intra, ranks x threads, KMP/binding sets, MPI A/B, eval fix (seed 002)"
+        "S-GAN with Horovod: threads, inter x intra, ranks x threads, KMP/binding sets, MPI A/B, eval fix"
     )
     presets: Mapping[str, CpuTuningSettings] = {
         "ci": CpuTuningSettings(

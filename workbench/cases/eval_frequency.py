@@ -69,7 +69,7 @@ def parse_intervals(text: str) -> tuple[int, ...]:
 class EvalFrequency(Case):
     name = "eval-frequency"
     title = "Evaluation frequency"
-    about = "rank 0 evaluating every epoch stalls the other ranks; the fix and its what-if (seed 000: 2.18x)"
+    about = "rank 0 evaluating every epoch stalls the other ranks; the fix and its what-if (as published: 2.18x)"
     presets: Mapping[str, EvalFrequencySettings] = {
         # ci: 20 evaluations against 1, so that the fix's effect (~1.5-2x) stands clear of a shared machine's noise
         # on runs of a few seconds (at 6 epochs a loaded 2-core machine measured 0.96x on a 0.9 s run)

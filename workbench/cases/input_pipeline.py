@@ -1,4 +1,4 @@
-"""Case study "input pipeline": queue exhaustion on contested I/O, and the fixes (seed 003).
+"""Case study "input pipeline": queue exhaustion on contested I/O, and the fixes.
 
 The seed trained LeNet-5 on MNIST (batch 256) on an HPC system where ~16 jobs shared the file
 system: a step took ~50 ms with the standard asynchronous queue and ~3 ms with the data in memory
@@ -64,7 +64,7 @@ class InputPipelineSettings:
 class InputPipeline(Case):
     name = "input-pipeline"
     title = "Input pipeline: queue exhaustion on contested I/O"
-    about = "LeNet-5 fed by a queue from shared storage: threads, batch repetition, in-memory, tf.data (seed 003)"
+    about = "LeNet-5 fed by a queue from shared storage: threads, batch repetition, in-memory, tf.data"
     presets: Mapping[str, InputPipelineSettings] = {
         "ci": InputPipelineSettings(seconds=3.0, threads=(1,), intervals=(1, 8), tf_data=False, all_rank_counts=False),
         "reduced": InputPipelineSettings(seconds=5.0, threads=(1, 4), intervals=(1, 2, 4, 8, 16, 32)),

@@ -1,4 +1,4 @@
-"""Case study "POP metrics and scaling": a ResNet on BigEarthNet-shaped data with Horovod (seed 001).
+"""Case study "POP metrics and scaling": a ResNet on BigEarthNet-shaped data with Horovod.
 
 The seed profiled ResNet-50 on BigEarthNet (12 bands, 120x120, 43 labels) with Horovod on V100s:
 at 64 GPUs parallel efficiency 0.34, load balance ~0.99, communication efficiency 0.33 (48 GPUs:
@@ -74,7 +74,7 @@ class PopScalingSettings:
 class PopScaling(Case):
     name = "pop-scaling"
     title = "POP metrics and scaling: ResNet on BigEarthNet-shaped data"
-    about = "strong/weak scaling with POP metrics; sequential vs sharded test, input workers, offline data (seed 001)"
+    about = "strong/weak scaling with POP metrics; sequential vs sharded test, input workers, offline data"
     presets: Mapping[str, PopScalingSettings] = {
         "ci": PopScalingSettings("resnet-mini", 32, 8, 16, 64, 2, 64, weak_scaling=False),
         "reduced": PopScalingSettings("resnet-mini", 96, 16, 32, 384, 3, 384),

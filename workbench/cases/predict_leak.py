@@ -64,7 +64,7 @@ def parse_methods(text: str) -> tuple[str, ...]:
 class PredictLeak(Case):
     name = "predict-leak"
     title = "Does Model.predict leak? (predict-leak case)"
-    about = "per-rank memory growth of predict / predict_on_batch / model(x), with a leaking control (seed 002)"
+    about = "per-rank memory growth of predict / predict_on_batch / model(x), with a leaking control"
     presets: Mapping[str, PredictLeakSettings] = {
         "ci": PredictLeakSettings(iterations=40, warmup=10),  # the notebook test: seconds per rank
         "reduced": PredictLeakSettings(iterations=150, warmup=50),  # about a minute on 2 ranks of 2 cores

@@ -1,4 +1,4 @@
-"""Case study "parameter servers vs allreduce": InceptionV3, synthetic vs real data (seed 004).
+"""Case study "parameter servers vs allreduce": InceptionV3, synthetic vs real data.
 
 The seed benchmarked distributed TensorFlow with parameter servers (between-graph replication) on
 InceptionV3, in images/s, with a method: for each number of workers search the number of PS tasks
@@ -113,7 +113,7 @@ class PsVsAllreduce(Case):
     name = "ps-vs-allreduce"
     title = "Parameter servers vs allreduce: InceptionV3, synthetic vs real data"
     about = (
-        "InceptionV3 with ParameterServerStrategy (1..P PS) and Horovod allreduce; efficiency, I/O overhead (seed 004)"
+        "InceptionV3 with ParameterServerStrategy (1..P PS) and Horovod allreduce; efficiency, I/O overhead"
     )
     presets: Mapping[str, PsVsAllreduceSettings] = {
         "ci": PsVsAllreduceSettings(

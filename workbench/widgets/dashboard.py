@@ -18,7 +18,6 @@ import time
 import warnings
 from collections import deque
 from collections.abc import Callable, Mapping
-from types import ModuleType
 from typing import Any, Protocol
 
 import ipywidgets as w
@@ -115,15 +114,9 @@ def default_analyse() -> tuple[Analyse | None, str]:
     missing or broken.
     """
     try:
-        found: Any = importlib.import_module("workbench.analysis")
-        found = getattr(found, "phase_breakdown", None) or importlib.import_module("workbench.analysis.phase_breakdown")
+        return importlib.import_module("workbench.analysis.breakdown").phase_breakdown, ""
     except Exception as exc:
         return None, f"{type(exc).__name__}: {exc}"
-    if isinstance(found, ModuleType):
-        found = getattr(found, "phase_breakdown", None) or getattr(found, "breakdown", None)
-    if not callable(found):
-        return None, "workbench.analysis has no phase_breakdown function"
-    return found, ""
 
 
 def default_refresh(source: Source) -> tuple[float, str | None]:
