@@ -590,7 +590,7 @@ def _after_horovod_init(horovod: Any) -> None:
             return
         from mpi4py import MPI
 
-        from workbench.bench.link import LINK_CHECK_MAX_RANKS, link_bandwidth, rank_links
+        from workbench.links import LINK_CHECK_MAX_RANKS, link_bandwidth, rank_links
 
         world = MPI.COMM_WORLD
         if world.Get_size() != horovod.size():

@@ -327,12 +327,12 @@ class Cluster(AsyncFirst):
         return self
 
     def _measure_links(self) -> dict[int, dict[str, Any]]:
-        """Ranks on several hosts: each rank's link speed, measured once at start (``links``; see bench.link).
+        """Ranks on several hosts: each rank's link speed, measured once at start (``links``; see ``workbench.links``).
 
         Runs record it, so a slow node's link is a finding. Empty on one host, or above
         ``LINK_CHECK_MAX_RANKS`` ranks (it exchanges with two partners per rank, one pair at a time).
         """
-        from workbench.bench.link import LINK_CHECK_MAX_RANKS, link_bandwidth, rank_links
+        from workbench.links import LINK_CHECK_MAX_RANKS, link_bandwidth, rank_links
 
         hosts = set(self.rank_hosts.values())
         if len(hosts) < 2 or len(self.rank_hosts) > LINK_CHECK_MAX_RANKS:

@@ -209,6 +209,9 @@ GPU_KINDS: tuple[str, ...] = (KERNEL, COLLECTIVE, *COPY_KINDS, MEMSET)
 #: The host's side of a PyTorch (Kineto) trace: CPU operators and annotations, CUDA runtime calls.
 CPU_OP, RUNTIME = "cpu_op", "runtime"
 DEVICE_KINDS: tuple[str, ...] = (*GPU_KINDS, STEP_MARKER, CPU_OP, RUNTIME)
+#: Name of the spans ``formats.tf_profile`` makes of a TF profile (one per Horovod kernel, start to done); the
+#: straggler analysis reads them as collectives in flight.
+TF_PROFILER_SPAN = "tf_horovod_wait"
 #: Counters every rank's recorder writes with its heartbeat (about once a second), each since the last beat:
 #: the process's CPU % (all its threads; 150 = one and a half cores)
 CPU_PERCENT = "rank.cpu_percent"

@@ -66,8 +66,6 @@ ARRIVAL = "arrival"
 STEP_LENGTH = "step_length"
 BETWEEN_COLLECTIVES = "between_collectives"
 TF_PROFILER = "tf_profiler"
-#: Name of the spans ``formats.tf_profile`` imports (one per Horovod kernel, start to done).
-TF_PROFILER_SPAN = "tf_horovod_wait"
 #: How each kind of evidence is named in findings.
 EVIDENCE_TEXT = {
     TF_PROFILER: "TF profiler's Horovod kernel waits",
@@ -511,7 +509,7 @@ def profiler_waits(events: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     the time the others were blocked for it. Only steps every rank traced: ``step, rank,
     wait_from_profiler``.
     """
-    traced = events[(events["phase"] == ev.IN_FLIGHT) & (events["name"] == TF_PROFILER_SPAN)]
+    traced = events[(events["phase"] == ev.IN_FLIGHT) & (events["name"] == ev.TF_PROFILER_SPAN)]
     if traced.empty:
         return pd.DataFrame(columns=["step", "rank", "wait_from_profiler"])
     parts = []

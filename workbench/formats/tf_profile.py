@@ -28,14 +28,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from workbench.analysis.straggler import TF_PROFILER_SPAN
+from workbench import events as ev
 from workbench.autorecord import TF_PROFILE_CLOCK_MARK
 from workbench.events import IN_FLIGHT, events_frame
 
 TF_PROFILE_DIR = "tf_profile"
 CLOCK_FILE = "clock.json"
 #: Name of the imported spans (``analysis.straggler`` reads them); ``detail``: the kernel and the tensor.
-SPAN_NAME = TF_PROFILER_SPAN
+SPAN_NAME = ev.TF_PROFILER_SPAN
 #: The clock marks the recorder writes into the trace.
 CLOCK_MARK = TF_PROFILE_CLOCK_MARK
 

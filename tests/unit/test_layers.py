@@ -1,0 +1,92 @@
+"""The layers as drawn: no module imports one from a layer above its own (imports inside functions included).
+
+Every module of the package has a layer here; a new module without one fails until it is given one, and the
+README's layer table names every layer's modules.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "workbench"
+README = PACKAGE.parent / "README.md"
+
+#: Layers, lowest first: what each may import is its own layer and those below.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("foundation", ("events", "config", "placement", "hostspeed", "slurm")),
+    ("store", ("store",)),
+    ("collect", ("recorder", "cpu_probe", "_keras", "autorecord", "_profile_boot", "links", "formats", "datasets",
+                 "workloads")),
+    ("analyse", ("analysis",)),
+    ("draw", ("figures",)),
+    ("present", ("widgets", "text", "report")),
+    ("run", ("cluster", "minicluster", "faults", "profile", "importer", "experiment", "cases")),
+    ("measure and commands", ("bench", "nodes", "commands", "cli", "api", "__init__")),
+)  # fmt: skip
+LAYER_OF = {part: index for index, (_name, parts) in enumerate(LAYERS) for part in parts}
+
+
+def _part(module: str) -> str:
+    """The module's top part under the package: ``workbench.analysis.devices`` -> ``analysis``."""
+    pieces = module.split(".")
+    return pieces[1] if len(pieces) > 1 else "__init__"
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        pieces = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if pieces[-1] == "__init__" and len(pieces) > 1:
+            pieces = pieces[:-1]
+        found[".".join(pieces)] = path
+    return found
+
+
+def _imports(path: Path, known: set[str]) -> list[tuple[int, str]]:
+    """(line, module) of every import of the package in the file, ``from workbench import x`` as ``workbench.x``
+    where x is a module."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, alias.name) for alias in node.names if alias.name.split(".")[0] == "workbench"]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "workbench":
+            for alias in node.names:
+                candidate = f"{node.module}.{alias.name}"
+                out.append((node.lineno, candidate if candidate in known else node.module))
+    return out
+
+
+def test_every_module_has_a_layer():
+    missing = sorted({_part(module) for module in _modules()} - set(LAYER_OF))
+    assert not missing, f"give these a layer in tests/unit/test_layers.py LAYERS: {missing}"
+
+
+def test_no_import_runs_up_a_layer():
+    modules = _modules()
+    known = set(modules)
+    upward: set[str] = set()
+    for module, path in modules.items():
+        own = LAYER_OF.get(_part(module))
+        if own is None:
+            continue
+        for line, target in _imports(path, known):
+            theirs = LAYER_OF.get(_part(target), own)
+            if theirs > own:
+                upward.add(
+                    f"{path.relative_to(PACKAGE.parent)}:{line} ({LAYERS[own][0]}) imports {target}"
+                    f" ({LAYERS[theirs][0]})"
+                )
+    assert not upward, "imports up a layer:\n" + "\n".join(sorted(upward))
+
+
+def test_the_readme_layer_table_names_every_module_group():
+    text = README.read_text()
+    start = text.index("| layer |")
+    table = text[start : text.index("\n\n", start)]
+    for name, parts in LAYERS:
+        assert f"| {name} |" in table, f"README's layer table lacks the {name!r} layer"
+        for part in parts:
+            if part == "__init__":
+                continue
+            assert f"{part}" in table, f"README's layer table does not name {part!r} (layer {name!r})"
