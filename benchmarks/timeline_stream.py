@@ -43,7 +43,7 @@ print(json.dumps({"seconds": seconds, "events": imported, "line": line, "rss_bef
 """
 _LATENESS = """
 import json, sys, time
-from workbench.analysis.split import analyse_split, peak_rss
+from workbench.rank_groups import analyse_split, peak_rss
 start = time.perf_counter()
 result = analyse_split(sys.argv[1], group_ranks=32, workers=2)
 seconds = time.perf_counter() - start

@@ -510,7 +510,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--split",
         action="store_true",
         help="a large job (8 ranks a node, slow nodes, late ranks) analysed at once and in rank groups"
-        " (analysis.split), side by side",
+        " (workbench.rank_groups), side by side",
     )
     analysis.add_argument("--workers", default="0,2", help="--split: local worker counts to time (0: in-process)")
     analysis.add_argument("--group-ranks", type=int, default=32, help="--split: ranks per group")

@@ -280,7 +280,7 @@ RANKS_SHOWN = 10
 
 
 def format_split_analysis(result: Any, *, width: int = WIDTH, shown: int = RANKS_SHOWN) -> str:
-    """A run analysed in rank groups (``analysis.split.SplitAnalysis``): header, POP, findings, and per table
+    """A run analysed in rank groups (``rank_groups.SplitAnalysis``): header, POP, findings, and per table
     only the ``shown`` ranks that matter most (most compute; latest to the allreduce). ``--json`` has them all."""
     lines = format_header(result.header)
     lines.append(

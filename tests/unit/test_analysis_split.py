@@ -17,8 +17,8 @@ from workbench.analysis import (
     with_hosts,
 )
 from workbench.analysis.findings import EventFacts, event_facts
-from workbench.analysis.split import analyse_split, close_group, rank_groups
 from workbench.bench.analysis import synthetic_events, write_run, write_synthetic_run
+from workbench.rank_groups import analyse_split, close_group, rank_groups
 from workbench.store import Run, create_run, update_run_meta
 
 JOB = {"ranks_per_node": 4, "slow_nodes": 1, "straggler_share": 0.02}

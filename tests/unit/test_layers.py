@@ -21,7 +21,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("analyse", ("analysis",)),
     ("draw", ("figures",)),
     ("present", ("widgets", "text", "report")),
-    ("run", ("cluster", "minicluster", "faults", "profile", "importer", "experiment", "cases")),
+    ("run", ("cluster", "minicluster", "faults", "profile", "importer", "rank_groups", "experiment", "cases")),
     ("measure and commands", ("bench", "nodes", "commands", "cli", "api", "__init__")),
 )  # fmt: skip
 LAYER_OF = {part: index for index, (_name, parts) in enumerate(LAYERS) for part in parts}

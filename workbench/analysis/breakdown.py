@@ -89,7 +89,7 @@ def breakdown_from_lanes(table: pd.DataFrame, by: Sequence[str] = ("rank",)) -> 
     """``phase_breakdown``'s long format from a ``lane_table`` (which must hold the columns of ``by``).
 
     Apart so that lane tables computed where the data is (one per rank group, see
-    ``analysis.split``) are reshaped by the same code as a whole run's.
+    ``workbench.rank_groups``) are reshaped by the same code as a whole run's.
     """
     by = _check_by(by)
     runs = table["run_id"].unique()

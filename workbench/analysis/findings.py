@@ -52,7 +52,7 @@ BYTES_PER_GB = 1_000 * ev.BYTES_PER_MB
 class EventFacts:
     """What findings read from the events themselves, beyond the breakdown: small, and mergeable.
 
-    Each field is per rank or a sum, so facts of rank groups computed apart (``analysis.split``)
+    Each field is per rank or a sum, so facts of rank groups computed apart (``workbench.rank_groups``)
     merge into exactly the facts of the whole run (``merge``).
     """
 
@@ -470,7 +470,7 @@ def findings(
     "rank"), ranks=ranks)`` (likewise). ``hosts`` (``{rank: host}``, default: the events' ``host``
     column): with more than one host, texts name each rank's host. ``facts`` (``event_facts(events)``,
     computed when not given) is all that is read from ``events`` beyond ``breakdown`` and ``pop``: with
-    all three given, ``events`` may be empty (``analysis.split`` merges them from rank groups). No
+    all three given, ``events`` may be empty (``workbench.rank_groups`` merges them from rank groups). No
     findings: an empty frame with the same columns.
     """
     if breakdown is None:

@@ -236,7 +236,7 @@ _CHILD = """
 import json, os, sys, time
 os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[-1]})  # one core
 from workbench.analysis import findings, phase_breakdown, pop_metrics
-from workbench.analysis.split import peak_rss  # VmHWM: starts afresh with exec, unlike ru_maxrss
+from workbench.rank_groups import peak_rss  # VmHWM: starts afresh with exec, unlike ru_maxrss
 from workbench.store import Run
 cpu = time.process_time()
 started = time.perf_counter()
@@ -316,7 +316,7 @@ JOB_SHAPE: dict[str, Any] = {"ranks_per_node": 8, "slow_nodes": 3, "straggler_sh
 
 _SPLIT_CHILD = """
 import json, os, sys, time
-from workbench.analysis.split import analyse_split, peak_rss
+from workbench.rank_groups import analyse_split, peak_rss
 path, group_ranks, workers = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 cpu = time.process_time()
 started = time.perf_counter()
@@ -336,7 +336,7 @@ _WHOLE_CHILD = """
 import json, sys, time
 from workbench import events as ev
 from workbench.analysis import allreduce_lateness, findings, lateness_summary, phase_breakdown, pop_metrics
-from workbench.analysis.split import peak_rss
+from workbench.rank_groups import peak_rss
 from workbench.store import Run
 cpu = time.process_time()
 started = time.perf_counter()

@@ -31,7 +31,7 @@ def analyse_command(
 ) -> int:
     """Analyse one recorded run: print text (or JSON), optionally write the HTML report.
 
-    With ``workers`` (or ``group_ranks``) the run is analysed in rank groups (``analysis.split``): for
+    With ``workers`` (or ``group_ranks``) the run is analysed in rank groups (``workbench.rank_groups``): for
     runs of hundreds of ranks that do not fit one process. Without them, a run too large for this
     machine's free memory (``whole_run_fits``) is analysed in rank groups anyway, said in one line.
     """
@@ -41,7 +41,7 @@ def analyse_command(
             print(line, file=sys.stderr)
             workers = max(1, min(2, os.cpu_count() or 1))
     if workers is not None or group_ranks is not None:
-        from workbench.analysis.split import DEFAULT_GROUP_RANKS, analyse_split
+        from workbench.rank_groups import DEFAULT_GROUP_RANKS, analyse_split
         from workbench.text import format_split_analysis
 
         split = analyse_split(run_dir, group_ranks=group_ranks or DEFAULT_GROUP_RANKS, workers=workers or None)
