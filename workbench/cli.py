@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from workbench.bench import BENCHMARKS
 from workbench.config import MPI_IMPLEMENTATIONS
 from workbench.placement import PIN_GPUS
 
@@ -25,95 +26,6 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     from workbench.commands import doctor
 
     return doctor.main(as_json=args.json, quiet=args.quiet)
-
-
-def _cmd_bench_allreduce(args: argparse.Namespace) -> int:
-    from workbench.bench import allreduce
-    from workbench.config import ClusterConfig
-
-    config = ClusterConfig(n=args.ranks, mpi=args.mpi, horovod_cycle_time_ms=args.cycle_time_ms, bind_to=args.bind_to)
-    rows = allreduce.run(args.ranks, config=config, min_seconds=args.min_seconds)
-    if args.json:
-        _print_json(rows)
-    else:
-        print(f"allreduce on {args.ranks} ranks ({args.mpi}); busbw = algbw * 2(n-1)/n")
-        print(allreduce.format_table(rows))
-    return 0
-
-
-def _cmd_bench_overhead(args: argparse.Namespace) -> int:
-    from workbench.bench import overhead
-
-    result = overhead.run(repetitions=args.repetitions, steps=args.steps, tf_threads=args.tf_threads)
-    _print_json(result) if args.json else print(overhead.format_result(result))
-    return 0
-
-
-def _cmd_bench_analysis(args: argparse.Namespace) -> int:
-    from workbench.bench import analysis
-
-    if args.split:
-        try:
-            workers = tuple(int(n) for n in args.workers.split(","))
-        except ValueError:
-            problem = f"--workers {args.workers!r}: give worker counts like 0,2 (0: in the process itself)"
-            raise SystemExit(problem) from None
-        result = analysis.run_split(
-            events=args.events,
-            ranks=args.ranks,
-            workers=workers,
-            group_ranks=args.group_ranks,
-            repeats=args.repeats,
-            whole=not args.no_whole,
-        )
-        _print_json(result) if args.json else print(analysis.format_split(result))
-        return 0
-    result = analysis.run(
-        events=args.events, ranks=args.ranks, repeats=args.repeats, categorical=args.strings == "categorical"
-    )
-    _print_json(result) if args.json else print(analysis.format_result(result))
-    return 0
-
-
-def _cmd_bench_timeline(args: argparse.Namespace) -> int:
-    from workbench.bench import timeline
-
-    result = timeline.run(args.mb, path=args.path)
-    _print_json(result) if args.json else print(timeline.format_result(result))
-    return 0
-
-
-def _cmd_bench_horovod_step(args: argparse.Namespace) -> int:
-    from workbench.bench import horovod_step
-
-    result = horovod_step.run(steps=args.steps, rounds=args.rounds)
-    _print_json(result) if args.json else print(horovod_step.format_result(result))
-    return 0
-
-
-def _cmd_bench_redraw(args: argparse.Namespace) -> int:
-    from workbench.bench import redraw
-
-    result = redraw.run(ranks=args.ranks, spans_per_rank=args.spans_per_rank)
-    _print_json(result)
-    return 0
-
-
-def _cmd_bench_live(args: argparse.Namespace) -> int:
-    from workbench.bench import live
-
-    result = live.run(
-        ranks=args.ranks,
-        seconds=args.seconds,
-        step_s=args.step_s,
-        refresh_s=args.refresh_s,
-        flush_s=args.flush_s,
-        processes=args.feed_processes,
-        ranks_per_host=args.ranks_per_host,
-        slow_host=args.slow_host,
-    )
-    _print_json(result) if args.json else print(live.format_result(result))
-    return 0 if not result["dashboard_error"] else 1
 
 
 def _typed(parse: Callable[[str], Any]) -> Callable[[str], Any]:
@@ -451,17 +363,6 @@ def _cmd_project(args: argparse.Namespace) -> int:
     )
 
 
-def _cmd_bench_projection(args: argparse.Namespace) -> int:
-    from workbench.bench import projection
-    from workbench.config import ConfigError
-
-    if args.sweeps and not args.nodes:
-        raise ConfigError("--sweeps names sweeps on a miniature cluster's nodes: give it with --nodes")
-    return projection.main(
-        as_json=args.json, allreduce_json=args.allreduce, seeds=args.seeds, nodes=args.nodes, sweeps=args.sweeps
-    )
-
-
 def _cmd_compare(args: argparse.Namespace) -> int:
     from workbench.commands.compare import compare_command
 
@@ -479,98 +380,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="benchmarks behind the README's figures")
     bench_sub = bench.add_subparsers(dest="bench_name", required=True)
-    allreduce = bench_sub.add_parser("allreduce", help="allreduce bus bandwidth: MPI beside Horovod")
-    allreduce.add_argument("--ranks", type=int, default=2)
-    allreduce.add_argument("--mpi", choices=("openmpi", "mpich"), default="openmpi")
-    allreduce.add_argument("--cycle-time-ms", type=float, default=None, help="HOROVOD_CYCLE_TIME")
-    allreduce.add_argument("--bind-to", default=None, help="mpiexec binding (core, none, ...)")
-    allreduce.add_argument("--min-seconds", type=float, default=0.25, help="time measured per size and library")
-    allreduce.add_argument("--json", action="store_true")
-    allreduce.set_defaults(handler=_cmd_bench_allreduce)
-    overhead = bench_sub.add_parser("overhead", help="training throughput with and without recording")
-    overhead.add_argument(
-        "--repetitions", type=int, default=480, help="paired blocks (1600 of 25 steps resolve ±0.5 %% here)"
-    )
-    overhead.add_argument("--steps", type=int, default=25, help="steps per block (short blocks pair best)")
-    overhead.add_argument(
-        "--tf-threads", type=int, default=None, help="TensorFlow's intra/inter-op threads (1: no spin-wait noise)"
-    )
-    overhead.add_argument("--json", action="store_true")
-    overhead.set_defaults(handler=_cmd_bench_overhead)
-    analysis = bench_sub.add_parser(
-        "analysis", help="load + breakdown + POP + findings of a stored run (1 M events), one core, peak RSS"
-    )
-    analysis.add_argument("--events", type=int, default=1_000_000)
-    analysis.add_argument("--ranks", type=int, default=8)
-    analysis.add_argument("--repeats", type=int, default=3, help="fresh processes; the fastest is reported")
-    analysis.add_argument(
-        "--strings", choices=("categorical", "object"), default="categorical", help="Run.load's string columns"
-    )
-    analysis.add_argument(
-        "--split",
-        action="store_true",
-        help="a large job (8 ranks a node, slow nodes, late ranks) analysed at once and in rank groups"
-        " (workbench.rank_groups), side by side",
-    )
-    analysis.add_argument("--workers", default="0,2", help="--split: local worker counts to time (0: in-process)")
-    analysis.add_argument("--group-ranks", type=int, default=32, help="--split: ranks per group")
-    analysis.add_argument("--no-whole", action="store_true", help="--split: skip the run analysed at once")
-    analysis.add_argument("--json", action="store_true")
-    analysis.set_defaults(handler=_cmd_bench_analysis)
-    timeline = bench_sub.add_parser("timeline", help="Horovod timeline import: MB/s and peak memory")
-    timeline.add_argument("--mb", type=float, default=300.0, help="size of the synthetic timeline written first")
-    timeline.add_argument("--path", default=None, help="import this timeline instead of a synthetic one")
-    timeline.add_argument("--json", action="store_true")
-    timeline.set_defaults(handler=_cmd_bench_timeline)
-    horovod_step = bench_sub.add_parser(
-        "horovod-step", help="Horovod's cost per step on 2 ranks: grouped, fused, in-graph, cycle times"
-    )
-    horovod_step.add_argument("--steps", type=int, default=300, help="steps per timed block")
-    horovod_step.add_argument("--rounds", type=int, default=5, help="interleaved rounds; the median is reported")
-    horovod_step.add_argument("--json", action="store_true")
-    horovod_step.set_defaults(handler=_cmd_bench_horovod_step)
-    redraw = bench_sub.add_parser("redraw", help="timeline build and widget update with 8 x 10 000 spans")
-    redraw.add_argument("--ranks", type=int, default=8)
-    redraw.add_argument("--spans-per-rank", type=int, default=10_000)
-    redraw.add_argument("--json", action="store_true")
-    redraw.set_defaults(handler=_cmd_bench_redraw)
-    live = bench_sub.add_parser(
-        "live", help="the live dashboard following a synthetic job (64 ranks; 1 024 with --ranks): refresh, latency"
-    )
-    live.add_argument("--ranks", type=int, default=64)
-    live.add_argument("--seconds", type=float, default=30.0, help="how long the dashboard follows the job")
-    live.add_argument("--step-s", type=float, default=0.1, help="each rank's step length (3 spans per step)")
-    live.add_argument("--refresh-s", type=float, default=0.5, help="the dashboard's refresh period")
-    live.add_argument("--flush-s", type=float, default=0.5, help="each rank's flush period (one part file per flush)")
-    live.add_argument("--feed-processes", type=int, default=1, help="processes writing the ranks' files")
-    live.add_argument("--ranks-per-host", type=int, default=None, help="ranks on each host (default: one host)")
-    live.add_argument("--slow-host", type=int, default=None, help="this host's ranks compute 25 %% slower")
-    live.add_argument("--json", action="store_true")
-    live.set_defaults(handler=_cmd_bench_live)
-    projection_bench = bench_sub.add_parser(
-        "projection", help="scaling projection checked against saved sweeps (artifacts/) and the seeds"
-    )
-    projection_bench.add_argument("--allreduce", default=None, metavar="FILE", help="bench allreduce --json to fit")
-    projection_bench.add_argument("--json", action="store_true")
-    projection_bench.add_argument(
-        "--seeds",
-        action="store_true",
-        help="only the seeds' clusters (004, 001) described without a run, beside their published tables",
-    )
-    projection_bench.add_argument(
-        "--nodes",
-        action="store_true",
-        help="only the sweeps on a miniature cluster's nodes (artifacts/nodes-*), each count from its 1-node run",
-    )
-    projection_bench.add_argument(
-        "--sweeps",
-        nargs="+",
-        default=None,
-        metavar="GLOB",
-        help="with --nodes: these sweeps instead, a glob per sweep matching its repetitions "
-        "(e.g. 'runs/nodes-eval-frequency-1gbit-r*'); the case is read from each sweep.json",
-    )
-    projection_bench.set_defaults(handler=_cmd_bench_projection)
+    for benchmark in BENCHMARKS:
+        benchmark.add_to(bench_sub)
 
     run = sub.add_parser(
         "run",

@@ -66,3 +66,24 @@ def test_allreduce_rows_are_read_plain_or_as_saved_and_bad_files_are_one_error(t
         read_rows(tmp_path / "other.json")
     with pytest.raises(ValueError, match="cannot be read as JSON"):
         read_rows(tmp_path / "missing.json")
+
+
+def test_every_benchmark_is_registered_once_and_each_is_a_command():
+    """``workbench bench NAME`` for each entry of ``bench.BENCHMARKS``, and no bench module with a ``command``
+    left out of it: the registry is the one list."""
+    import importlib
+    from pathlib import Path
+
+    from workbench.bench import BENCHMARKS, benchmark
+    from workbench.cli import build_parser
+
+    names = [entry.name for entry in BENCHMARKS]
+    assert len(names) == len(set(names))
+    folder = Path(importlib.import_module("workbench.bench").__file__).parent
+    with_command = {f"workbench.bench.{p.stem}" for p in folder.glob("*.py") if "\ndef command(" in p.read_text()}
+    assert with_command == {entry.module for entry in BENCHMARKS}
+    parser = build_parser()
+    for entry in BENCHMARKS:
+        assert callable(importlib.import_module(entry.module).command)
+        parsed = parser.parse_args(["bench", entry.name, "--json"])
+        assert parsed.json and parsed.handler.__self__ is benchmark(entry.name)

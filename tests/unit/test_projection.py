@@ -489,7 +489,7 @@ def test_cli_parses_project_and_bench_projection():
     args = build_parser().parse_args(["project", "a", "b", "--ranks", "8,16", "--network", "nvlink", "--json"])
     assert args.run_dirs == ["a", "b"] and args.ranks == "8,16" and args.network == "nvlink" and args.json
     bench = build_parser().parse_args(["bench", "projection", "--json"])
-    assert bench.json and bench.handler.__name__ == "_cmd_bench_projection"
+    assert bench.json and bench.handler.__self__.name == "projection"
     from workbench.commands.project import parse_ranks
 
     assert parse_ranks("8,16,32") == [8, 16, 32]

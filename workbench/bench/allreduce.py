@@ -243,5 +243,16 @@ def _main() -> None:
         Path(args.out).write_text(json.dumps(rows))
 
 
+def command(args: argparse.Namespace) -> int:
+    """``workbench bench allreduce``."""
+    from workbench.bench import print_result
+
+    config = ClusterConfig(n=args.ranks, mpi=args.mpi, horovod_cycle_time_ms=args.cycle_time_ms, bind_to=args.bind_to)
+    rows = run(args.ranks, config=config, min_seconds=args.min_seconds)
+    header = f"allreduce on {args.ranks} ranks ({args.mpi}); busbw = algbw * 2(n-1)/n\n"
+    print_result(rows, args, lambda found: header + format_table(found))
+    return 0
+
+
 if __name__ == "__main__":
     _main()

@@ -11,6 +11,7 @@ A fresh process keeps the figure free of the generator's memory.
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -439,3 +440,28 @@ def format_split(result: dict) -> str:
             f" peak {mode['peak_rss_mb']:.0f} MB{latest}"
         )
     return "\n".join(lines)
+
+
+def command(args: argparse.Namespace) -> int:
+    """``workbench bench analysis``: one run analysed whole, or with ``--split`` also in rank groups."""
+    from workbench.bench import print_result
+
+    if args.split:
+        try:
+            workers = tuple(int(n) for n in args.workers.split(","))
+        except ValueError:
+            problem = f"--workers {args.workers!r}: give worker counts like 0,2 (0: in the process itself)"
+            raise SystemExit(problem) from None
+        result = run_split(
+            events=args.events,
+            ranks=args.ranks,
+            workers=workers,
+            group_ranks=args.group_ranks,
+            repeats=args.repeats,
+            whole=not args.no_whole,
+        )
+        print_result(result, args, format_split)
+        return 0
+    result = run(events=args.events, ranks=args.ranks, repeats=args.repeats, categorical=args.strings == "categorical")
+    print_result(result, args, format_result)
+    return 0

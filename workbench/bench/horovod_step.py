@@ -16,6 +16,7 @@ without any allreduce, as the case does. The speedup of a variant is 2 ranks' sa
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import sys
@@ -161,6 +162,14 @@ def format_result(result: dict[str, Any]) -> str:
             f" {row['ms_per_step']:>10.3g} {row['added_ms_per_step']:>8.3g} {row['speedup_2_over_1']:>10.3g}x"
         )
     return "\n".join(lines)
+
+
+def command(args: argparse.Namespace) -> int:
+    """``workbench bench horovod-step``."""
+    from workbench.bench import print_result
+
+    print_result(run(steps=args.steps, rounds=args.rounds), args, format_result)
+    return 0
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ dashboard).
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import subprocess
@@ -364,6 +365,24 @@ def format_result(result: dict[str, Any]) -> str:
             else ""
         )
     )
+
+
+def command(args: argparse.Namespace) -> int:
+    """``workbench bench live``: 1 when the dashboard failed while following the job."""
+    from workbench.bench import print_result
+
+    result = run(
+        ranks=args.ranks,
+        seconds=args.seconds,
+        step_s=args.step_s,
+        refresh_s=args.refresh_s,
+        flush_s=args.flush_s,
+        processes=args.feed_processes,
+        ranks_per_host=args.ranks_per_host,
+        slow_host=args.slow_host,
+    )
+    print_result(result, args, format_result)
+    return 0 if not result["dashboard_error"] else 1
 
 
 if __name__ == "__main__":

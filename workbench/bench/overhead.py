@@ -28,6 +28,7 @@ How the blocks are compared, from measurements on this 2-core VM:
 
 from __future__ import annotations
 
+import argparse
 import math
 import statistics
 import tempfile
@@ -332,3 +333,12 @@ def format_result(result: dict[str, Any]) -> str:
             f"  {row['cpu_ratio']:.4f}"
         )
     return "\n".join(lines)
+
+
+def command(args: argparse.Namespace) -> int:
+    """``workbench bench overhead``."""
+    from workbench.bench import print_result
+
+    result = run(repetitions=args.repetitions, steps=args.steps, tf_threads=args.tf_threads)
+    print_result(result, args, format_result)
+    return 0

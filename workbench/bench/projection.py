@@ -17,6 +17,7 @@ Two checks, both reported in the README ("Scaling projection"):
 
 from __future__ import annotations
 
+import argparse
 import functools
 import json
 import math
@@ -977,3 +978,13 @@ def main(
         result, text = run(allreduce_rows=read_rows(allreduce_json) if allreduce_json else None), format_result
     print(json.dumps(json_ready(result), indent=2, default=str) if as_json else text(result))
     return 1 if nodes and not result["runs"] else 0  # no node sweep on disk: nothing was checked
+
+
+def command(args: argparse.Namespace) -> int:
+    """``workbench bench projection``."""
+    from workbench.config import ConfigError
+
+    if args.sweeps and not args.nodes:
+        raise ConfigError("--sweeps names sweeps on a miniature cluster's nodes: give it with --nodes")
+    sweeps = args.sweeps
+    return main(as_json=args.json, allreduce_json=args.allreduce, seeds=args.seeds, nodes=args.nodes, sweeps=sweeps)

@@ -8,6 +8,7 @@ The browser's render time is not measured here; the payload size says what the b
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -116,6 +117,14 @@ def run(ranks: int = 8, spans_per_rank: int = 10_000) -> dict:
     result["dashboard_refresh"] = {k: steady[k] for k in ("poll_s", "redraw_s")}
     result["dashboard_error"] = dashboard.error
     return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in result.items()}
+
+
+def command(args: argparse.Namespace) -> int:
+    """``workbench bench redraw`` (its result is JSON either way)."""
+    import json
+
+    print(json.dumps(run(ranks=args.ranks, spans_per_rank=args.spans_per_rank), indent=2, default=str))
+    return 0
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ figure free of whatever this process already holds.
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -160,3 +161,11 @@ def format_result(result: dict[str, float]) -> str:
         f" peak RSS {result['peak_rss_mb']:.0f} MB ({result['peak_over_file']:.2f}x the file,"
         f" {result['import_rss_mb']:.0f} MB for the import itself); {result['events']} events"
     )
+
+
+def command(args: argparse.Namespace) -> int:
+    """``workbench bench timeline``."""
+    from workbench.bench import print_result
+
+    print_result(run(args.mb, path=args.path), args, format_result)
+    return 0
