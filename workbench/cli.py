@@ -312,7 +312,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_project(args: argparse.Namespace) -> int:
-    from workbench.commands.project import project_command, system_from_arguments
+    from workbench.commands.project import changes_from_arguments, project_command, system_from_arguments
     from workbench.events import BYTES_PER_MB
 
     run_overrides: dict[str, Any] = {}
@@ -338,23 +338,12 @@ def _cmd_project(args: argparse.Namespace) -> int:
         )
     return project_command(
         args.run_dirs,
+        changes=changes_from_arguments(args),
         ranks=args.ranks,
         network_name=args.network,
         ranks_per_node=args.ranks_per_node,
         allreduce_json=args.allreduce,
         kind=args.kind,
-        scheme=args.scheme,
-        eval_interval=args.eval_interval,
-        shard_evaluation=args.shard_evaluation,
-        batch_scale=args.batch_scale,
-        fusion_threshold_mb=args.fusion_threshold_mb,
-        epoch_samples=args.epoch_samples,
-        servers=args.servers,
-        server_shares=args.server_shares,
-        servers_on_workers=args.servers_on_workers,
-        asynchronous=args.asynchronous,
-        server_exchange_s=args.server_exchange,
-        overlap=args.overlap,
         system=system,
         nodes=args.nodes,
         **run_overrides,

@@ -575,7 +575,8 @@ def test_workbench_project_on_recorded_runs_prints_text_and_json(tmp_path, capsy
     assert project_command(paths, ranks="8,64", network_name="100g-infiniband") == 0
     text = capsys.readouterr().out
     assert "64" in text and "model built from this run" in text and "100g-infiniband" in text
-    assert project_command(paths, ranks="8", network_name="nvlink", as_json=True, eval_interval=2) == 0
+    changes = pj.Changes(eval_interval=2)
+    assert project_command(paths, ranks="8", network_name="nvlink", as_json=True, changes=changes) == 0
     payload = json.loads(capsys.readouterr().out)
     assert [row["ranks"] for row in payload["projection"]] == [1, 2, 8]
     assert payload["changes"] == "evaluate every 2 epoch(s)" and len(payload["measured"]) == 2

@@ -7,6 +7,7 @@ lays the result out as text (2–3 significant figures with units), JSON or an H
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 from collections.abc import Sequence
@@ -251,26 +252,45 @@ def _signed_share(value: float) -> str:
     return f"{value:+.1%}" if math.isfinite(value) else "–"
 
 
+def changes_from_arguments(args: argparse.Namespace) -> pj.Changes:
+    """The what-ifs ``workbench project`` was given (``projection.Changes``); parameter-server options only with
+    ``--scheme ps``."""
+    ps_only = {
+        "--servers": args.servers is not None,
+        "--server-shares": bool(args.server_shares),
+        "--servers-on-workers": args.servers_on_workers,
+        "--asynchronous": args.asynchronous,
+        "--server-exchange": bool(args.server_exchange),
+    }
+    given = [flag for flag, used in ps_only.items() if used]
+    if args.scheme != "ps" and given:
+        raise ValueError(f"{', '.join(given)} describe parameter servers: add --scheme ps, or drop them")
+    fusion_mb = args.fusion_threshold_mb
+    return pj.Changes(
+        eval_interval=args.eval_interval,
+        shard_evaluation=args.shard_evaluation,
+        batch_scale=args.batch_scale,
+        fusion_threshold_bytes=int(fusion_mb * BYTES_PER_MB) if fusion_mb else pj.HOROVOD_FUSION_THRESHOLD_BYTES,
+        epoch_samples=args.epoch_samples,
+        scheme=args.scheme,
+        servers=args.servers,
+        server_shares=parse_shares(args.server_shares) if args.server_shares else None,
+        servers_colocated=args.servers_on_workers,
+        servers_asynchronous=args.asynchronous,
+        server_exchange_s=args.server_exchange,
+        overlap=args.overlap,
+    )
+
+
 def project_command(
     run_dirs: Sequence[str],
     *,
+    changes: pj.Changes | None = None,
     ranks: str = "8,16,32,64",
     network_name: str | None = None,
     ranks_per_node: int | None = None,
     allreduce_json: str | None = None,
     kind: str = "weak",
-    scheme: str = "allreduce",
-    eval_interval: int | None = None,
-    shard_evaluation: bool = False,
-    batch_scale: float = 1.0,
-    fusion_threshold_mb: float | None = None,
-    epoch_samples: int | None = None,
-    servers: int | None = None,
-    server_shares: str | None = None,
-    servers_on_workers: bool = False,
-    asynchronous: bool = False,
-    server_exchange_s: float = 0.0,
-    overlap: float = 0.0,
     system: pj.SystemSpec | None = None,
     nodes: str | None = None,
     gradient_bytes: float | None = None,
@@ -278,37 +298,13 @@ def project_command(
     as_json: bool = False,
     html: str | None = None,
 ) -> int:
-    """``workbench project``: print the projection (text or JSON); optionally write an HTML report.
+    """``workbench project``: print the projection (text or JSON) under ``changes`` (the what-ifs; none by
+    default); optionally write an HTML report.
 
     With ``system`` (a described cluster) instead of run directories, the projection is built from the
     description at ``nodes`` node counts (``DEFAULT_NODES``).
     """
-    ps_only = {
-        "--servers": servers is not None,
-        "--server-shares": bool(server_shares),
-        "--servers-on-workers": servers_on_workers,
-        "--asynchronous": asynchronous,
-        "--server-exchange": bool(server_exchange_s),
-    }
-    given = [flag for flag, used in ps_only.items() if used]
-    if scheme != "ps" and given:
-        raise ValueError(f"{', '.join(given)} describe parameter servers: add --scheme ps, or drop them")
-    changes = pj.Changes(
-        eval_interval=eval_interval,
-        shard_evaluation=shard_evaluation,
-        batch_scale=batch_scale,
-        fusion_threshold_bytes=(
-            int(fusion_threshold_mb * BYTES_PER_MB) if fusion_threshold_mb else pj.HOROVOD_FUSION_THRESHOLD_BYTES
-        ),
-        epoch_samples=epoch_samples,
-        scheme=scheme,
-        servers=servers,
-        server_shares=parse_shares(server_shares) if server_shares else None,
-        servers_colocated=servers_on_workers,
-        servers_asynchronous=asynchronous,
-        server_exchange_s=server_exchange_s,
-        overlap=overlap,
-    )
+    changes = changes if changes is not None else pj.Changes()
     if system is not None:
         result = pj.project_system(system, parse_ranks(nodes or DEFAULT_NODES), kind=kind, changes=changes)
         points = None
