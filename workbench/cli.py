@@ -358,20 +358,24 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return compare_command(args.run_a, args.run_b, as_json=args.json, html=args.html)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="workbench", description=__doc__)
-    sub = parser.add_subparsers(dest="command_name", required=True)
-
+def _add_doctor_command(sub: Any) -> None:
+    """`workbench doctor`."""
     doctor = sub.add_parser("doctor", help="what is installed and how it was built")
     doctor.add_argument("--json", action="store_true", help="print one JSON object")
     doctor.add_argument("--quiet", action="store_true", help="print only problems")
     doctor.set_defaults(handler=_cmd_doctor)
 
+
+def _add_bench_command(sub: Any) -> None:
+    """`workbench bench NAME`: one subcommand per registered benchmark."""
     bench = sub.add_parser("bench", help="benchmarks behind the README's figures")
     bench_sub = bench.add_subparsers(dest="bench_name", required=True)
     for benchmark in BENCHMARKS:
         benchmark.add_to(bench_sub)
 
+
+def _add_run_command(sub: Any) -> None:
+    """`workbench run CASE`."""
     run = sub.add_parser(
         "run",
         help="run a case study headless: results as Parquet + one HTML report",
@@ -384,6 +388,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("case_args", nargs=argparse.REMAINDER, help="the case's options")
     run.set_defaults(handler=_cmd_run)
 
+
+def _add_profile_command(sub: Any) -> None:
+    """`workbench profile -- CMD`."""
     profile = sub.add_parser("profile", help="profile an unmodified training script on N ranks")
     profile.add_argument(
         "--ranks", type=int, default=None, help="ranks (default: 2; inside salloc/sbatch the allocation's tasks)"
@@ -423,6 +430,9 @@ def build_parser() -> argparse.ArgumentParser:
     profile.add_argument("command", nargs=argparse.REMAINDER, help="-- python train.py ARGS")
     profile.set_defaults(handler=_cmd_profile)
 
+
+def _add_analyse_command(sub: Any) -> None:
+    """`workbench analyse RUN`."""
     analyse = sub.add_parser("analyse", help="breakdown, POP metrics, findings and steps of a recorded run")
     analyse.add_argument("run_dir", help="a run directory, e.g. runs/<run_id>")
     analyse.add_argument("--json", action="store_true", help="print one JSON object")
@@ -439,6 +449,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     analyse.set_defaults(handler=_cmd_analyse)
 
+
+def _add_compare_command(sub: Any) -> None:
+    """`workbench compare A B`."""
     compare = sub.add_parser("compare", help="where the time went differently in two runs, per rank and phase")
     compare.add_argument("run_a", help="run directory A (the baseline)")
     compare.add_argument("run_b", help="run directory B (deltas are B - A)")
@@ -446,6 +459,9 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--html", default=None, metavar="FILE", help="also write the HTML report to FILE")
     compare.set_defaults(handler=_cmd_compare)
 
+
+def _add_import_command(sub: Any) -> None:
+    """`workbench import PATH...`."""
     imported = sub.add_parser(
         "import",
         help="traces a GPU cluster wrote (Horovod timelines; TF profiles: *.xplane.pb, *.trace.json.gz; PyTorch"
@@ -458,6 +474,9 @@ def build_parser() -> argparse.ArgumentParser:
     imported.add_argument("--name", default=None, help="the run's name (default: import-<folder>)")
     imported.set_defaults(handler=_cmd_import)
 
+
+def _add_export_command(sub: Any) -> None:
+    """`workbench export RUN`."""
     export = sub.add_parser("export", help="a run as one trace for ui.perfetto.dev and chrome://tracing")
     export.add_argument("run_dir", help="a run directory, e.g. runs/<run_id>")
     export.add_argument(
@@ -469,6 +488,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     export.set_defaults(handler=_cmd_export)
 
+
+def _add_project_command(sub: Any) -> None:
+    """`workbench project`."""
     project = sub.add_parser("project", help="project recorded runs to more ranks: step time, efficiency, limits")
     project.add_argument(
         "run_dirs", nargs="*", help="run directories; the fewest ranks builds the model (or describe a system below)"
@@ -559,6 +581,19 @@ def build_parser() -> argparse.ArgumentParser:
     described.add_argument("--latency-us", type=float, default=None, help="between nodes, µs (overrides --network)")
     project.set_defaults(handler=_cmd_project)
 
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="workbench", description=__doc__)
+    sub = parser.add_subparsers(dest="command_name", required=True)
+    _add_doctor_command(sub)
+    _add_bench_command(sub)
+    _add_run_command(sub)
+    _add_profile_command(sub)
+    _add_analyse_command(sub)
+    _add_compare_command(sub)
+    _add_import_command(sub)
+    _add_export_command(sub)
+    _add_project_command(sub)
     from workbench.commands import minicluster
 
     minicluster.add_parser(sub)
