@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from workbench.bench.live import SyntheticJob
+from workbench.bench.live import LiveSyntheticJob
 from workbench.events import NS_PER_S
 from workbench.store import MERGE_FANOUT, create_run
 
@@ -43,7 +43,7 @@ print(json.dumps({"tail_s": tail_s, "rows": len(events), "load_s": load_s, "load
 def simulate(root: Path, minutes: float, merge_fanout: int) -> tuple[Path, float]:
     """Write ``minutes`` of the job's flushes in simulated time; the run and the seconds it took to write."""
     path = create_run(root, f"late-attach-{merge_fanout}", ranks=RANKS)
-    job = SyntheticJob(path, ranks=RANKS, flush_s=FLUSH_S, merge_fanout=merge_fanout)
+    job = LiveSyntheticJob(path, ranks=RANKS, flush_s=FLUSH_S, merge_fanout=merge_fanout)
     start = job.clock[0]
     started = time.perf_counter()
     for flush in range(1, int(minutes * 60 / FLUSH_S) + 1):

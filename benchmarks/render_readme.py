@@ -939,15 +939,15 @@ POP_NODE_SWEEPS = ("pop-scaling-nodes-50mbit", "pop-scaling-nodes-1gbit")
 
 def node_cluster(saved: Mapping[str, Any]) -> tuple[str, str]:
     """(the link, ``0.4 core per node``) of a node sweep: from its ``cluster``, else from its command's options."""
-    from workbench.minicluster import format_rate, parse_rate
+    from workbench.minicluster import format_link_rate, parse_rate
     from workbench.nodes import describe_nodes
 
     nodes = saved["result"].get("cluster", {}).get("nodes")
     if nodes:
-        return format_rate(nodes[0].get("link_bits_per_s")), describe_nodes(nodes)
+        return format_link_rate(nodes[0].get("link_bits_per_s")), describe_nodes(nodes)
     words = saved["command"].split()
     cpus, link = words[words.index("--cpus-per-node") + 1], words[words.index("--link") + 1]
-    return format_rate(parse_rate(link)), f"{float(cpus):g} core, {format_rate(parse_rate(link))} per node"
+    return format_link_rate(parse_rate(link)), f"{float(cpus):g} core, {format_link_rate(parse_rate(link))} per node"
 
 
 def node_sweeps(saved: Mapping[str, Any], names: Sequence[str]) -> list[Mapping[str, Any]]:

@@ -144,7 +144,7 @@ def parse_rate(text: str | None) -> int | None:
     return int(bits)
 
 
-def format_rate(bits_per_s: int | None) -> str:
+def format_link_rate(bits_per_s: int | None) -> str:
     """A rate as tc writes it (what :func:`parse_rate` reads back): ``1gbit``, ``800mbit``, ``500kbit``."""
     if bits_per_s is None:
         return "unshaped"
@@ -184,7 +184,7 @@ class NodeSpec:
 
     def describe(self) -> str:
         slots = f", {self.slots} slots" if self.slots else ""
-        return f"{self.name}: {self.cpus:g} core{slots}, link {format_rate(self.link_bits_per_s)}"
+        return f"{self.name}: {self.cpus:g} core{slots}, link {format_link_rate(self.link_bits_per_s)}"
 
 
 @dataclass(frozen=True)
@@ -449,7 +449,7 @@ class MiniCluster:
                 "ip": self.node_ips[node.name],
                 "cpus": node.cpus,
                 "cpuset": self.cpusets[node.name],
-                "link": format_rate(node.link_bits_per_s),
+                "link": format_link_rate(node.link_bits_per_s),
                 "slurm_state": states.get(node.name, "unknown"),
                 "frozen": self.frozen(node.name),
                 "processes": len(self.processes(node.name)),

@@ -347,7 +347,7 @@ def describe_sweep_cluster(payload: Mapping[str, Any]) -> str:
 
 def describe_nodes(nodes: Sequence[Mapping[str, Any]]) -> str:
     """``0.2 core, 1 Gbit/s per node`` (or each node's, when they differ)."""
-    from workbench.minicluster import format_rate
+    from workbench.minicluster import format_link_rate
 
     def slots(node: Mapping[str, Any]) -> str:
         return f" ({node['slots']} slots)" if node.get("slots") else ""
@@ -355,7 +355,7 @@ def describe_nodes(nodes: Sequence[Mapping[str, Any]]) -> str:
     shapes = {(node["cpus"], node.get("link_bits_per_s"), slots(node)) for node in nodes}
     if len(shapes) == 1:
         cpus, rate, offered = shapes.pop()
-        return f"{cpus:g} core{offered}, {format_rate(rate)} per node"
+        return f"{cpus:g} core{offered}, {format_link_rate(rate)} per node"
     return "; ".join(
-        f"{n['name']} {n['cpus']:g} core{slots(n)}, {format_rate(n.get('link_bits_per_s'))}" for n in nodes
+        f"{n['name']} {n['cpus']:g} core{slots(n)}, {format_link_rate(n.get('link_bits_per_s'))}" for n in nodes
     )

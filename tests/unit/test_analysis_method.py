@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from workbench.analysis import BenchmarkMethod, measured_step_seconds, scaling_efficiency
-from workbench.analysis.method import student_t
+from workbench.analysis.benchmark_method import student_t
 
 
 def steps(durations_s: list[float], run_id: str = "r") -> pd.DataFrame:

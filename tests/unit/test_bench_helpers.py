@@ -54,7 +54,7 @@ def test_background_cost_flushes_one_intervals_rows_per_trial(recorder):
 def test_allreduce_rows_are_read_plain_or_as_saved_and_bad_files_are_one_error(tmp_path):
     import json
 
-    from workbench.bench.allreduce import read_rows
+    from workbench.commands.project import read_allreduce_rows as read_rows
 
     rows = [{"bytes": 1024, "ranks": 2, "mpi_seconds": 1e-5, "horovod_seconds": 2e-5}]
     plain, saved = tmp_path / "plain.json", tmp_path / "saved.json"

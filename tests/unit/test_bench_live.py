@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from workbench.bench.live import STEP_SPANS, SyntheticJob, marker_latencies, run
+from workbench.bench.live import STEP_SPANS, LiveSyntheticJob, marker_latencies, run
 from workbench.events import CHECKPOINT, NS_PER_S
 from workbench.store import Run, create_run
 
 
 def test_synthetic_job_writes_every_ranks_finished_steps_and_one_marker_per_second(tmp_path):
     path = create_run(tmp_path, "live", ranks=4)
-    job = SyntheticJob(path, ranks=4, step_s=0.1, seed=1)
+    job = LiveSyntheticJob(path, ranks=4, step_s=0.1, seed=1)
     origin = job.clock[0]
     for k in range(1, 5):  # 2 s of flushes every 0.5 s
         job.flush(origin + k * NS_PER_S // 2)

@@ -17,7 +17,7 @@ import pytest
 
 from workbench import cli, minicluster
 from workbench.experiment import Experiment
-from workbench.minicluster import MiniCluster, MiniClusterError, MiniClusterSpec, NodeSpec, format_rate, parse_rate
+from workbench.minicluster import MiniCluster, MiniClusterError, MiniClusterSpec, NodeSpec, format_link_rate, parse_rate
 
 
 @pytest.fixture(autouse=True)
@@ -93,7 +93,7 @@ def test_a_rate_too_slow_for_training_is_refused():
     [(None, "unshaped"), (10**9, "1gbit"), (800 * 10**6, "800mbit"), (1_500_000_000, "1.5gbit"), (500_000, "500kbit")],
 )
 def test_format_rate_reads_back(bits, text):
-    assert format_rate(bits) == text
+    assert format_link_rate(bits) == text
     assert parse_rate(text) == bits
 
 

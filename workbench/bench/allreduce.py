@@ -35,19 +35,6 @@ def bus_bandwidth_factor(ranks: int) -> float:
     return 2.0 * (ranks - 1) / ranks
 
 
-def read_rows(path: str | Path) -> list[dict[str, Any]]:
-    """Rows of ``workbench bench allreduce --json``, also as saved in ``benchmarks/results`` (``{"result": rows}``)."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as error:
-        hint = "pass what `workbench bench allreduce --json` printed"
-        raise ValueError(f"{path} cannot be read as JSON ({error}): {hint}") from None
-    rows = data.get("result") if isinstance(data, dict) else data
-    if not isinstance(rows, list) or not all(isinstance(r, dict) and {"bytes", "mpi_seconds"} <= set(r) for r in rows):
-        raise ValueError(f"{path} holds no allreduce rows: pass what `workbench bench allreduce --json` printed")
-    return rows
-
-
 def _time_calls(call: Any, comm: Any, min_seconds: float, min_iterations: int, max_iterations: int) -> float:
     """Mean seconds per call of the slowest rank, after warm-up; all ranks agree on the count."""
     from mpi4py import MPI

@@ -37,9 +37,9 @@ MS = 1_000_000
 def synthetic_events(events: int = 1_000_000, ranks: int = 8, seed: int = 0, **shape: Any) -> pd.DataFrame:
     """About ``events`` schema-conformant events over ``ranks`` ranks (exactly, when it divides evenly).
 
-    ``shape``: the rest of a large job's shape, off by default (``SyntheticJob``).
+    ``shape``: the rest of a large job's shape, off by default (``SyntheticRunEvents``).
     """
-    return SyntheticJob(events, ranks, seed, **shape).frame(0, ranks)
+    return SyntheticRunEvents(events, ranks, seed, **shape).frame(0, ranks)
 
 
 #: How much longer a slow node's ranks compute (``slow_nodes``).
@@ -58,7 +58,7 @@ def slow_node_ranks(ranks: int, ranks_per_node: int | None, slow_nodes: int) -> 
     return chosen[chosen < ranks]
 
 
-class SyntheticJob:
+class SyntheticRunEvents:
     """The timing of every step and rank of a synthetic job; its events produced a slice of ranks at a time.
 
     Per-step and per-(step, rank) durations are drawn once (a few arrays of steps x ranks); the
@@ -206,13 +206,13 @@ def write_run(events: pd.DataFrame, root: str | Path, ranks: int) -> Path:
 def write_synthetic_run(
     root: str | Path, events: int, ranks: int, *, seed: int = 0, chunk_ranks: int = 64, **shape: Any
 ) -> Path:
-    """A ``SyntheticJob`` written to a run under ``root`` ``chunk_ranks`` ranks at a time (bounded memory).
+    """A ``SyntheticRunEvents`` written to a run under ``root`` ``chunk_ranks`` ranks at a time (bounded memory).
 
     ``shape``: ``ranks_per_node``, ``slow_nodes``, ``straggler_share`` (see ``synthetic_events``).
     """
     from workbench.store import create_run
 
-    job = SyntheticJob(events, ranks, seed, **shape)
+    job = SyntheticRunEvents(events, ranks, seed, **shape)
     path = create_run(root, "bench-analysis", ranks=ranks)
     for low in range(0, ranks, chunk_ranks):
         high = min(ranks, low + chunk_ranks)
@@ -376,7 +376,7 @@ def run_split(
     whole: bool = True,
     root: str | Path | None = None,
 ) -> dict:
-    """A ``SyntheticJob`` of ``JOB_SHAPE`` analysed at once (``whole``) and in rank groups, side by side.
+    """A ``SyntheticRunEvents`` of ``JOB_SHAPE`` analysed at once (``whole``) and in rank groups, side by side.
 
     Each mode runs in fresh processes (the fastest of ``repeats``): ``whole`` is ``Run.load`` +
     breakdown + POP + findings + lateness in one process; ``split-N`` is ``analyse_split`` with N

@@ -1,6 +1,6 @@
 """The live dashboard following a large synthetic job (``workbench bench live``): refresh time and event → widget.
 
-A synthetic job (``SyntheticJob``, run in processes of their own as real ranks are) writes to a run in
+A synthetic job (``LiveSyntheticJob``, run in processes of their own as real ranks are) writes to a run in
 the store as a job's recorders do: every ``flush_s`` each rank appends, as one part file of its own,
 the spans of the steps it finished since its last flush. Steps are synchronous, as in data-parallel
 training: every rank reads its batch and computes (``step_s`` give or take 10 %; the last rank 10 %
@@ -42,7 +42,7 @@ STEP_SPANS: tuple[tuple[str, str, float], ...] = (
 )
 
 
-class SyntheticJob:
+class LiveSyntheticJob:
     """``ranks`` recorders' output at a real job's rate; this process writes ``writes`` of them (default all).
 
     ``ranks_per_host``: ranks on host ``node<rank // ranks_per_host>`` (default all on ``node0``).
@@ -168,7 +168,7 @@ def start_feed(
     """The synthetic job in processes of its own, as ranks are (``stop_feed`` ends it early).
 
     ``processes`` > 1 splits the ranks' writing between that many processes, which simulate the same
-    job (same seed and start); the one returned waits for the others. ``job``: more ``SyntheticJob``
+    job (same seed and start); the one returned waits for the others. ``job``: more ``LiveSyntheticJob``
     settings (``ranks_per_host``, ``slow_host``, ``flush_s``, ...).
     """
     settings = {"ranks": ranks, "step_s": step_s, "started_ns": time.time_ns(), **job}
@@ -186,9 +186,9 @@ def feed_main(run_path: str, seconds: float, processes: int, settings: dict[str,
     others = []
     for index in range(1, processes):
         code = (
-            "import json, sys; from workbench.bench.live import SyntheticJob;"
+            "import json, sys; from workbench.bench.live import LiveSyntheticJob;"
             "s = json.loads(sys.argv[2]); s['writes'] = range(int(sys.argv[3]), s['ranks'], int(sys.argv[4]));"
-            "SyntheticJob(sys.argv[1], **s).run(float(sys.argv[5]))"
+            "LiveSyntheticJob(sys.argv[1], **s).run(float(sys.argv[5]))"
         )
         others.append(
             subprocess.Popen(
@@ -196,7 +196,7 @@ def feed_main(run_path: str, seconds: float, processes: int, settings: dict[str,
             )
         )
     try:
-        SyntheticJob(run_path, **settings, writes=range(0, ranks, processes)).run(seconds)
+        LiveSyntheticJob(run_path, **settings, writes=range(0, ranks, processes)).run(seconds)
     finally:
         for other in others:
             other.wait()

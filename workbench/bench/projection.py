@@ -62,41 +62,6 @@ HOST_CLUSTER = "this host"
 LENET5_PARAMETERS = 156 + 2416 + 48120 + 10164 + 850
 #: One MNIST IDX record: 784 pixel bytes + 1 label byte.
 MNIST_RECORD_BYTES = 785
-#: Allreduce times of this machine (2 ranks, Open MPI 5.0.11, `workbench bench allreduce --ranks 2
-#: --json --min-seconds 0.05`, 2026-11-22): bytes -> (MPI s, Horovod s). Used when no fresh bench is run.
-MEASURED_ALLREDUCE: tuple[tuple[int, float, float], ...] = (
-    (1024, 0.157e-3, 1.145e-3),
-    (4096, 0.032e-3, 1.124e-3),
-    (16384, 0.072e-3, 1.090e-3),
-    (65536, 0.103e-3, 1.128e-3),
-    (262144, 0.319e-3, 1.103e-3),
-    (1048576, 0.679e-3, 1.193e-3),
-    (4194304, 2.397e-3, 1.338e-3),
-    (16777216, 13.368e-3, 10.683e-3),
-    (67108864, 83.369e-3, 299.802e-3),
-)
-
-
-#: Cores' worth of a rank's compute Horovod's idle background thread took on this machine (2 ranks bound
-#: to a core each, HOROVOD_CYCLE_TIME 1 ms: `workbench bench allreduce --ranks 2`, 2026-11-24; 0.26-0.37
-#: in five runs).
-MEASURED_HOROVOD_THREAD_CORES = 0.34
-
-
-def measured_rows() -> list[dict[str, Any]]:
-    """``MEASURED_ALLREDUCE`` as ``workbench bench allreduce --json`` rows."""
-    return [
-        {
-            "bytes": b,
-            "ranks": 2,
-            "mpi_seconds": m,
-            "horovod_seconds": h,
-            "horovod_thread_cores": MEASURED_HOROVOD_THREAD_CORES,
-        }
-        for b, m, h in MEASURED_ALLREDUCE
-    ]
-
-
 # --------------------------------------------------------------------------------------------
 # 1. Measured sweeps
 # --------------------------------------------------------------------------------------------
@@ -340,7 +305,7 @@ def _validation_entries(sweeps: Sequence[tuple[str, str | Path]], net: pj.Networ
                 # workload's own compute beside its collectives did not follow it (docs/projection.md)
             else:
                 cores = run.meta.get("cores") or 2
-                network = net or pj.fit_network(measured_rows(), cores_per_node=int(cores))
+                network = net or pj.fit_network(pj.here_allreduce_rows(), cores_per_node=int(cores))
             kind = kwargs.pop("kind", "weak")
             if kwargs.pop("no_horovod", False):
                 network = replace(network, per_call_s=0.0, horovod_thread_cores=0.0)
@@ -749,7 +714,7 @@ def run(*, allreduce_rows: Sequence[Mapping[str, Any]] | None = None, thread_sca
     import time
 
     started = time.perf_counter()
-    net = pj.fit_network(allreduce_rows or measured_rows(), cores_per_node=2)
+    net = pj.fit_network(allreduce_rows or pj.here_allreduce_rows(), cores_per_node=2)
     table = validation_table(net=net, thread_scaling=thread_scaling)
     validation_s = time.perf_counter() - started
     table = table[table["cluster"] == HOST_CLUSTER]  # the nodes' rows: run_nodes (bench projection --nodes)
@@ -966,7 +931,7 @@ def main(
     those under ``artifacts/nodes-*`` or the globs ``sweeps`` names (one glob a sweep's repetitions).
     """
     from workbench.analysis import json_ready
-    from workbench.bench.allreduce import read_rows
+    from workbench.commands.project import read_allreduce_rows as read_rows
 
     if nodes:
         result, text = run_nodes(sweeps_of(sweeps) if sweeps else NODE_SWEEPS), format_nodes

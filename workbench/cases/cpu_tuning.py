@@ -11,7 +11,7 @@ node, 8x more from scaling: 16x.
 Each configuration here is one point (a rank count, intra- and inter-op threads, a named set of
 runtime settings, the evaluation schedule and the MPI build), started on a cluster of its own
 (``Case.cluster_overrides``); a point can belong to several of the seed's sweeps, which are views of
-the same table. Throughput is measured with ``analysis.method`` (warm-up iterations left out; the
+the same table. Throughput is measured with ``analysis.benchmark_method`` (warm-up iterations left out; the
 interval from the measured iterations).
 """
 
@@ -26,8 +26,8 @@ import numpy as np
 import pandas as pd
 
 from workbench import analysis
+from workbench.analysis.benchmark_method import BenchmarkMethod
 from workbench.analysis.cpu_wait import finite_median
-from workbench.analysis.method import BenchmarkMethod
 from workbench.config import mpich_horovod_prefix, physical_cores
 from workbench.events import NS_PER_S, is_finite_number
 from workbench.experiment import Case, CaseOption, ExperimentResult, Point, parse_counts

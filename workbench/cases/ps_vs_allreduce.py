@@ -26,7 +26,7 @@ import pandas as pd
 
 from workbench import analysis
 from workbench.analysis import ps_load
-from workbench.analysis.method import BenchmarkMethod
+from workbench.analysis.benchmark_method import BenchmarkMethod
 from workbench.config import physical_cores
 from workbench.events import BYTES_PER_MB, NS_PER_S
 from workbench.experiment import Case, CaseOption, ExperimentResult, Point, parse_counts, parse_yes_no

@@ -137,21 +137,32 @@ def parse_shares(text: str) -> tuple[float, ...]:
     return values
 
 
+def read_allreduce_rows(path: str | Path) -> list[dict[str, Any]]:
+    """Rows of ``workbench bench allreduce --json``, also as saved in ``benchmarks/results`` (``{"result": rows}``)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as error:
+        hint = "pass what `workbench bench allreduce --json` printed"
+        raise ValueError(f"{path} cannot be read as JSON ({error}): {hint}") from None
+    rows = data.get("result") if isinstance(data, dict) else data
+    if not isinstance(rows, list) or not all(isinstance(r, dict) and {"bytes", "mpi_seconds"} <= set(r) for r in rows):
+        raise ValueError(f"{path} holds no allreduce rows: pass what `workbench bench allreduce --json` printed")
+    return rows
+
+
 def resolve_network(
     name: str | None, *, ranks_per_node: int | None = None, allreduce_json: str | Path | None = None
 ) -> pj.Network:
     """A named network, ``here`` (fitted to this machine's bench), or a bench JSON file fitted on the spot."""
     changes = {"ranks_per_node": ranks_per_node} if ranks_per_node else {}
     if allreduce_json is not None:
-        from workbench.bench.allreduce import read_rows
-
-        rows = read_rows(allreduce_json)
+        rows = read_allreduce_rows(allreduce_json)
         return pj.network(pj.fit_network(rows, name=f"fitted to {Path(allreduce_json).name}"), **changes)
     if (name or "").lower() == HERE:
-        from workbench.bench.projection import measured_rows
         from workbench.config import physical_cores
 
-        here = pj.fit_network(measured_rows(), name="here (this project's machine)", cores_per_node=physical_cores())
+        cores = physical_cores()
+        here = pj.fit_network(pj.here_allreduce_rows(), name="here (this project's machine)", cores_per_node=cores)
         return pj.network(here, **changes)
     return pj.network(name or DEFAULT_NETWORK, **changes)
 

@@ -11,7 +11,7 @@
   in processes of its own (``workbench.workloads.ps_job``) so the engines stay clean for the
   next point, and is stopped by PID when the chief ends.
 
-Both are measured the same way (``workbench.analysis.method``): per repetition, ``warmup_steps``
+Both are measured the same way (``workbench.analysis.benchmark_method``): per repetition, ``warmup_steps``
 steps per worker not timed, then ``measured_steps`` per worker timed from the first to the last;
 images/s = measured images / that wall time. Data is **synthetic** (one tensor in memory) or
 **real** (image files of ``data/image_folder`` read and decoded by ``tf.io`` in ``tf.data``).

@@ -461,3 +461,38 @@ def _collective(nbytes: float, ranks: int, net: Network) -> float:
     # reduce-scatter + allgather inside the node, a ring between nodes carrying the node's B bytes
     inside = ring_allreduce_seconds(nbytes, per_node, net.intra_latency_s, net.intra_bandwidth_bytes_per_s)
     return inside + cost(nbytes, nodes, net.latency_s, net.bandwidth_bytes_per_s)
+
+
+#: Allreduce times of this machine (2 ranks, Open MPI 5.0.11, `workbench bench allreduce --ranks 2
+#: --json --min-seconds 0.05`, 2026-11-22): bytes -> (MPI s, Horovod s). Used when no fresh bench is run.
+HERE_ALLREDUCE: tuple[tuple[int, float, float], ...] = (
+    (1024, 0.157e-3, 1.145e-3),
+    (4096, 0.032e-3, 1.124e-3),
+    (16384, 0.072e-3, 1.090e-3),
+    (65536, 0.103e-3, 1.128e-3),
+    (262144, 0.319e-3, 1.103e-3),
+    (1048576, 0.679e-3, 1.193e-3),
+    (4194304, 2.397e-3, 1.338e-3),
+    (16777216, 13.368e-3, 10.683e-3),
+    (67108864, 83.369e-3, 299.802e-3),
+)
+
+
+#: Cores' worth of a rank's compute Horovod's idle background thread took on this machine (2 ranks bound
+#: to a core each, HOROVOD_CYCLE_TIME 1 ms: `workbench bench allreduce --ranks 2`, 2026-11-24; 0.26-0.37
+#: in five runs).
+HERE_HOROVOD_THREAD_CORES = 0.34
+
+
+def here_allreduce_rows() -> list[dict[str, Any]]:
+    """``HERE_ALLREDUCE`` as ``workbench bench allreduce --json`` rows."""
+    return [
+        {
+            "bytes": b,
+            "ranks": 2,
+            "mpi_seconds": m,
+            "horovod_seconds": h,
+            "horovod_thread_cores": HERE_HOROVOD_THREAD_CORES,
+        }
+        for b, m, h in HERE_ALLREDUCE
+    ]
