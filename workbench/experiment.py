@@ -164,6 +164,13 @@ class Case:
     places_ranks_per_node: ClassVar[bool] = False
 
     # -- planning
+    def projection_inputs(self, run: Any, row: Any) -> tuple[dict[str, Any], float, str]:
+        """What the scaling projection needs beyond ``run``'s events (its fewest-ranks run) to predict this case's
+        sweep ``row`` (``bench projection`` checks the model on the case's saved sweeps): keyword arguments
+        (``profile``: ``projection.step_costs``' inputs; the rest ``projection.project``'s), the row's measured
+        value, and its column (``step_s`` or ``wall_s``). By default: the run's own costs and its wall time."""
+        return {"profile": {}}, float(row.wall_s), "wall_s"
+
     def settings(self, preset: str, overrides: Mapping[str, Any] | None = None) -> Any:
         """The preset's settings with ``overrides`` applied; one clear error for unknown names."""
         if preset not in self.presets:

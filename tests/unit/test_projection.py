@@ -709,12 +709,13 @@ def test_pop_scaling_runs_are_projected_with_their_scaling_and_each_ranks_share_
     """Strong scaling: a rank trains its share of the global batch (not the settings' weak-scaling "batch")."""
     from types import SimpleNamespace
 
-    from workbench.bench.projection import _case_inputs
+    from workbench.experiment import get_case
 
+    case = get_case("pop-scaling")
     settings = {"batch": 16, "global_batch": 32, "epoch_samples": 384}
     base = SimpleNamespace(meta={"config": {"settings": settings, "cluster": {"ranks": 1}}})
     strong = SimpleNamespace(scaling="strong", test="rank0", wall_s=11.0)
-    kwargs, measured, quantity = _case_inputs("pop-scaling", base, strong)
+    kwargs, measured, quantity = case.projection_inputs(base, strong)
     assert (measured, quantity) == (11.0, "wall_s")
     assert kwargs == {
         "profile": {"batch_per_rank": 32},
@@ -724,11 +725,11 @@ def test_pop_scaling_runs_are_projected_with_their_scaling_and_each_ranks_share_
     }
     two = SimpleNamespace(meta={"config": {"settings": settings, "cluster": {"ranks": 2}}})
     sharded = SimpleNamespace(scaling="strong", test="sharded", wall_s=9.0)
-    assert _case_inputs("pop-scaling", two, sharded)[0]["profile"] == {"batch_per_rank": 16}
-    assert _case_inputs("pop-scaling", two, sharded)[0]["shard_evaluation"] is True
+    assert case.projection_inputs(two, sharded)[0]["profile"] == {"batch_per_rank": 16}
+    assert case.projection_inputs(two, sharded)[0]["shard_evaluation"] is True
     weak = SimpleNamespace(scaling="weak", test="rank0", wall_s=9.0)
-    assert _case_inputs("pop-scaling", two, weak)[0]["profile"] == {"batch_per_rank": 16}
-    assert _case_inputs("pop-scaling", two, weak)[0]["kind"] == "weak"
+    assert case.projection_inputs(two, weak)[0]["profile"] == {"batch_per_rank": 16}
+    assert case.projection_inputs(two, weak)[0]["kind"] == "weak"
 
 
 def test_a_profiled_runs_gradient_bytes_come_from_horovods_timeline_when_its_spans_carry_none():

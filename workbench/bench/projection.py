@@ -18,7 +18,6 @@ Two checks, both reported in the README ("Scaling projection"):
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -31,7 +30,8 @@ import pandas as pd
 
 from workbench.analysis import projection as pj
 from workbench.analysis.straggler import SPLIT_PARTS
-from workbench.events import BYTES_PER_MB
+from workbench.cases.ps_vs_allreduce import round_seconds
+from workbench.experiment import get_case
 from workbench.hostspeed import SAMPLES_FILE, read_samples, speed_in_window
 
 #: Sweeps on a miniature cluster's nodes (``workbench run CASE --nodes 1,2,4,8 --link RATE --out DIR``, three
@@ -58,10 +58,6 @@ SWEEPS: tuple[tuple[str, str], ...] = (
 SAME_CORES = "same"
 #: The ``cluster`` value of a row whose ranks all ran on this host (not on a miniature cluster's nodes).
 HOST_CLUSTER = "this host"
-#: LeNet-5 (seed 003) parameters: conv 5x5x1x6 + 6, conv 5x5x6x16 + 16, dense 400x120 + 120, 120x84 + 84, 84x10 + 10.
-LENET5_PARAMETERS = 156 + 2416 + 48120 + 10164 + 850
-#: One MNIST IDX record: 784 pixel bytes + 1 label byte.
-MNIST_RECORD_BYTES = 785
 # --------------------------------------------------------------------------------------------
 # 1. Measured sweeps
 # --------------------------------------------------------------------------------------------
@@ -281,10 +277,10 @@ def _validation_entries(sweeps: Sequence[tuple[str, str | Path]], net: pj.Networ
                 loaded[base["path"]] = Run.load(base["path"])
                 base_cpu[base["path"]] = ranks_cpu(loaded[base["path"]])
             run = loaded[base["path"]]
-            kwargs, measured, quantity = _case_inputs(case, run, row)
+            kwargs, measured, quantity = get_case(case).projection_inputs(run, row)
             if ps_base is not None:
                 batch = int(((run.meta.get("config") or {}).get("settings") or {}).get("batch", 1))
-                kwargs["server_exchange_s"] = max(_round_s(ps_base, batch) - _round_s(base, batch), 0.0)
+                kwargs["server_exchange_s"] = max(round_seconds(ps_base, batch) - round_seconds(base, batch), 0.0)
             inputs = kwargs.pop("profile", {})
             key = (str(base["path"]), tuple(sorted(inputs.items())))
             if key not in profiles:
@@ -356,11 +352,6 @@ def _allreduce_twin(runs: pd.DataFrame, ps_run: pd.Series) -> pd.Series | None:
     """The allreduce run of a ps-vs-allreduce sweep with the PS run's data and workers (None: not in the sweep)."""
     same = runs[(runs["scheme"] == "allreduce") & (runs["data"] == ps_run["data"]) & (runs["ranks"] == ps_run["ranks"])]
     return None if same.empty else same.iloc[0]
-
-
-def _round_s(row: Any, batch: int) -> float:
-    """Seconds per round of a ps-vs-allreduce run: one step of every worker at its measured images/s."""
-    return float(row["workers"]) * batch / float(row["images_per_s"])
 
 
 def sweeps_of(patterns: Sequence[str | Path]) -> list[tuple[str, str]]:
@@ -452,84 +443,6 @@ def _projected_row(entry: Mapping[str, Any], thread_scaling: float, profile: pj.
         thread_scaling=thread_scaling,
         bootstrap=0,
     ).table.iloc[0]
-
-
-def _case_inputs(case: str, run: Any, row: Any) -> tuple[dict[str, Any], float, str]:
-    """What the model needs beyond the events for each case, the measured value and its column."""
-    settings = (run.meta.get("config") or {}).get("settings") or {}
-    if case == "input-pipeline":
-        batch = int(settings.get("batch", 256))
-        storage = settings.get("storage") or {}
-        shared = None
-        if row.source != "memory" and storage.get("filesystem_mb_s"):
-            # the workload's contested storage (workloads/contested_io.py): a file system read fairly per
-            # request by every reader, this job's and the other jobs', through the node's link
-            shared = pj.SharedStorage(
-                bandwidth_bytes_per_s=storage["filesystem_mb_s"] * BYTES_PER_MB,
-                other_readers=int(storage.get("other_jobs", 0)),
-                readers_per_rank=int(row.threads),
-                bytes_per_read=batch * MNIST_RECORD_BYTES,
-                node_link_bytes_per_s=(storage.get("node_link_mb_s") or 0) * BYTES_PER_MB or None,
-                steps_per_read=int(row.interval) if pd.notna(row.interval) else 1,
-                # tf.numpy_function readers in map() run on TensorFlow's threads: at most those at once
-                readers_bound_by_threads=row.source == "tf.data",
-            )
-        kwargs = {
-            "profile": {"gradient_bytes": 4 * LENET5_PARAMETERS, "batch_per_rank": batch},
-            "shared_storage": shared,
-        }
-        return kwargs, float(row.step_ms) / 1e3, "step_s"
-    if case == "pop-scaling":
-        # strong scaling keeps the global batch (each node's share of it shrinks), weak the batch per rank; the
-        # test phase runs on rank 0 alone unless sharded, and an epoch is whole batches of the run's samples
-        base_ranks = int(((run.meta.get("config") or {}).get("cluster") or {}).get("ranks") or 1)
-        strong = str(row.scaling) == "strong"
-        batch = int(settings["global_batch"]) // base_ranks if strong else int(settings["batch"])
-        kwargs = {
-            # the settings' "batch" is weak scaling's; a strong-scaling rank trains its share of the global batch
-            "profile": {"batch_per_rank": batch},
-            "kind": str(row.scaling),
-            "shard_evaluation": str(row.test) == "sharded",
-            "epoch_samples": int(settings["epoch_samples"]) if settings.get("epoch_samples") else None,
-        }
-        return kwargs, float(row.wall_s), "wall_s"
-    if case == "ps-vs-allreduce":
-        # a step of every worker: workers x batch images at the measured images/s; the PS tasks sit on the workers'
-        # nodes (task j beside worker j mod workers, ps_job's placement) holding the shares TensorFlow dealt
-        batch = int(settings.get("batch", 1))
-        kwargs = {
-            "profile": {"gradient_bytes": float(row.gradient_mb) * BYTES_PER_MB, "batch_per_rank": batch},
-            "no_horovod": row.scheme != "allreduce",
-        }
-        if row.scheme == "ps":
-            shares = [float(share) for share in row.placed_shares] if len(row.placed_shares) else None
-            kwargs.update(
-                scheme="ps",
-                servers=int(row.ps),
-                server_shares=tuple(shares) if shares else None,
-                servers_colocated=True,
-                servers_asynchronous=True,
-            )
-        return kwargs, _round_s(row._asdict(), batch), "step_s"
-    # the mpi4py backend calls MPI.Allreduce directly: no Horovod cost per call; the workload takes whole batches
-    # of each rank's shard, so the training set's size fixes its steps per epoch at every rank count
-    kwargs = {"profile": {}, "no_horovod": row.backend != "horovod", "epoch_samples": _training_samples(run.meta)}
-    return kwargs, float(row.wall_s), "wall_s"
-
-
-def _training_samples(meta: Mapping[str, Any]) -> int | None:
-    """The eval-frequency workload's training-set size, from the settings its ranks reported (None: unknown)."""
-    results = meta.get("rank_results") or []
-    settings = (results[0] if results else {}).get("settings")
-    return _training_set_size(json.dumps(settings, sort_keys=True)) if settings else None
-
-
-@functools.lru_cache(maxsize=16)
-def _training_set_size(settings_json: str) -> int:
-    """Loads the data set once per distinct settings: every run of a sweep reports the same ones."""
-    from workbench.workloads.eval_frequency import TrainSettings, load_data
-
-    return len(load_data(TrainSettings(**json.loads(settings_json))).x_train)
 
 
 def validation_summary(table: pd.DataFrame, column: str = "error") -> dict[str, Any]:

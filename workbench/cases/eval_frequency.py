@@ -11,6 +11,8 @@ and the what-if estimate (made from the interval-1 run alone) beside the measure
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -83,6 +85,13 @@ class EvalFrequency(Case):
         CaseOption("--epochs", "epochs", "epochs per run", int),
     )
     workload = staticmethod(train_on_rank)
+
+    def projection_inputs(self, run: Run, row: Any) -> tuple[dict[str, Any], float, str]:
+        """The mpi4py backend calls MPI.Allreduce directly (no Horovod cost per call); the workload takes whole
+        batches of each rank's shard, so the training set's size fixes its steps per epoch at every rank count;
+        measured: the wall time."""
+        kwargs = {"profile": {}, "no_horovod": row.backend != "horovod", "epoch_samples": _training_samples(run.meta)}
+        return kwargs, float(row.wall_s), "wall_s"
 
     def points(self, settings: EvalFrequencySettings, max_ranks: int) -> list[Point]:
         return [
@@ -317,3 +326,18 @@ def _ranks_on_busiest_host(run: Run) -> int:
     hosts = run.rank_meta["host"] if "host" in run.rank_meta else pd.Series(dtype=object)
     hosts = hosts[hosts.astype(str) != ""]
     return int(hosts.value_counts().max()) if len(hosts) else 0
+
+
+def _training_samples(meta: Mapping[str, Any]) -> int | None:
+    """The workload's training-set size, from the settings its ranks reported (None: unknown)."""
+    results = meta.get("rank_results") or []
+    settings = (results[0] if results else {}).get("settings")
+    return _training_set_size(json.dumps(settings, sort_keys=True)) if settings else None
+
+
+@functools.lru_cache(maxsize=16)
+def _training_set_size(settings_json: str) -> int:
+    """Loads the data set once per distinct settings: every run of a sweep reports the same ones."""
+    from workbench.workloads.eval_frequency import TrainSettings, load_data
+
+    return len(load_data(TrainSettings(**json.loads(settings_json))).x_train)

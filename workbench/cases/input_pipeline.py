@@ -22,6 +22,8 @@ import numpy as np
 import pandas as pd
 
 from workbench import analysis
+from workbench.analysis import projection as pj
+from workbench.events import BYTES_PER_MB
 from workbench.experiment import Case, CaseOption, ExperimentResult, Point, parse_counts
 from workbench.store import Run
 from workbench.workloads.contested_io import StorageModel
@@ -30,6 +32,12 @@ from workbench.workloads.input_pipeline import PipelineSettings, train_on_rank
 SEED_SPEEDUP_IN_MEMORY = 17.0
 WARMUP_STEPS = 2  # graph tracing and first allocations: not part of a step's steady cost
 SEED_STEP_MS = {"contested": 50.0, "memory": 3.0}
+
+
+#: LeNet-5's parameters: conv 5x5x1x6 + 6, conv 5x5x6x16 + 16, dense 400x120 + 120, 120x84 + 84, 84x10 + 10.
+LENET5_PARAMETERS = 156 + 2416 + 48120 + 10164 + 850
+#: One MNIST IDX record: 784 pixel bytes + 1 label byte.
+MNIST_RECORD_BYTES = 785
 
 
 @dataclass(frozen=True)
@@ -76,6 +84,31 @@ class InputPipeline(Case):
         CaseOption("--seconds", "seconds", "training seconds per point", float),
     )
     workload = staticmethod(train_on_rank)
+
+    def projection_inputs(self, run: Run, row: Any) -> tuple[dict[str, Any], float, str]:
+        """LeNet-5's gradients, the batch, and the contested storage the workload reads (``SharedStorage``: a file
+        system read fairly per request by every reader, this job's and the other jobs', through the node's link);
+        measured: the step."""
+        settings = (run.meta.get("config") or {}).get("settings") or {}
+        batch = int(settings.get("batch", 256))
+        storage = settings.get("storage") or {}
+        shared = None
+        if row.source != "memory" and storage.get("filesystem_mb_s"):
+            shared = pj.SharedStorage(
+                bandwidth_bytes_per_s=storage["filesystem_mb_s"] * BYTES_PER_MB,
+                other_readers=int(storage.get("other_jobs", 0)),
+                readers_per_rank=int(row.threads),
+                bytes_per_read=batch * MNIST_RECORD_BYTES,
+                node_link_bytes_per_s=(storage.get("node_link_mb_s") or 0) * BYTES_PER_MB or None,
+                steps_per_read=int(row.interval) if pd.notna(row.interval) else 1,
+                # tf.numpy_function readers in map() run on TensorFlow's threads: at most those at once
+                readers_bound_by_threads=row.source == "tf.data",
+            )
+        kwargs = {
+            "profile": {"gradient_bytes": 4 * LENET5_PARAMETERS, "batch_per_rank": batch},
+            "shared_storage": shared,
+        }
+        return kwargs, float(row.step_ms) / 1e3, "step_s"
 
     def points(self, settings: InputPipelineSettings, max_ranks: int) -> list[Point]:
         counts = range(1, max_ranks + 1) if settings.all_rank_counts else [max_ranks]

@@ -83,6 +83,22 @@ class PopScaling(Case):
     options = (CaseOption("--epochs", "epochs", "epochs per run", int),)
     workload = staticmethod(train_on_rank)
 
+    def projection_inputs(self, run: Run, row: Any) -> tuple[dict[str, Any], float, str]:
+        """Strong scaling keeps the global batch (each rank's share of it shrinks), weak the batch per rank; the test
+        phase runs on rank 0 alone unless sharded, and an epoch is whole batches of the run's samples; measured:
+        the wall time."""
+        settings = (run.meta.get("config") or {}).get("settings") or {}
+        base_ranks = int(((run.meta.get("config") or {}).get("cluster") or {}).get("ranks") or 1)
+        strong = str(row.scaling) == "strong"
+        batch = int(settings["global_batch"]) // base_ranks if strong else int(settings["batch"])
+        kwargs = {
+            "profile": {"batch_per_rank": batch},
+            "kind": str(row.scaling),
+            "shard_evaluation": str(row.test) == "sharded",
+            "epoch_samples": int(settings["epoch_samples"]) if settings.get("epoch_samples") else None,
+        }
+        return kwargs, float(row.wall_s), "wall_s"
+
     def points(self, settings: PopScalingSettings, max_ranks: int) -> list[Point]:
         kinds = ("strong", "weak") if settings.weak_scaling else ("strong",)
         points = [Point.of(n, {"scaling": kind}) for n in range(1, max_ranks + 1) for kind in kinds]

@@ -109,6 +109,11 @@ def parse_data(text: str) -> tuple[str, ...]:
     return chosen
 
 
+def round_seconds(row: Mapping[str, Any], batch: int) -> float:
+    """Seconds per round of a ps-vs-allreduce run: one step of every worker at its measured images/s."""
+    return float(row["workers"]) * batch / float(row["images_per_s"])
+
+
 class PsVsAllreduce(Case):
     name = "ps-vs-allreduce"
     title = "Parameter servers vs allreduce: InceptionV3, synthetic vs real data"
@@ -142,6 +147,27 @@ class PsVsAllreduce(Case):
         CaseOption("--warmup-steps", "warmup_steps", "steps left out before timing", int),
     )
     workload = staticmethod(train_on_rank)
+
+    def projection_inputs(self, run: Run, row: Any) -> tuple[dict[str, Any], float, str]:
+        """A step of every worker: workers x batch images at the measured images/s; the PS tasks sit on the workers'
+        nodes (task j beside worker j mod workers, as the workload places them) holding the shares TensorFlow
+        dealt; measured: the round."""
+        settings = (run.meta.get("config") or {}).get("settings") or {}
+        batch = int(settings.get("batch", 1))
+        kwargs: dict[str, Any] = {
+            "profile": {"gradient_bytes": float(row.gradient_mb) * BYTES_PER_MB, "batch_per_rank": batch},
+            "no_horovod": row.scheme != "allreduce",
+        }
+        if row.scheme == "ps":
+            shares = [float(share) for share in row.placed_shares] if len(row.placed_shares) else None
+            kwargs.update(
+                scheme="ps",
+                servers=int(row.ps),
+                server_shares=tuple(shares) if shares else None,
+                servers_colocated=True,
+                servers_asynchronous=True,
+            )
+        return kwargs, round_seconds(row._asdict(), batch), "step_s"
 
     def points(self, settings: PsVsAllreduceSettings, max_ranks: int) -> list[Point]:
         points = []
