@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.events import BYTES_PER_MB
-from workbench.text import format_amount as number
+from workbench.formatting import format_amount as number
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"

@@ -29,7 +29,7 @@ import pandas as pd
 from pandas.io.formats.style import Styler
 from plotly.basedatatypes import BaseFigure
 
-from workbench.text import MISSING, format_number, format_percent
+from workbench.formatting import MISSING, format_number, format_percent
 
 
 @dataclass(frozen=True)

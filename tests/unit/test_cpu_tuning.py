@@ -7,7 +7,7 @@ import pytest
 
 from workbench.cases.cpu_tuning import CASE, evaluation_fix, mpi_ab, runtime_effects
 from workbench.experiment import Experiment
-from workbench.text import format_amount as rate
+from workbench.formatting import format_amount as rate
 from workbench.workloads.sgan import SganSettings
 
 

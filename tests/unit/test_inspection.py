@@ -11,8 +11,7 @@ import pytest
 
 from workbench.cli import main
 from workbench.events import events_frame
-from workbench.store import StreamWriter, create_run, update_run_meta
-from workbench.text import (
+from workbench.formatting import (
     format_megabytes,
     format_rate,
     format_ratio,
@@ -20,6 +19,7 @@ from workbench.text import (
     format_share,
     text_table,
 )
+from workbench.store import StreamWriter, create_run, update_run_meta
 
 S = 1_000_000_000
 MB = 1_000_000
@@ -237,7 +237,7 @@ def test_a_directory_that_is_not_a_run_is_one_clear_error(tmp_path, capsys):
 
 
 def test_amounts_and_intervals_read_without_exponents():
-    from workbench.text import format_amount, format_interval
+    from workbench.formatting import format_amount, format_interval
 
     assert [format_amount(v) for v in (0.00103, 33.93, 1234.5, float("nan"), None)] == [
         "0.00103",

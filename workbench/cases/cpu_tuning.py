@@ -31,8 +31,8 @@ from workbench.analysis.cpu_wait import finite_median
 from workbench.config import mpich_horovod_prefix, physical_cores
 from workbench.events import NS_PER_S, is_finite_number
 from workbench.experiment import Case, CaseOption, ExperimentResult, Point, parse_counts
+from workbench.formatting import format_amount, format_interval
 from workbench.store import Run
-from workbench.text import format_amount, format_interval
 from workbench.workloads.sgan import SganSettings, train_on_rank
 
 #: Named sets of runtime settings: ClusterConfig fields each set changes (the seed's Figure 7).

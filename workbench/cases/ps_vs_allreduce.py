@@ -30,8 +30,8 @@ from workbench.analysis.benchmark_method import BenchmarkMethod
 from workbench.config import physical_cores
 from workbench.events import BYTES_PER_MB, NS_PER_S
 from workbench.experiment import Case, CaseOption, ExperimentResult, Point, parse_counts, parse_yes_no
+from workbench.formatting import format_interval
 from workbench.store import Run
-from workbench.text import format_interval
 from workbench.workloads.ps_vs_allreduce import InceptionSettings, train_on_rank
 
 #: The seed's scaling efficiency (InceptionV3, TF 1.1, parameter servers): (system, GPUs, data) -> efficiency.

@@ -33,10 +33,10 @@ from typing import IO
 
 from workbench.config import ClusterConfig, mpich_horovod_prefix
 from workbench.faults import launcher_refusal
+from workbench.formatting import format_seconds
 from workbench.placement import PIN_GPUS, Placement, place, script_pins_gpus
 from workbench.profile import BOOT_DIR, RESPONSE_CACHE, TIMELINE_FILE, import_tf_profiles, import_timeline
 from workbench.store import create_run, ranks_with_meta, update_run_meta
-from workbench.text import format_seconds
 
 REPORT_FILE = "report.html"
 

@@ -20,8 +20,8 @@ import pandas as pd
 from workbench.analysis import json_ready
 from workbench.analysis import projection as pj
 from workbench.events import BYTES_PER_MB
+from workbench.formatting import format_rate, format_ratio, format_seconds, format_share, text_table
 from workbench.store import Run
-from workbench.text import format_rate, format_ratio, format_seconds, format_share, text_table
 
 #: Network used when none is named: the commonest cluster link.
 DEFAULT_NETWORK = "10gbe"
