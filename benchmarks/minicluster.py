@@ -47,11 +47,11 @@ STEP_SECONDS = 2.0
 
 # -- run on the engines (pickled by value: this file is not importable there) --------------------------------
 def busbw(nbytes: int, with_horovod: bool) -> dict[str, Any]:
-    """One allreduce size measured on every rank (``workbench.bench.allreduce.measure``), with the settings seen."""
+    """One allreduce size measured on every rank (``workbench.allreduce.measure``), with the settings seen."""
     import os
     import socket
 
-    from workbench.bench.allreduce import measure
+    from workbench.allreduce import measure
 
     rows = measure((nbytes,), 1.0, with_horovod)
     return {

@@ -4,7 +4,7 @@ Scaling is measured the way the projection assumes and the seeds measured it onl
 hardware as nodes are added: the same share of a core and the same link at every count. This brings up one
 miniature cluster with the largest count (or uses the one that is up, if it is the same), runs the case's
 sweep at the given counts only (one rank per node), then measures the link on two of its nodes
-(``workbench.bench.allreduce.measure``: MPI and Horovod allreduce by size, Horovod's background thread) and
+(``workbench.allreduce.measure``: MPI and Horovod allreduce by size, Horovod's background thread) and
 writes ``nodes.json`` beside the sweep: the nodes' shares and links and that measurement, what
 ``workbench bench projection`` fits the network to when it predicts the larger counts from the 1-node run.
 While the sweep runs, ``workbench.hostspeed`` samples how fast this machine's cores are (``host-speed.txt``):
@@ -184,7 +184,7 @@ def measure_link(mini: Any, nodes: int = 2) -> list[dict[str, Any]]:
 
 def link_rows(mini: Any, view: Any) -> list[dict[str, Any]]:
     """``measure_link`` on engines already started on ``mini``'s nodes (``view``: all of them)."""
-    from workbench.bench.allreduce import measure
+    from workbench.allreduce import measure
 
     rate = mini.spec.nodes[0].link_bits_per_s
     results = view.apply_sync(measure, link_sizes(rate), MIN_SECONDS, True)

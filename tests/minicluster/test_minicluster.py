@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from workbench import minicluster
-from workbench.bench.allreduce import measure
+from workbench.allreduce import measure
 from workbench.bench.link import tcp_stream
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # engines cannot import test modules

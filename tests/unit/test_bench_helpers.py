@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from workbench.bench.allreduce import bus_bandwidth_factor, measure
+from workbench.allreduce import bus_bandwidth_factor, measure
 from workbench.bench.overhead import background_cost_share, hot_path_ns
 from workbench.recorder import Recorder
 from workbench.store import Run, create_run

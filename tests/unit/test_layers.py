@@ -16,13 +16,14 @@ README = PACKAGE.parent / "README.md"
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation", ("events", "formatting", "config", "placement", "hostspeed", "slurm")),
     ("store", ("store",)),
-    ("collect", ("recorder", "cpu_probe", "_keras", "autorecord", "_profile_boot", "links", "formats", "datasets",
-                 "workloads")),
+    ("collect", ("recorder", "cpu_probe", "_keras", "autorecord", "_profile_boot", "links", "allreduce", "formats",
+                 "datasets", "workloads")),
     ("analyse", ("analysis",)),
     ("draw", ("figures",)),
     ("present", ("widgets", "text", "report")),
-    ("run", ("cluster", "minicluster", "faults", "profile", "importer", "rank_groups", "experiment", "cases")),
-    ("measure and commands", ("bench", "nodes", "commands", "cli", "api", "__init__")),
+    ("run", ("cluster", "minicluster", "faults", "profile", "importer", "rank_groups", "experiment", "cases",
+             "nodes")),
+    ("measure and commands", ("bench", "commands", "cli", "api", "__init__")),
 )  # fmt: skip
 LAYER_OF = {part: index for index, (_name, parts) in enumerate(LAYERS) for part in parts}
 
@@ -86,7 +87,9 @@ def test_the_readme_layer_table_names_every_module_group():
     table = text[start : text.index("\n\n", start)]
     for name, parts in LAYERS:
         assert f"| {name} |" in table, f"README's layer table lacks the {name!r} layer"
+        row = next(line for line in table.splitlines() if line.startswith(f"| {name} |"))
         for part in parts:
             if part == "__init__":
                 continue
-            assert f"{part}" in table, f"README's layer table does not name {part!r} (layer {name!r})"
+            named = f"`{part}.py`" in row or f"`{part}/`" in row
+            assert named, f"README's layer table does not name {part} in the {name!r} layer's row"
