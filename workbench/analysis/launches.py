@@ -51,6 +51,11 @@ LAUNCH_SUMMARY_COLUMNS = (
 )
 
 
+def _has_correlation(activity: pd.DataFrame) -> bool:
+    """Whether any row ties a launch to its activity (checked first: a large profile without any is not copied)."""
+    return "correlation" in activity.columns and bool((activity["correlation"].to_numpy() >= 0).any())
+
+
 def _launch_rows(activity: pd.DataFrame) -> pd.DataFrame:
     """The runtime calls with a correlation, the first per (rank, correlation), and whether each launches GPU work
     (``LAUNCH_CALLS``). Columns are taken as arrays first: filtering the whole frame would copy every column."""
@@ -89,6 +94,8 @@ def idle_by_cause(activity: pd.DataFrame, *, kernel_gap_ns: int = KERNEL_GAP_NS)
 
     Empty when no GPU activity carries a correlation (the cause of a gap needs its launch's time).
     """
+    if not _has_correlation(activity):
+        return pd.DataFrame(columns=list(IDLE_CAUSE_COLUMNS))
     gpu = _gpu_rows(activity, ["rank", "host", "device", "stream", "start_ns", "end_ns", "correlation"])
     if gpu.empty or not (gpu["correlation"].to_numpy() >= 0).any():
         return pd.DataFrame(columns=list(IDLE_CAUSE_COLUMNS))
@@ -122,6 +129,8 @@ def idle_by_cause(activity: pd.DataFrame, *, kernel_gap_ns: int = KERNEL_GAP_NS)
 def kernel_launches(activity: pd.DataFrame) -> pd.DataFrame:
     """Per launch call and the GPU activity it launched: the call's CPU seconds, the activity's GPU seconds and the
     launch delay (``LAUNCH_COLUMNS``)."""
+    if not _has_correlation(activity):
+        return pd.DataFrame(columns=list(LAUNCH_COLUMNS))
     launches = _launch_rows(activity)
     launches = launches[launches["launches_work"].to_numpy(bool)]
     gpu = _gpu_rows(activity, ["rank", "correlation", "start_ns", "end_ns"])
