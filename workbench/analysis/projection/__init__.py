@@ -85,6 +85,7 @@ from workbench.analysis.projection.networks import (
     ring_allreduce_seconds,
     tree_allreduce_seconds,
 )
+from workbench.analysis.projection.overlap import HOROVOD_CYCLE_S, StepOverlap, backprop_overlap, ready_times
 from workbench.analysis.projection.system import (
     SystemSpec,
     project_system,
@@ -95,6 +96,7 @@ from workbench.analysis.projection.system import (
 __all__ = [
     "ALGORITHMS",
     "BYTES_PER_GB",
+    "HOROVOD_CYCLE_S",
     "HOROVOD_FUSION_THRESHOLD_BYTES",
     "INPUT_BOUND_SHARE",
     "KINDS",
@@ -109,9 +111,11 @@ __all__ = [
     "Projection",
     "SharedStorage",
     "StepCosts",
+    "StepOverlap",
     "SystemSpec",
     "allreduce_seconds",
     "asynchronous_parameter_server_seconds",
+    "backprop_overlap",
     "expected_max",
     "fit_network",
     "fused_calls",
@@ -122,6 +126,7 @@ __all__ = [
     "parameter_server_seconds",
     "project",
     "project_system",
+    "ready_times",
     "ring_allreduce_seconds",
     "step_costs",
     "system_from_mapping",
