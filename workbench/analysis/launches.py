@@ -60,8 +60,6 @@ def _launch_rows(activity: pd.DataFrame) -> pd.DataFrame:
     """The runtime calls with a correlation, the first per (rank, correlation), and whether each launches GPU work
     (``LAUNCH_CALLS``). Columns are taken as arrays first: filtering the whole frame would copy every column."""
     columns = ["rank", "correlation", "launch_start_ns", "launch_end_ns", "launches_work"]
-    if "correlation" not in activity.columns:
-        return pd.DataFrame(columns=columns)
     correlation = activity["correlation"].to_numpy(np.int64)
     keep = (activity["kind"] == ev.RUNTIME).to_numpy() & (correlation >= 0)
     calls = pd.DataFrame(
@@ -77,15 +75,12 @@ def _launch_rows(activity: pd.DataFrame) -> pd.DataFrame:
 
 
 def _gpu_rows(activity: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
-    """The GPU's activity, only ``columns`` (correlation -1 where the trace gives none)."""
+    """The GPU's activity, only ``columns``."""
     on_gpu = activity["kind"].isin(ev.GPU_KINDS).to_numpy()
     out = {}
     for column in columns:
-        if column == "correlation" and column not in activity.columns:
-            out[column] = np.full(int(on_gpu.sum()), -1, np.int64)
-        else:
-            values = activity[column]
-            out[column] = values[on_gpu] if isinstance(values.dtype, pd.CategoricalDtype) else values.to_numpy()[on_gpu]
+        values = activity[column]
+        out[column] = values[on_gpu] if isinstance(values.dtype, pd.CategoricalDtype) else values.to_numpy()[on_gpu]
     return pd.DataFrame(out).reset_index(drop=True)
 
 
@@ -120,9 +115,8 @@ def idle_by_cause(activity: pd.DataFrame, *, kernel_gap_ns: int = KERNEL_GAP_NS)
     table = streams.loc[np.repeat(np.arange(groups), len(IDLE_CAUSES))].reset_index(drop=True)
     table["cause"] = np.tile(IDLE_CAUSES, groups)
     table["idle_s"] = idle.ravel() / ev.NS_PER_S
-    per_stream = table.groupby(["rank", "host", "device", "stream"], sort=False, observed=True)
-    stream_idle = per_stream["idle_s"].transform("sum")
-    table["idle_share"] = table["idle_s"] / stream_idle.where(stream_idle > 0)
+    stream_idle = np.repeat(idle.sum(axis=1), len(IDLE_CAUSES)) / ev.NS_PER_S
+    table["idle_share"] = table["idle_s"] / np.where(stream_idle > 0, stream_idle, np.nan)
     return table[list(IDLE_CAUSE_COLUMNS)]
 
 
