@@ -380,13 +380,24 @@ class Cluster(AsyncFirst):
         elif time.monotonic() - self._never_starts_since >= slurm.REASON_SETTLES_S:
             raise ClusterStartError(f"{state.describe()}; it was cancelled: {slurm.WHAT_TO_DO}")
         if not state.active or state.state == "COMPLETING":
-            await asyncio.sleep(0.5)  # the job's last output reaches its file
+            state = await self._final_slurm_state(state)
             raise ClusterStartError(
                 f"{state.describe()} before {self.config.ranks} engines registered; "
                 f"engine output:\n{self._engine_output()}"
             )
         if state.state == "PENDING" and state != previous and state.reason not in ("", "None"):
             log.warning("%s; waiting up to start_timeout_s=%.0f s", state.describe(), self.config.start_timeout_s)
+
+    async def _final_slurm_state(self, state: slurm.JobState, wait_s: float = 5.0) -> slurm.JobState:
+        """The state an ending job settles in (FAILED, CANCELLED...): COMPLETING only says its processes are going."""
+        deadline = time.monotonic() + wait_s
+        await asyncio.sleep(0.5)  # the job's last output reaches its file
+        while state.state == "COMPLETING" and time.monotonic() < deadline:
+            state = await slurm.job_state(state.job_id) or state
+            if state.state == "COMPLETING":
+                await asyncio.sleep(0.3)
+        self.slurm_state = state
+        return state
 
     def _engine_output(self, limit: int = 4000) -> str:
         try:

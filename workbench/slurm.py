@@ -153,6 +153,9 @@ class JobState:
     def describe(self) -> str:
         reason = f" ({self.reason})" if self.reason and self.reason != "None" else ""
         why = NEVER_STARTS.get(self.reason.split(",")[0], "") if self.state == "PENDING" else ""
+        if self.state == "COMPLETING" and self.reason.startswith("NonZeroExitCode"):
+            # the state the job ends in, said now: its processes are still being cleaned up
+            return f"Slurm job {self.job_id} is FAILED{reason}, still COMPLETING"
         return f"Slurm job {self.job_id} is {self.state}{reason}" + (f": {why}" if why else "")
 
 

@@ -119,6 +119,9 @@ def test_job_states_that_can_never_start():
         "Slurm job 7 is PENDING (PartitionTimeLimit): time_limit is above the partition's MaxTime"
     )
     assert JobState("7", "FAILED", "NonZeroExitCode").describe() == "Slurm job 7 is FAILED (NonZeroExitCode)"
+    assert JobState("7", "COMPLETING", "NonZeroExitCode").describe() == (
+        "Slurm job 7 is FAILED (NonZeroExitCode), still COMPLETING"
+    )
     assert not JobState("7", "CANCELLED").active and JobState("7", "COMPLETING").active
 
 
