@@ -1654,6 +1654,66 @@ def render_projection_seeds(saved: Mapping[str, Any]) -> str:
     )
 
 
+def render_projection_published(saved: Mapping[str, Any]) -> str:
+    """Published large-scale results beside the projection from their systems described: rows, errors, reasons."""
+    result = saved["result"]
+    rows = []
+    for r in result["rows"]:
+        ps = r["scheme"] == "ps"
+        rows.append(
+            [
+                r["source"],
+                r["model_name"].replace("_", " "),
+                str(r["gpus"]),
+                str(r["nodes"]),
+                share(r["published"]),
+                f"{share(r['model_low'])}–{share(r['model_high'])}" if ps else share(r["model"]),
+                "–" if ps else share(r["model_low"]),
+                "–" if ps else share(r["hidden_share"]),
+                f"{r['error_points']:+.1f}".replace("-", "−") if round(r["error_points"], 1) else "0",
+            ]
+        )
+    misses = [
+        f"- *{r['source']}, {r['model_name']}, {r['gpus']} GPUs ({r['error_points']:+.1f} points):* {r['reason']}."
+        for r in result["rows"]
+        if r["reason"]
+    ]
+    inputs = [f"- *{key}:* " + "; ".join(lines) + "." for key, lines in result["inputs"].items()]
+    met = (
+        result["median_error_points"] <= result["median_goal_points"]
+        and result["max_error_points"] <= result["max_goal_points"]
+    )
+    return "\n".join(
+        [
+            "Scaling efficiency against one GPU (Horovod rows: Horovod's loop played over each step from the"
+            f" model's gradients, {result['horovod_settings']}; parameter-server rows: none of the traffic hidden –"
+            " all of it, error 0 inside the band):",
+            "",
+            table(
+                ["source", "model", "GPUs", "nodes", "published", "model", "without layout", "hidden", "error (pts)"],
+                ["l", "l", "r", "r", "r", "r", "r", "r", "r"],
+                rows,
+            ),
+            "",
+            f"Median |error| {result['median_error_points']:.1f} points (goal {result['median_goal_points']:g}),"
+            f" max {result['max_error_points']:.1f} (goal {result['max_goal_points']:g}):"
+            f" {'met' if met else 'not met'}; {result['explained']} of {len(result['rows'])} rows within"
+            f" {result['max_goal_points']:g} points.",
+            "",
+            *(
+                [f"The rows off by more than {result['median_goal_points']:g} points, and why:", "", *misses, ""]
+                if misses
+                else []
+            ),
+            "The inputs, each with its source:",
+            "",
+            *inputs,
+            "",
+            source_line(saved),
+        ]
+    )
+
+
 def render_horovod_step(saved: Mapping[str, Any]) -> str:
     """The eval-frequency step on 1 and 2 ranks, the gradients averaged four ways at three cycle times."""
     result = saved["result"]
@@ -2163,6 +2223,7 @@ RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "cpu-tuning-nodes": render_cpu_tuning_nodes,
     "projection": render_projection,
     "projection-seeds": render_projection_seeds,
+    "projection-published": render_projection_published,
     "projection-nodes": render_projection_nodes,
     "projection-nodes-sleeping": render_projection_nodes,
     "horovod-step": render_horovod_step,

@@ -21,8 +21,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("analyse", ("analysis",)),
     ("draw", ("figures",)),
     ("present", ("widgets", "text", "report")),
-    ("run", ("cluster", "minicluster", "faults", "profile", "importer", "rank_groups", "experiment", "cases",
-             "nodes")),
+    ("run", ("cluster", "minicluster", "faults", "profile", "importer", "gradients", "rank_groups", "experiment",
+             "cases", "nodes")),
     ("measure and commands", ("bench", "commands", "cli", "api", "__init__")),
 )  # fmt: skip
 LAYER_OF = {part: index for index, (_name, parts) in enumerate(LAYERS) for part in parts}

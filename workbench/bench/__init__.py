@@ -136,7 +136,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     ),
     Benchmark(
         "projection",
-        "scaling projection checked against saved sweeps (artifacts/) and the seeds",
+        "scaling projection checked against saved sweeps (artifacts/), the seeds and published results",
         "workbench.bench.projection",
         (
             option("--allreduce", default=None, metavar="FILE", help="bench allreduce --json to fit"),
@@ -144,6 +144,12 @@ BENCHMARKS: tuple[Benchmark, ...] = (
                 "--seeds",
                 action="store_true",
                 help="only the seeds' clusters (004, 001) described without a run, beside their published tables",
+            ),
+            option(
+                "--published",
+                action="store_true",
+                help="only published large-scale results (Horovod at 128-512 GPUs, TensorFlow's EC2 64-GPU table)"
+                " beside the projection from their systems described",
             ),
             option(
                 "--nodes",

@@ -836,10 +836,12 @@ def main(
     seeds: bool = False,
     nodes: bool = False,
     sweeps: Sequence[str] | None = None,
+    published: bool = False,
 ) -> int:
-    """``workbench bench projection [--json] [--allreduce FILE] [--seeds | --nodes [--sweeps GLOB ...]]``.
+    """``workbench bench projection [--json] [--allreduce FILE] [--seeds | --published | --nodes [--sweeps ...]]``.
 
     ``--seeds``: the projection from a system description beside seeds 004 and 001 (``bench.seed_systems``);
+    ``--published``: the same beside published results at 64-512 GPUs (``bench.published_systems``);
     ``--nodes``: the sweeps on a miniature cluster's nodes, each count predicted from 1 node (``run_nodes``),
     those under ``artifacts/nodes-*`` or the globs ``sweeps`` names (one glob a sweep's repetitions).
     """
@@ -852,6 +854,10 @@ def main(
         from workbench.bench import seed_systems
 
         result, text = seed_systems.run(), seed_systems.format_result
+    elif published:
+        from workbench.bench import published_systems
+
+        result, text = published_systems.run(), published_systems.format_result
     else:
         result, text = run(allreduce_rows=read_rows(allreduce_json) if allreduce_json else None), format_result
     print(json.dumps(json_ready(result), indent=2, default=str) if as_json else text(result))
@@ -865,4 +871,11 @@ def command(args: argparse.Namespace) -> int:
     if args.sweeps and not args.nodes:
         raise ConfigError("--sweeps names sweeps on a miniature cluster's nodes: give it with --nodes")
     sweeps = args.sweeps
-    return main(as_json=args.json, allreduce_json=args.allreduce, seeds=args.seeds, nodes=args.nodes, sweeps=sweeps)
+    return main(
+        as_json=args.json,
+        allreduce_json=args.allreduce,
+        seeds=args.seeds,
+        nodes=args.nodes,
+        sweeps=sweeps,
+        published=args.published,
+    )

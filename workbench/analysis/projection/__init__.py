@@ -77,6 +77,7 @@ from workbench.analysis.projection.networks import (
     allreduce_seconds,
     asynchronous_parameter_server_seconds,
     fit_network,
+    fused_allreduce_seconds,
     fused_calls,
     here_allreduce_rows,
     network,
@@ -85,7 +86,15 @@ from workbench.analysis.projection.networks import (
     ring_allreduce_seconds,
     tree_allreduce_seconds,
 )
-from workbench.analysis.projection.overlap import HOROVOD_CYCLE_S, StepOverlap, backprop_overlap, ready_times
+from workbench.analysis.projection.overlap import (
+    BACKWARD_SHARE,
+    HOROVOD_CYCLE_S,
+    GradientLayout,
+    StepOverlap,
+    backprop_overlap,
+    layout_overlap,
+    ready_times,
+)
 from workbench.analysis.projection.system import (
     SystemSpec,
     project_system,
@@ -95,6 +104,7 @@ from workbench.analysis.projection.system import (
 
 __all__ = [
     "ALGORITHMS",
+    "BACKWARD_SHARE",
     "BYTES_PER_GB",
     "HOROVOD_CYCLE_S",
     "HOROVOD_FUSION_THRESHOLD_BYTES",
@@ -107,6 +117,7 @@ __all__ = [
     "SCHEMES",
     "WARMUP_STEPS",
     "Changes",
+    "GradientLayout",
     "Network",
     "Projection",
     "SharedStorage",
@@ -118,8 +129,10 @@ __all__ = [
     "backprop_overlap",
     "expected_max",
     "fit_network",
+    "fused_allreduce_seconds",
     "fused_calls",
     "here_allreduce_rows",
+    "layout_overlap",
     "limits_table",
     "network",
     "parameter_server_link_bytes",

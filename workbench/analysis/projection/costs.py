@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from workbench import events as ev
+from workbench.analysis.projection.overlap import GradientLayout
 from workbench.events import NS_PER_S
 
 #: Input share of step time from which a run counts as input-bound (TF Profiler's "moderately").
@@ -59,6 +60,9 @@ class StepCosts:
     load_balance: float
     #: Missing data and what to record, in words.
     notes: tuple[str, ...] = ()
+    #: The gradient tensors in backprop order and when each is ready (None: unknown, the allreduce is
+    #: then taken to start after the backward pass).
+    gradient_layout: GradientLayout | None = None
 
     @property
     def input_bound(self) -> bool:

@@ -19,9 +19,11 @@ from workbench.analysis.projection.networks import (
     Network,
     allreduce_seconds,
     asynchronous_parameter_server_seconds,
+    fused_allreduce_seconds,
     network,
     parameter_server_seconds,
 )
+from workbench.analysis.projection.overlap import HOROVOD_CYCLE_S, GradientLayout, StepOverlap, layout_overlap
 from workbench.events import BYTES_PER_MB
 
 SCHEMES = ("allreduce", "ps")
@@ -57,6 +59,8 @@ PROJECTION_COLUMNS: tuple[str, ...] = (
     "evaluation_s",
     "checkpoint_s",
     "limiter",
+    "hidden_s",
+    "hidden_share",
 )
 
 
@@ -141,6 +145,8 @@ class Changes:
     batch_scale: float = 1.0
     #: Horovod's fusion threshold (HOROVOD_FUSION_THRESHOLD) in bytes.
     fusion_threshold_bytes: int = HOROVOD_FUSION_THRESHOLD_BYTES
+    #: Horovod's cycle (HOROVOD_CYCLE_TIME) in seconds: how often its thread sends the gradients ready.
+    cycle_s: float = HOROVOD_CYCLE_S
     #: Samples in one epoch of the whole training set. Given, each rank takes whole batches of its shard,
     #: ceil(samples / ranks) // batch steps an epoch (the partial batch dropped, as Horovod's examples and
     #: tf.data's ``drop_remainder`` do): at 8 ranks 1 437 samples in batches of 64 are 2 steps, not 2.8.
@@ -180,6 +186,8 @@ class Changes:
                 f"server_shares={self.server_shares!r}: give each parameter server's share of the variables,"
                 " e.g. (0.5, 0.5)"
             )
+        if not self.cycle_s > 0:
+            raise ValueError(f"cycle_s={self.cycle_s}: Horovod's cycle (HOROVOD_CYCLE_TIME) in seconds, > 0")
         if self.server_exchange_s < 0:
             raise ValueError(f"server_exchange_s={self.server_exchange_s}: the RPCs' node seconds per step, 0 or more")
         if self.epoch_samples is not None and self.epoch_samples < 1:
@@ -200,6 +208,8 @@ class Changes:
             parts.append(f"per-rank batch x{self.batch_scale:g}")
         if self.fusion_threshold_bytes != HOROVOD_FUSION_THRESHOLD_BYTES:
             parts.append(f"fusion threshold {self.fusion_threshold_bytes / BYTES_PER_MB:.3g} MB")
+        if self.cycle_s != HOROVOD_CYCLE_S:
+            parts.append(f"Horovod cycle {self.cycle_s * 1e3:.3g} ms")
         if self.epoch_samples:
             parts.append(f"whole batches of {self.epoch_samples} samples an epoch")
         return ", ".join(parts) or "as measured"
@@ -285,6 +295,8 @@ def project(
         storage = SharedStorage.node_cap(shared_input_batches_per_s)
     if overlap:
         assumptions = (*assumptions, f"the collective hides behind up to {overlap:.0%} of each step's compute")
+    elif scheme == "allreduce":
+        assumptions = (*assumptions, _overlap_assumption(profile.gradient_layout, changes))
     if not len(profile.compute_s):
         empty = pd.DataFrame(
             [{**dict.fromkeys(PROJECTION_COLUMNS, math.nan), "ranks": n, "kind": kind} for n in counts]
@@ -484,6 +496,10 @@ class _Model:
                 colocated=c.servers_colocated,
             )
             per_call = 0.0
+        elif self.simulates_overlap and n > 1:
+            played = self.backprop(slowest, n)
+            per_call = played.buffers * self.net.per_call_s
+            transfer = max(played.communication_s - per_call, 0.0)
         else:
             transfer, per_call = allreduce_seconds(
                 p.gradient_bytes,
@@ -492,7 +508,11 @@ class _Model:
                 fusion_threshold_bytes=c.fusion_threshold_bytes,
                 tensor_bytes=p.tensor_bytes or None,
             )
-        hidden = min(self.overlap * float(compute_n.mean()), transfer + per_call)
+        if self.simulates_overlap and n > 1:
+            hidden = played.hidden_s
+        else:
+            hidden = min(self.overlap * float(compute_n.mean()), transfer + per_call)
+        communicated = transfer + per_call
         transfer, per_call = _exposed(transfer, per_call, hidden)
         step_compute = slowest + transfer + per_call
         period = float((compute + wait).mean()) + (p.communication_s if n0 == 1 else 0.0) if input_bound else 0.0
@@ -543,7 +563,30 @@ class _Model:
             "per_call_s": steps_per_epoch * per_call,
             "evaluation_s": evaluation_epoch,
             "checkpoint_s": p.checkpoint_per_epoch_s,
+            "hidden_s": steps_per_epoch * hidden,
+            "hidden_share": hidden / communicated if communicated > 0 else math.nan,
         }
+
+    @property
+    def simulates_overlap(self) -> bool:
+        """Horovod's loop is played over the step when the gradients' layout is known and no share is imposed."""
+        return (
+            self.profile.gradient_layout is not None
+            and self.scheme == "allreduce"
+            and not self.overlap
+        )
+
+    def backprop(self, compute_s: float, n: int) -> StepOverlap:
+        """One step's allreduces at ``n`` ranks against a backward pass in a step of ``compute_s`` seconds."""
+        layout = self.profile.gradient_layout
+        assert layout is not None
+        return layout_overlap(
+            layout,
+            compute_s,
+            lambda nbytes: fused_allreduce_seconds(nbytes, n, self.net),
+            fusion_bytes=self.changes.fusion_threshold_bytes,
+            cycle_s=self.changes.cycle_s,
+        )
 
 
 def _exposed(transfer: float, per_call: float, hidden: float) -> tuple[float, float]:
@@ -553,6 +596,20 @@ def _exposed(transfer: float, per_call: float, hidden: float) -> tuple[float, fl
         return transfer, per_call
     keep = (total - hidden) / total
     return transfer * keep, per_call * keep
+
+
+def _overlap_assumption(layout: GradientLayout | None, changes: Changes) -> str:
+    """How the allreduce meets the backward pass: played from the gradients' layout, or after it."""
+    if layout is None:
+        return (
+            "the allreduce starts once the backward pass has ended (no gradient layout: give the model's"
+            " tensors, e.g. --model resnet50 or --gradients FILE, to play Horovod's overlap with backprop)"
+        )
+    return (
+        f"Horovod's loop played over each step: every {changes.cycle_s * 1e3:.3g} ms its thread sends the"
+        f" gradients ready, fused up to {changes.fusion_threshold_bytes / BYTES_PER_MB:.3g} MB a buffer;"
+        f" what runs while the backward pass computes is hidden (hidden_share); {layout.describe()}"
+    )
 
 
 def _assumptions(

@@ -293,6 +293,13 @@ def allreduce_seconds(
     return transfer, len(chunks) * net.per_call_s
 
 
+def fused_allreduce_seconds(nbytes: float, ranks: int, net: Network) -> float:
+    """One Horovod allreduce of a fusion buffer of ``nbytes``: the collective plus the fixed cost per call."""
+    if ranks <= 1 or nbytes <= 0:
+        return 0.0
+    return _collective(nbytes, ranks, net) + net.per_call_s
+
+
 def server_shares_by_node(
     nodes: int, *, servers: int | None = None, shares: Sequence[float] | None = None, colocated: bool = False
 ) -> tuple[list[float], list[float]]:

@@ -25,6 +25,7 @@ import numpy as np
 from workbench.analysis.projection.costs import StepCosts
 from workbench.analysis.projection.model import Changes, Projection, project
 from workbench.analysis.projection.networks import Network, network
+from workbench.analysis.projection.overlap import GradientLayout
 
 #: Bytes of one gradient value (fp32), unless the description says otherwise.
 FP32_BYTES = 4
@@ -57,6 +58,8 @@ class SystemSpec:
     epochs: int = 1
     evaluation_s: float = 0.0
     name: str = "described system"
+    #: The gradient tensors in backprop order (None: the allreduce is taken to start after the backward pass).
+    gradients: GradientLayout | None = None
     #: Where each number comes from (field name -> source, in words).
     sources: Mapping[str, str] = field(default_factory=dict)
 
@@ -129,6 +132,7 @@ class SystemSpec:
             other_s=0.0,
             load_balance=1.0,
             notes=tuple(notes),
+            gradient_layout=self.gradients,
         )
 
     def describe(self, *, with_network: bool = True) -> list[str]:
@@ -172,9 +176,13 @@ def system_spec(
     """A ``SystemSpec`` from what users usually have: parameters or gradient bytes, step time or throughput.
 
     Exactly one of ``parameters`` / ``gradient_bytes`` and one of ``step_s`` / ``samples_per_s``
-    (one device's samples per second at ``batch``). Other keywords are ``SystemSpec`` fields.
+    (one device's samples per second at ``batch``); with ``gradients`` (a ``GradientLayout``) the bytes
+    may be left out, they are the layout's. Other keywords are ``SystemSpec`` fields.
     """
     name = rest.get("name", "described system")
+    layout = rest.get("gradients")
+    if parameters is None and gradient_bytes is None and isinstance(layout, GradientLayout):
+        gradient_bytes = layout.total_bytes
     if (parameters is None) == (gradient_bytes is None):
         raise ValueError(f"system {name!r}: give the model's parameters or its gradient bytes (one of them)")
     if (step_s is None) == (samples_per_s is None):
@@ -196,6 +204,8 @@ def system_from_mapping(values: Mapping[str, Any]) -> SystemSpec:
     """A ``SystemSpec`` from a file's mapping (JSON or YAML): ``system_spec``'s keywords; ``network`` a
     name or a mapping of ``Network`` fields (``name`` and bandwidths in bytes/s)."""
     values = dict(values)
+    if isinstance(values.get("gradients"), Mapping):
+        values["gradients"] = GradientLayout.from_mapping(values["gradients"], source="the system's gradients")
     net = values.get("network")
     if isinstance(net, Mapping):
         base = net.get("base")
