@@ -312,7 +312,12 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_project(args: argparse.Namespace) -> int:
-    from workbench.commands.project import changes_from_arguments, project_command, system_from_arguments
+    from workbench.commands.project import (
+        changes_from_arguments,
+        layout_from_arguments,
+        project_command,
+        system_from_arguments,
+    )
     from workbench.events import BYTES_PER_MB
 
     run_overrides: dict[str, Any] = {}
@@ -323,8 +328,9 @@ def _cmd_project(args: argparse.Namespace) -> int:
         run_overrides = {
             "gradient_bytes": args.gradient_mb * BYTES_PER_MB if args.gradient_mb else None,
             "batch_per_rank": args.batch,
+            "gradient_layout": layout_from_arguments(args),
         }
-        args.gradient_mb = args.batch = None
+        args.gradient_mb = args.batch = args.model = args.gradients = None
     system = system_from_arguments(args)
     if system is None and not args.run_dirs:
         raise ValueError(
@@ -334,7 +340,7 @@ def _cmd_project(args: argparse.Namespace) -> int:
     if system is not None and args.run_dirs:
         raise ValueError(
             "give run directories or a described system (--system, --parameters, ...), not both; with runs,"
-            " only --gradient-mb and --batch apply"
+            " only --gradient-mb, --batch, --model and --gradients apply"
         )
     return project_command(
         args.run_dirs,
@@ -579,6 +585,21 @@ def _add_project_command(sub: Any) -> None:
         "--bandwidth-gbs", type=float, default=None, help="between nodes, GB/s (overrides --network)"
     )
     described.add_argument("--latency-us", type=float, default=None, help="between nodes, µs (overrides --network)")
+    described.add_argument(
+        "--model",
+        default=None,
+        help="the model's gradients in backprop order, so Horovod's overlap with backprop is played: resnet50,"
+        " resnet101, resnet152, inception_v3, vgg16 (shipped), another tf.keras.applications name (built here)",
+    )
+    described.add_argument(
+        "--gradients",
+        default=None,
+        metavar="FILE",
+        help='or your model\'s: JSON {"tensors": [{"name", "parameters" or "bytes", "flops"}, ...]}, last layer first',
+    )
+    described.add_argument(
+        "--cycle-ms", type=float, default=None, help="Horovod's cycle (HOROVOD_CYCLE_TIME), default 1 ms"
+    )
     project.set_defaults(handler=_cmd_project)
 
 

@@ -54,6 +54,8 @@ def _first_shape(tensor: Any) -> Any:
 def layer_flops(layer: Any) -> float:
     """Forward arithmetic of one sample through ``layer`` (a multiply-add counts 2), from its shapes."""
     kind = type(layer).__name__
+    if kind == "InputLayer":
+        return 0.0
     try:
         out = _elements(_first_shape(layer.output))
         inputs = _first_shape(layer.input)

@@ -49,3 +49,70 @@ def test_bad_input_is_one_clear_error():
         backprop_overlap([1, 2], [0.0], backward_s=1.0, allreduce_s=lambda b: 0.0, fusion_bytes=1.0)
     with pytest.raises(ValueError, match="FLOPs or parameters"):
         ready_times([0, 0], 1.0)
+
+
+# --------------------------------------------------------------------------------------------
+# A model's layout, and the projection that plays the loop over it
+# --------------------------------------------------------------------------------------------
+
+
+def test_a_layout_from_a_file_is_ready_as_the_backward_work_is_done():
+    from workbench.analysis.projection import GradientLayout
+
+    layout = GradientLayout.from_mapping(
+        {"tensors": [{"name": "dense", "parameters": 10, "flops": 1}, {"name": "conv", "bytes": 8, "flops": 3}]}
+    )
+    assert layout.tensor_bytes.tolist() == [40.0, 8.0]
+    assert layout.ready_share.tolist() == pytest.approx([0.25, 1.0])
+    assert layout.total_bytes == 48.0 and not layout.notes
+    # without FLOPs, the bytes stand for the work, and that is said
+    guessed = GradientLayout.from_mapping({"tensors": [{"bytes": 30}, {"bytes": 10}]})
+    assert guessed.ready_share.tolist() == pytest.approx([0.75, 1.0]) and guessed.notes
+    with pytest.raises(ValueError, match="needs 'bytes' or 'parameters'"):
+        GradientLayout.from_mapping({"tensors": [{"name": "x"}]})
+    with pytest.raises(ValueError, match="expected 'tensors'"):
+        GradientLayout.from_mapping({"layers": []})
+
+
+def _two_ranks(per_call_s: float = 0.0):
+    from workbench.analysis import projection as pj
+
+    # 2 ranks, one per node: a ring allreduce of B bytes takes B / 1 MB/s (2(n-1)/n = 1), no latency
+    return pj.Network("test", latency_s=0.0, bandwidth_bytes_per_s=1e6, per_call_s=per_call_s)
+
+
+def test_the_projection_hides_what_the_loop_sends_during_the_backward_pass():
+    from workbench.analysis import projection as pj
+
+    # a 30 ms step: backward 20 ms. 10 kB ready at 5 ms (10 ms of allreduce, done by 16 ms: hidden), then
+    # 10 kB ready at 20 ms (sent at the 20 ms wake, 10 ms after the backward pass: exposed)
+    layout = pj.GradientLayout(("top", "bottom"), [1e4, 1e4], [0.25, 1.0], source="hand-made")
+    spec = pj.system_spec(step_s=0.030, batch=1, gradients=layout, network=_two_ranks())
+    assert spec.gradient_bytes == 2e4  # the layout's bytes when none are given
+    row = pj.project_system(spec, [2]).table.set_index("ranks").loc[2]
+    assert row["step_s"] == pytest.approx(0.040)
+    assert row["hidden_share"] == pytest.approx(0.5)
+    steps = row["epoch_s"] / row["step_s"]  # per epoch: hidden and exposed 10 ms each a step
+    assert row["hidden_s"] / steps == pytest.approx(0.010) and row["communication_s"] / steps == pytest.approx(0.010)
+    # the same gradients all ready at the end: nothing hidden, the step of the projection without a layout
+    late = pj.GradientLayout(("top", "bottom"), [1e4, 1e4], [1.0, 1.0])
+    without = pj.system_spec(step_s=0.030, batch=1, gradient_bytes=2e4, network=_two_ranks())
+    at_end = pj.project_system(pj.system_spec(step_s=0.030, batch=1, gradients=late, network=_two_ranks()), [2])
+    assert at_end.table["step_s"].iloc[-1] == pytest.approx(pj.project_system(without, [2]).table["step_s"].iloc[-1])
+    assert at_end.table["hidden_share"].iloc[-1] == pytest.approx(0.0)
+    assert "Horovod's loop played over each step" in " ".join(at_end.assumptions)
+    assert "no gradient layout" in " ".join(pj.project_system(without, [2]).assumptions)
+
+
+def test_an_imposed_overlap_share_replaces_the_played_loop():
+    from workbench.analysis import projection as pj
+
+    layout = pj.GradientLayout(("top", "bottom"), [1e4, 1e4], [0.25, 1.0])
+    spec = pj.system_spec(step_s=0.030, batch=1, gradients=layout, network=_two_ranks())
+    # overlap=0.5: up to 15 ms of the 20 ms allreduce hides, whatever the layout
+    row = pj.project_system(spec, [2], changes=pj.Changes(overlap=0.5)).table.iloc[-1]
+    assert row["step_s"] == pytest.approx(0.035)
+    # a longer cycle sends later: the first gradient waits for the 10 ms wake, 10-20 ms hidden; the second
+    # at 20 ms, exposed as before
+    slow = pj.project_system(spec, [2], changes=pj.Changes(cycle_s=0.010)).table.iloc[-1]
+    assert slow["step_s"] == pytest.approx(0.040) and "Horovod cycle 10 ms" in pj.Changes(cycle_s=0.010).describe()

@@ -265,3 +265,45 @@ def test_past_the_largest_measured_message_the_link_keeps_that_messages_rate():
     assert pj.fit_network(rows, at_bytes=87e6).bandwidth_bytes_per_s == pytest.approx(0.5e9, rel=1e-6)
     # below the smallest, the smallest's rate
     assert pj.fit_network(rows, at_bytes=100).bandwidth_bytes_per_s == pytest.approx(1e9, rel=1e-6)
+
+
+def test_project_a_described_model_plays_horovods_overlap_and_says_how_much_hid(capsys):
+    from workbench.cli import main
+
+    described = ["project", "--throughput", "154", "--batch", "64", "--devices-per-node", "4", "--nodes", "1,32"]
+    assert main([*described, "--model", "vgg16", "--bandwidth-gbs", "2.81", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["projection"]
+    # VGG-16's dense gradients come first: much of the 553 MB allreduce runs while its convolutions compute
+    assert 0.3 < rows[-1]["hidden_share"] < 1.0 and rows[-1]["hidden_s"] > 0
+    assert main([*described, "--model", "vgg16", "--bandwidth-gbs", "2.81"]) == 0
+    text = capsys.readouterr().out
+    assert "hidden behind backprop at 128 ranks" in text and "tf.keras.applications.VGG16" in text
+    # without a layout the allreduce waits for the backward pass, and the projection says what to give
+    assert main([*described, "--parameters", "138.4M", "--bandwidth-gbs", "2.81"]) == 0
+    assert "no gradient layout" in capsys.readouterr().out
+    assert main([*described, "--model", "resnet-9000"]) == 2
+    assert "no such model or file" in capsys.readouterr().err
+    assert main([*described, "--model", "vgg16", "--cycle-ms", "0"]) == 2
+    assert "--cycle-ms" in capsys.readouterr().err
+
+
+def test_the_published_check_fits_nothing_and_gives_a_reason_for_each_row_off_by_more_than_5_points(monkeypatch):
+    from workbench.bench import published_systems
+
+    result = published_systems.run()
+    assert len(result["rows"]) == 9 and all(row["gpus"] >= 64 for row in result["rows"])
+    for row in result["rows"]:
+        assert bool(row["reason"]) == (abs(row["error_points"]) > published_systems.MEDIAN_GOAL_POINTS)
+        assert row["explained"] == (abs(row["error_points"]) <= published_systems.MAX_GOAL_POINTS)
+    for key, described in result["inputs"].items():
+        assert len(described) >= 4 and all(line for line in described), key
+    published = published_systems.HOROVOD_EFFICIENCY
+    halved = {model: {g: v / 2 for g, v in points.items()} for model, points in published.items()}
+    monkeypatch.setattr(published_systems, "HOROVOD_EFFICIENCY", halved)
+    again = published_systems.run()
+    # the model's columns do not move when the published numbers do: nothing was fitted to them
+    for before, after in zip(result["rows"], again["rows"]):
+        if before["scheme"] == "allreduce":
+            assert after["model"] == before["model"] and after["hidden_share"] == before["hidden_share"]
+    assert "median |error|" in published_systems.format_result(result)
+    json.dumps(result)

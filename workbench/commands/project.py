@@ -21,6 +21,7 @@ from workbench.analysis import json_ready
 from workbench.analysis import projection as pj
 from workbench.events import BYTES_PER_MB
 from workbench.formatting import format_rate, format_ratio, format_seconds, format_share, text_table
+from workbench.gradients import gradient_layout, read_layout_file
 from workbench.store import Run
 
 #: Network used when none is named: the commonest cluster link.
@@ -65,6 +66,7 @@ def system_from_arguments(args: Any) -> pj.SystemSpec | None:
         "samples_per_epoch": args.samples_per_epoch,
         "epochs": args.epochs,
         "evaluation_s": args.eval_seconds,
+        "gradients": layout_from_arguments(args),
     }
     given = {k: v for k, v in flags.items() if v is not None}
     if args.system is None and not given:
@@ -77,6 +79,8 @@ def system_from_arguments(args: Any) -> pj.SystemSpec | None:
     values.update(given)
     if "parameters" in values:
         values["parameters"] = parse_count(values["parameters"])
+    if isinstance(values.get("gradients"), str):  # a file's "gradients": a model's name or a layout file
+        values["gradients"] = gradient_layout(values["gradients"])
     if args.network or "network" not in values:
         values["network"] = resolve_network(args.network)
     if "batch" not in values:
@@ -91,6 +95,16 @@ def system_from_arguments(args: Any) -> pj.SystemSpec | None:
         base = spec.resolved_network()
         spec = replace(spec, network=pj.network(base, name=f"{base.name}, changed on the command line", **changes))
     return spec
+
+
+def layout_from_arguments(args: Any) -> pj.GradientLayout | None:
+    """The gradients' layout ``--model`` or ``--gradients`` names (None: neither given)."""
+    model, path = getattr(args, "model", None), getattr(args, "gradients", None)
+    if model and path:
+        raise ValueError("give --model or --gradients, not both: --model names a known model, --gradients a file")
+    if path:
+        return read_layout_file(path)
+    return gradient_layout(model) if model else None
 
 
 def read_system_file(path: str | Path) -> dict[str, Any]:
@@ -187,11 +201,16 @@ def project_runs(
     changes: pj.Changes | None = None,
     gradient_bytes: float | None = None,
     batch_per_rank: int | None = None,
+    gradient_layout: pj.GradientLayout | None = None,
 ) -> tuple[pj.Projection, pd.DataFrame]:
     """Projection from the run with the fewest ranks, and every run's measured point beside it.
 
-    ``gradient_bytes`` and ``batch_per_rank`` replace what the run recorded (or add what it did not).
+    ``gradient_bytes`` and ``batch_per_rank`` replace what the run recorded (or add what it did not);
+    ``gradient_layout`` (the model's gradients in backprop order) lets Horovod's overlap be played, its bytes
+    the gradient bytes unless ``gradient_bytes`` is given.
     """
+    if gradient_layout is not None and gradient_bytes is None:
+        gradient_bytes = gradient_layout.total_bytes
     runs = [Run.load(path) for path in run_dirs]
     if not runs:
         raise ValueError("name at least one run directory")
@@ -200,6 +219,8 @@ def project_runs(
     profile = pj.step_costs(
         base.events, base.meta, base.memory, gradient_bytes=gradient_bytes, batch_per_rank=batch_per_rank
     )
+    if gradient_layout is not None:
+        profile = replace(profile, gradient_layout=gradient_layout)
     if changes is not None and changes.epoch_samples and not profile.batch_per_rank:
         raise ValueError(
             f"--epoch-samples needs the batch per rank, which {base.path.name} did not record: add --batch N"
@@ -219,7 +240,9 @@ def format_projection(result: pj.Projection, points: pd.DataFrame | None = None)
     """The projection as text: one row per rank count, what limits it, measured points, notes."""
     table = result.table
     lines = [f"{result.kind} scaling, {result.scheme}, what-ifs: {result.changes.describe()}", ""]
+    played = bool(table["hidden_share"].notna().any()) and result.changes.overlap == 0
     header = ["ranks", "nodes", "step", "±", "epoch", "throughput", "speedup", "efficiency", "PE", "limit"]
+    header += ["hidden"] if played else []
     rows = []
     for row in table.itertuples():
         half = (row.step_s_high - row.step_s_low) / 2
@@ -235,9 +258,12 @@ def format_projection(result: pj.Projection, points: pd.DataFrame | None = None)
                 format_share(row.efficiency),
                 format_ratio(row.parallel_efficiency),
                 str(row.limiter),
+                *([format_share(row.hidden_share) if math.isfinite(row.hidden_share) else "–"] if played else []),
             ]
         )
     lines += text_table(header, rows)
+    if played:
+        lines += ["", *hidden_lines(table)]
     if len(table):
         largest = int(table["ranks"].max())
         at = result.limits[(result.limits["ranks"] == largest) & (result.limits["seconds"] > 0)]
@@ -259,6 +285,20 @@ def format_projection(result: pj.Projection, points: pd.DataFrame | None = None)
     return "\n".join(lines)
 
 
+def hidden_lines(table: pd.DataFrame) -> list[str]:
+    """How much communication hid behind the backward pass at the largest count, and what stayed exposed."""
+    last = table.dropna(subset=["hidden_share"]).tail(1)
+    if last.empty:
+        return []
+    row = last.iloc[0]
+    exposed = row["communication_s"] + row["per_call_s"]
+    return [
+        f"hidden behind backprop at {int(row['ranks'])} ranks: {format_share(row['hidden_share'])} of the allreduce"
+        f" ({format_seconds(row['hidden_s'])} an epoch hidden, {format_seconds(exposed)} exposed after the backward"
+        " pass): Horovod's loop played over each step from the gradients' layout (assumptions)"
+    ]
+
+
 def _signed_share(value: float) -> str:
     return f"{value:+.1%}" if math.isfinite(value) else "–"
 
@@ -277,7 +317,11 @@ def changes_from_arguments(args: argparse.Namespace) -> pj.Changes:
     if args.scheme != "ps" and given:
         raise ValueError(f"{', '.join(given)} describe parameter servers: add --scheme ps, or drop them")
     fusion_mb = args.fusion_threshold_mb
+    cycle_ms = getattr(args, "cycle_ms", None)
+    if cycle_ms is not None and not cycle_ms > 0:
+        raise ValueError(f"--cycle-ms {cycle_ms}: Horovod's cycle in milliseconds, > 0 (its default is 1)")
     return pj.Changes(
+        cycle_s=cycle_ms / 1e3 if cycle_ms else pj.HOROVOD_CYCLE_S,
         eval_interval=args.eval_interval,
         shard_evaluation=args.shard_evaluation,
         batch_scale=args.batch_scale,
@@ -306,6 +350,7 @@ def project_command(
     nodes: str | None = None,
     gradient_bytes: float | None = None,
     batch_per_rank: int | None = None,
+    gradient_layout: pj.GradientLayout | None = None,
     as_json: bool = False,
     html: str | None = None,
 ) -> int:
@@ -329,6 +374,7 @@ def project_command(
             changes=changes,
             gradient_bytes=gradient_bytes,
             batch_per_rank=batch_per_rank,
+            gradient_layout=gradient_layout,
         )
     if html:
         from workbench.figures.projection import limits_figure, projection_figure
