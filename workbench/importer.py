@@ -36,7 +36,12 @@ import pyarrow as pa
 from workbench import events as ev
 from workbench.analysis.devices import device_phase_spans, group_codes
 from workbench.formats.gpu_trace import DeviceTrace, TraceFormatError, read_json_activity, read_xplane_activity
-from workbench.formats.horovod_timeline import TimelineError, iter_horovod_timeline, open_maybe_compressed
+from workbench.formats.horovod_timeline import (
+    TimelineError,
+    iter_horovod_timeline,
+    open_maybe_compressed,
+    timeline_tensor_bytes,
+)
 from workbench.formats.kineto import read_kineto_activity
 from workbench.formats.xplane import XPlaneError
 from workbench.store import StreamWriter, create_run, update_run_meta, write_rank_meta
@@ -188,6 +193,8 @@ def import_traces(paths: list[str | Path], *, out: str | Path | None = None, nam
         status="finished",
         hosts=hosts,
         timeline_unfinished=unfinished,
+        # each tensor's bytes, for the projection (the gradients' bytes, and their readiness with steps recorded)
+        timeline_tensors=timeline_tensor_bytes(timelines[0]) if timelines else {},
         devices_idle=idle_devices,
         **{
             "import": {

@@ -192,6 +192,7 @@ def import_timeline(run_path: Path, *, enabled: bool) -> tuple[int, str]:
         run_path,
         timeline_unfinished=unfinished,
         timeline_tensor_bytes=list(tensors.values()),
+        timeline_tensors=tensors,
         timeline_gradient_bytes=sum(tensors.values()),
     )
     return imported, f"Horovod timeline: {imported} spans of collectives in flight"

@@ -15,6 +15,7 @@ import textwrap
 import pytest
 
 from workbench import analysis
+from workbench.analysis import projection as pj
 from workbench.commands.profile import profile_command
 from workbench.config import ClusterConfig
 from workbench.store import Run, list_runs
@@ -131,6 +132,10 @@ def test_symmetric_job_shows_no_straggler(tmp_path, script):
     assert not {"stalled_collective", "unrecorded_tail", "run_interrupted"} & set(result.findings["kind"])
     # the gradients' bytes from the shapes on the timeline: Dense(256) on 256 inputs and Dense(10), float32
     assert run.meta["timeline_gradient_bytes"] == 4 * (256 * 256 + 256 + 256 * 10 + 10)
+    # and when each rank was ready to allreduce each of them: the projection plays Horovod's loop over that
+    layout = pj.step_costs(run.events, run.meta, run.memory).gradient_layout
+    assert layout is not None and len(layout.names) == 4, run.meta.get("timeline_tensors")
+    assert layout.total_bytes == run.meta["timeline_gradient_bytes"] and 0 < layout.backward_share <= 1
 
 
 @pytest.mark.parametrize("script", [CUSTOM_LOOP, KERAS_FIT], ids=["tf_function_loop", "keras_fit"])

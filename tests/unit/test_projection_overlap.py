@@ -116,3 +116,30 @@ def test_an_imposed_overlap_share_replaces_the_played_loop():
     # at 20 ms, exposed as before
     slow = pj.project_system(spec, [2], changes=pj.Changes(cycle_s=0.010)).table.iloc[-1]
     assert slow["step_s"] == pytest.approx(0.040) and "Horovod cycle 10 ms" in pj.Changes(cycle_s=0.010).describe()
+
+
+def test_a_recorded_timeline_gives_each_tensor_its_readiness_in_the_step():
+    import pandas as pd
+
+    from workbench.analysis.projection.costs import timeline_layout
+
+    ms = 1_000_000
+    rows = []
+    for rank in (0, 1):
+        for step in range(2, 6):
+            start = step * 100 * ms
+            # a 40 ms step; "top" ready 10 ms in, "bottom" 30 ms in (rank 1 a bit later): the last gradient at 75 %
+            rows.append({"rank": rank, "phase": "compute", "name": "train_step", "detail": "", "step": step,
+                         "start_ns": start, "end_ns": start + 40 * ms})
+            for detail, offset in (("top", 10 + rank), ("bottom", 30)):
+                rows.append({"rank": rank, "phase": "in_flight", "name": "NEGOTIATE_ALLREDUCE", "detail": detail,
+                             "step": -1, "start_ns": start + offset * ms, "end_ns": start + 31 * ms})
+    events = pd.DataFrame(rows)
+    layout = timeline_layout(events, {"top": 400, "bottom": 4000})
+    assert layout is not None and layout.names == ("top", "bottom")
+    assert layout.tensor_bytes.tolist() == [400.0, 4000.0]
+    assert layout.ready_share.tolist() == pytest.approx([10.5 / 30, 1.0])
+    assert layout.backward_share == pytest.approx(0.75)
+    # the warm-up steps are left out; a tensor the timeline gave no size, or no steps at all: no layout
+    assert timeline_layout(events, {"nothing": 1}) is None
+    assert timeline_layout(events[events["phase"] != "compute"], {"top": 400}) is None

@@ -17,6 +17,8 @@ from workbench.events import NS_PER_S
 INPUT_BOUND_SHARE = 0.05
 #: Steps left out at the start of a run: graph tracing and first allocations.
 WARMUP_STEPS = 2
+#: Horovod's timeline names each rank's readiness to allreduce a tensor with this span (``formats.horovod_timeline``).
+NEGOTIATE_ALLREDUCE = "NEGOTIATE_ALLREDUCE"
 
 
 # --------------------------------------------------------------------------------------------
@@ -246,6 +248,13 @@ def step_costs(
             " is modelled with thread_scaling; sample them (Recorder(memory_interval_s=0.5))"
         )
 
+    layout = None
+    if isinstance(meta.get("timeline_tensors"), Mapping):
+        layout = timeline_layout(events, meta["timeline_tensors"], warmup_steps=warmup_steps)
+        if layout is not None:
+            notes.append(
+                f"Horovod's overlap with backprop played from the recorded timeline: {layout.describe()}"
+            )
     useful = (per_step["compute"] + per_step["input"]).groupby(level="rank").sum() if len(per_step) else pd.Series()
     load_balance = float(useful.mean() / useful.max()) if len(useful) > 1 and useful.max() > 0 else 1.0
     if ranks == 1:
@@ -277,6 +286,58 @@ def step_costs(
         other_s=other,
         load_balance=load_balance,
         notes=tuple(notes),
+        gradient_layout=layout,
+    )
+
+
+def timeline_layout(
+    events: pd.DataFrame, tensors: Mapping[str, int], *, warmup_steps: int = WARMUP_STEPS
+) -> GradientLayout | None:
+    """The gradients' layout a recorded Horovod timeline shows: when, in each rank's training step, the rank
+    was ready to allreduce each tensor (its ``NEGOTIATE_ALLREDUCE`` span's start), as a share of the time from
+    the step's start to its last gradient; that time's share of the step is the layout's ``backward_share``.
+    Medians over ranks and steps (warm-up left out). None when the timeline shows no tensor inside a step.
+
+    ``tensors``: each tensor's bytes by name (``run.json`` ``timeline_tensors``, from the timeline's shapes).
+    """
+    if not len(events) or not tensors or "detail" not in events:
+        return None
+    phase, name = events["phase"].astype(str), events["name"].astype(str)
+    ready = events[(phase == ev.IN_FLIGHT) & (name == NEGOTIATE_ALLREDUCE)]
+    steps = events[(phase == ev.COMPUTE) & (events["step"] >= warmup_steps)] if "step" in events else events[:0]
+    if ready.empty or steps.empty:
+        return None
+    shares: dict[str, list[float]] = {}
+    backward: list[float] = []
+    for rank, spans in steps.groupby("rank"):
+        spans = spans.sort_values("start_ns")
+        starts, ends = spans["start_ns"].to_numpy(), spans["end_ns"].to_numpy()
+        mine = ready[ready["rank"] == rank]
+        at = mine["start_ns"].to_numpy()
+        index = np.searchsorted(starts, at, side="right") - 1
+        inside = (index >= 0) & (at <= ends[np.clip(index, 0, None)])
+        details = mine["detail"].astype(str).to_numpy()
+        for step in np.unique(index[inside]):
+            chosen = inside & (index == step)
+            offsets = (at[chosen] - starts[step]).astype(np.float64)
+            last = float(offsets.max())
+            length = float(ends[step] - starts[step])
+            if last <= 0 or length <= 0:
+                continue
+            backward.append(last / length)
+            for detail, offset in zip(details[chosen], offsets):
+                shares.setdefault(detail, []).append(offset / last)
+    known = [(float(np.median(values)), detail) for detail, values in shares.items() if tensors.get(detail, 0) > 0]
+    if not known or not backward:
+        return None
+    known.sort()
+    return GradientLayout(
+        tuple(detail for _, detail in known),
+        np.array([float(tensors[detail]) for _, detail in known]),
+        np.maximum.accumulate(np.array([share for share, _ in known])),
+        source=f"Horovod's timeline: when each rank was ready to allreduce each of {len(known)} tensors"
+        f" (medians of {len(backward)} rank-steps)",
+        backward_share=float(min(max(np.median(backward), 1e-3), 1.0)),
     )
 
 
