@@ -90,6 +90,7 @@ for repetition in "" -r2 -r3; do
 done
 measure projection workbench bench projection --allreduce benchmarks/results/allreduce.json --json
 measure projection-seeds workbench bench projection --seeds --json
+measure projection-published workbench bench projection --published --json
 # the projection across nodes (root): eval-frequency on a miniature cluster of 1, 2, 4 and 8 nodes with 0.2 of a
 # core each at every count, on a link where computation dominates (1 Gbit/s) and one where the link does
 # (50 Mbit/s), three repetitions interleaved; each larger count predicted from its sweep's 1-node run (~45 minutes:
