@@ -307,3 +307,21 @@ def test_the_published_check_fits_nothing_and_gives_a_reason_for_each_row_off_by
             assert after["model"] == before["model"] and after["hidden_share"] == before["hidden_share"]
     assert "median |error|" in published_systems.format_result(result)
     json.dumps(result)
+
+
+def test_a_node_row_counts_as_nodes_of_their_share_only_where_the_quota_bound_as_on_one_node():
+    from workbench.bench.projection import QUOTA_BINDING_SHARE, nodes_of_their_share, nodes_summary
+
+    def row(bound: float, base: float = 1.0, error: float = 0.02, ranks: int = 2):
+        return {"cpu_target": {"throttled_share": bound}, "cpu_base": {"throttled_share": base}, "error": error,
+                "ranks": ranks}  # fmt: skip
+
+    assert nodes_of_their_share(row(0.97)) is True
+    assert nodes_of_their_share(row(QUOTA_BINDING_SHARE * 0.8, base=0.8)) is True  # the rule is relative to 1 node
+    assert nodes_of_their_share(row(0.61)) is False
+    assert nodes_of_their_share({"error": 0.1, "ranks": 4}) is None  # a sweep before the recorder read its CPU
+    assert nodes_of_their_share(row(0.5, base=0.0)) is None  # no quota on 1 node: nothing to compare
+    judged = nodes_summary([row(0.97, error=-0.04), row(0.61, error=0.2, ranks=8), row(0.2, error=0.1, ranks=4)])
+    assert judged["nodes"] == {"rows": 1, "median_error": 0.04, "max_error": 0.04, "sizes": [2]}
+    assert judged["not_nodes"]["rows"] == 2 and judged["not_nodes"]["sizes"] == [4, 8]
+    assert judged["not_nodes"]["median_error"] == pytest.approx(0.15)

@@ -568,6 +568,50 @@ def seed_000_table(ranks: int = 32) -> pd.DataFrame:
 # --------------------------------------------------------------------------------------------
 
 
+#: The rule a node row must pass to count as nodes of their share, fixed for every case and sweep: the quota bound
+#: the row's ranks as it bound the 1-node run's, running out in at least this share of the periods it ran out in
+#: there. A rank whose quota no longer runs out computes its bursts at the host core's speed (faster than its
+#: share), and threads queued for the host's shared cores then wait for those, not for the quota: either way the
+#: node is no longer a node of its share, which a real cluster's node stays.
+QUOTA_BINDING_SHARE = 0.9
+
+
+def nodes_of_their_share(row: Mapping[str, Any]) -> bool | None:
+    """Whether a node row's nodes behaved as nodes of their share (``QUOTA_BINDING_SHARE``); None where the runs'
+    recorder read no CPU (sweeps before 2026-11-27), or the 1-node run's quota never ran out (no quota)."""
+    target, base = row.get("cpu_target"), row.get("cpu_base")
+    if not target or not base:
+        return None
+    bound, reference = target.get("throttled_share"), base.get("throttled_share")
+    if bound is None or reference is None or not (reference > 0) or bound != bound:
+        return None
+    return bool(bound >= QUOTA_BINDING_SHARE * reference)
+
+
+def nodes_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The goal judged on the rows whose nodes were nodes of their share, the others counted apart."""
+    judged = {True: [], False: [], None: []}
+    for row in rows:
+        judged[nodes_of_their_share(row)].append(row)
+
+    def summary(group: list[Mapping[str, Any]]) -> dict[str, Any]:
+        errors = [abs(float(r["error"])) for r in group if r.get("error") == r.get("error")]
+        return {
+            "rows": len(group),
+            "median_error": float(np.median(errors)) if errors else None,
+            "max_error": float(max(errors)) if errors else None,
+            "sizes": sorted({int(r["ranks"]) for r in group}),
+        }
+
+    return {
+        "rule": f"the quota ran out in at least {QUOTA_BINDING_SHARE:.0%} of the share of periods it ran out in on"
+        " 1 node",
+        "nodes": summary(judged[True]),
+        "not_nodes": summary(judged[False]),
+        "unread": summary(judged[None]),
+    }
+
+
 def run_nodes(sweeps: Sequence[tuple[str, str | Path]] = NODE_SWEEPS) -> dict[str, Any]:
     """The node rows alone: each sweep on a miniature cluster's nodes, its larger counts from its 1-node run.
 
@@ -584,9 +628,13 @@ def run_nodes(sweeps: Sequence[tuple[str, str | Path]] = NODE_SWEEPS) -> dict[st
         }
         for (case, cluster), group in table.groupby(["case", "cluster"], sort=False)
     }
+    records = table.to_dict("records")
+    for record in records:
+        record["nodes_of_their_share"] = nodes_of_their_share(record)
     return {
-        "validation": table.to_dict("records"),
+        "validation": records,
         **validation_summary(table),
+        "node_rows": nodes_summary(records),
         "single_repetitions": validation_summary(table.explode("errors_each"), "errors_each"),
         # the same, with the host's measured drift between each base run and its target divided out
         "at_host_speed": validation_summary(table, "error_at_host_speed"),
@@ -746,6 +794,16 @@ def format_nodes(result: Mapping[str, Any]) -> str:
         f"across nodes: median |error| {result['median_error']:.1%}, max {result['max_error']:.1%} over"
         f" {result['runs']} points (goal: median <= 5 %, max <= 10 %)"
     )
+    judged = result.get("node_rows") or {}
+    for key, label in (("nodes", "rows whose nodes were nodes of their share"), ("not_nodes", "the others")):
+        group = judged.get(key) or {}
+        if group.get("rows"):
+            lines.append(
+                f"{label} ({judged['rule']}): {group['rows']} on {group['sizes']} nodes, median"
+                f" {group['median_error']:.1%}, max {group['max_error']:.1%}"
+            )
+    if (judged.get("unread") or {}).get("rows"):
+        lines.append(f"{judged['unread']['rows']} rows without the ranks' CPU read: not judged by the rule")
     single = result["single_repetitions"]
     if single.get("median_error") is not None:
         lines.append(f"each repetition alone: median {single['median_error']:.1%}, max {single['max_error']:.1%}")
