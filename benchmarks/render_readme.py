@@ -68,7 +68,8 @@ def source_line(saved: Mapping[str, Any]) -> str:
 def case_text(saved: Mapping[str, Any]) -> str:
     """The case's own plain-language result (``Case.text``) from its saved summary: one wording, in the
     notebook, the report, ``workbench run`` and here. The case is found through the registry
-    (``workbench.experiment.CASE_MODULES``) by the name its summary carries."""
+    (``workbench.experiment.get_case``: the package's cases, registered ones, entry points) by the name its
+    summary carries."""
     from workbench.experiment import get_case
 
     result = saved["result"]
@@ -2318,9 +2319,9 @@ def renderer(name: str, saved: Mapping[str, Any]) -> Callable[[Mapping[str, Any]
         return RENDERERS[name]
     result = saved.get("result")
     if isinstance(result, Mapping) and result.get("case") and "headline" in result:
-        from workbench.experiment import CASE_MODULES
+        from workbench.experiment import case_names
 
-        if result["case"] in CASE_MODULES:
+        if result["case"] in case_names():
             return render_case
     raise SystemExit(f"block {name!r} has no renderer in benchmarks/render_readme.py and is not a case's sweep")
 

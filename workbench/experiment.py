@@ -235,18 +235,58 @@ class Case:
         return 0
 
 
+#: Where a package outside this one declares its cases: an entry point ``name = "module"`` (its ``CASE``) or
+#: ``name = "module:attribute"`` in this group (``[project.entry-points."workbench.cases"]`` of its pyproject).
+ENTRY_POINT_GROUP = "workbench.cases"
+#: Cases registered in this process (``register_case``), by name.
+_REGISTERED: dict[str, Case] = {}
+
+
+def register_case(case: Case | type[Case] | str, name: str | None = None) -> str:
+    """Make a case from outside the package known to ``workbench run``, ``Experiment(name)``, the projection's
+    check and the docs' renderer: a ``Case`` (class or instance), or the path of a module whose ``CASE`` it is
+    (``name`` required then). Returns its name. Packages can declare theirs as entry points instead
+    (``ENTRY_POINT_GROUP``), found without an import of their own."""
+    if isinstance(case, str):
+        if not name:
+            raise ValueError(f"register_case({case!r}): give the case's name with a module path")
+        CASE_MODULES[name] = case
+        return name
+    instance = case() if isinstance(case, type) else case
+    if not isinstance(instance, Case):
+        raise ValueError(f"register_case: {case!r} is not a workbench.experiment.Case")
+    _REGISTERED[name or instance.name] = instance
+    return name or instance.name
+
+
+def _entry_points() -> dict[str, Any]:
+    from importlib.metadata import entry_points
+
+    return {point.name: point for point in entry_points(group=ENTRY_POINT_GROUP)}
+
+
 def case_names() -> list[str]:
-    return list(CASE_MODULES)
+    """Every case: the package's, then those registered in this process, then other packages' entry points."""
+    names = list(CASE_MODULES)
+    names += [name for name in _REGISTERED if name not in names]
+    names += [name for name in _entry_points() if name not in names]
+    return names
 
 
 def get_case(name: str | Case) -> Case:
     """The case registered under ``name`` (or ``name`` itself when it already is a ``Case``)."""
     if isinstance(name, Case):
         return name
-    if name not in CASE_MODULES:
-        raise ValueError(f"unknown case {name!r}: choose one of {', '.join(CASE_MODULES)}")
-    module = importlib.import_module(CASE_MODULES[name])
-    return module.CASE
+    if name in _REGISTERED:
+        return _REGISTERED[name]
+    if name in CASE_MODULES:
+        return importlib.import_module(CASE_MODULES[name]).CASE
+    points = _entry_points()
+    if name in points:
+        loaded = points[name].load()
+        case = getattr(loaded, "CASE", loaded)
+        return case() if isinstance(case, type) else case
+    raise ValueError(f"unknown case {name!r}: choose one of {', '.join(case_names())}")
 
 
 # -- results -------------------------------------------------------------------------------------------

@@ -73,7 +73,7 @@ class ToyCase(Case):
         return f"- {summary['recorded']} spans recorded"
 
 
-def test_failed_point_is_kept_and_resume_runs_only_what_is_missing(cluster2, tmp_path):
+def test_failed_point_is_kept_and_resume_runs_only_what_is_missing(cluster2, tmp_path, capsys):
     marker = tmp_path / "fail"
     marker.write_text("")
     experiment = Experiment(ToyCase(), ranks=2, out=tmp_path / "out", fail_marker=str(marker))
@@ -112,6 +112,37 @@ def test_failed_point_is_kept_and_resume_runs_only_what_is_missing(cluster2, tmp
     # the manifest is an index: without it the store alone still knows the finished points
     (tmp_path / "out" / "sweep.json").unlink()
     assert set(experiment.finished_points()) == {"n2/spans=3", "n2/spans=5"}
+    _a_case_from_outside_the_package_is_one_registry_line(tmp_path / "out", capsys)
+
+
+def _a_case_from_outside_the_package_is_one_registry_line(out: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """This module's toy, registered from outside the package: listed and run by ``workbench run`` (its finished
+    points reused, so no new cluster), projected from its runs, and its table rendered for the docs."""
+    import importlib.util
+
+    from workbench.cli import main
+    from workbench.experiment import case_names, register_case
+
+    assert register_case(ToyCase) == "toy" and "toy" in case_names()
+    capsys.readouterr()
+    assert main(["run", "--list"]) == 0
+    assert any(line.startswith("toy ") and "spans per rank" in line for line in capsys.readouterr().out.splitlines())
+    assert main(["run", "toy", "--ranks", "2", "--out", str(out), "--resume", "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["case"] == "toy" and payload["recorded"] == 16 and payload["headline"]
+    # its projection: from one of its runs to more ranks
+    run_dir = Experiment(ToyCase(), ranks=2, out=out).finished_points()["n2/spans=5"]
+    assert main(["project", str(run_dir), "--ranks", "2,8", "--json"]) == 0
+    projected = json.loads(capsys.readouterr().out)["projection"]
+    assert [row["ranks"] for row in projected] == [2, 8] and projected[-1]["step_s"] > 0
+    # its table in the docs: the generic renderer finds the case through the registry
+    script = Path(__file__).parents[2] / "benchmarks" / "render_readme.py"
+    spec = importlib.util.spec_from_file_location("render_readme", script)
+    render = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(render)
+    saved = {"name": "toy", "result": payload, "command": "workbench run toy", "measured": "now", "machine": "here"}
+    text = render.renderer("toy", saved)(saved)
+    assert text.startswith("| ") and "- 16 spans recorded" in text  # its headline table, then its own text
 
 
 class ToyTuning(ToyCase):

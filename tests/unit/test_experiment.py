@@ -149,3 +149,23 @@ def test_threads_per_rank_option_is_checked():
         check=False,
     )
     assert completed.returncode != 0 and "--threads-per-rank 0: use a whole number >= 1" in completed.stderr
+
+
+def test_a_package_declares_its_case_as_an_entry_point(monkeypatch):
+    import types
+
+    from workbench import experiment
+
+    base = get_case("eval-frequency")
+
+    class Point:  # what importlib.metadata gives: a name and load()
+        name = "outside"
+
+        @staticmethod
+        def load():
+            return types.SimpleNamespace(CASE=base)
+
+    monkeypatch.setattr(experiment, "_entry_points", lambda: {"outside": Point})
+    assert case_names()[-1] == "outside" and get_case("outside") is base
+    with pytest.raises(ValueError, match=r"choose one of .*outside"):
+        get_case("elsewhere")
