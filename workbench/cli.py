@@ -558,6 +558,12 @@ def _add_project_command(sub: Any) -> None:
     project.add_argument(
         "--overlap", type=float, default=0.0, help="share of a step's compute the collective hides behind (0-1)"
     )
+    _add_described_system_arguments(project)
+    project.set_defaults(handler=_cmd_project)
+
+
+def _add_described_system_arguments(project: argparse.ArgumentParser) -> None:
+    """`workbench project`'s flags that describe a system instead of runs (and the model's gradients)."""
     described = project.add_argument_group(
         "a system instead of runs", "project a cluster before it exists: the model, one device's speed, the nodes"
     )
@@ -600,7 +606,6 @@ def _add_project_command(sub: Any) -> None:
     described.add_argument(
         "--cycle-ms", type=float, default=None, help="Horovod's cycle (HOROVOD_CYCLE_TIME), default 1 ms"
     )
-    project.set_defaults(handler=_cmd_project)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -197,37 +197,12 @@ def step_costs(
         notes.append("no epochs recorded: the run is one 'epoch' (evaluation and checkpoint per run)")
     steps_per_epoch = steps / epochs if epochs else float(steps)
 
-    evaluation = frame[frame["phase"] == ev.EVALUATION]
-    evaluating = tuple(sorted(int(r) for r in evaluation["rank"].unique()))
-    if len(evaluation):
-        key = ["rank", "epoch"] if len(epochs_seen) else ["rank", "name"]
-        per_eval = evaluation.groupby(key)["seconds"].sum()
-        busiest = per_eval.groupby(level="rank").sum().idxmax()
-        evaluation_s = per_eval.loc[busiest].to_numpy(dtype=float)
-        evaluations_per_epoch = len(evaluation_s) / epochs if len(epochs_seen) else 1.0 / max(epochs, 1)
-        if not len(epochs_seen):
-            evaluation_s = np.array([evaluation_s.sum()])
-    else:
-        evaluation_s, evaluations_per_epoch = np.zeros(0), 0.0
+    evaluation_s, evaluating, evaluations_per_epoch = _evaluations(frame, epochs, epochs_recorded=len(epochs_seen) > 0)
     checkpoint = frame[frame["phase"] == ev.CHECKPOINT]
     checkpoint_per_epoch = float(checkpoint.groupby("rank")["seconds"].sum().max() / epochs) if len(checkpoint) else 0.0
 
     if gradient_bytes is None:
-        comm = in_step[(in_step["phase"] == ev.COMMUNICATION) & (in_step["bytes"] > 0)]
-        gradient_bytes = float(comm.groupby(["rank", "step"])["bytes"].sum().max()) if len(comm) else 0.0
-        if tensor_bytes is None and len(comm):
-            first = comm[(comm["rank"] == comm["rank"].min()) & (comm["step"] == comm["step"].min())]
-            tensor_bytes = tuple(int(b) for b in first["bytes"]) if len(first) > 1 else None
-        if not gradient_bytes and meta.get("timeline_gradient_bytes"):
-            # a profiled script: the tensors Horovod's timeline shows allreduced, each once a step
-            gradient_bytes = float(meta["timeline_gradient_bytes"])
-            tensor_bytes = tensor_bytes or tuple(int(b) for b in meta.get("timeline_tensor_bytes") or ()) or None
-        if not gradient_bytes:
-            notes.append(
-                "no gradient bytes recorded on the communication spans: the allreduce is projected as"
-                " free; give the bytes each step allreduces (workbench project --gradient-mb, or"
-                " Recorder.phase('communication', 'allreduce', nbytes=...) in the script)"
-            )
+        gradient_bytes, tensor_bytes = _gradient_bytes(in_step, meta, tensor_bytes, notes)
     threads = _threads(meta)
     if threads is None:
         notes.append(
@@ -236,12 +211,7 @@ def step_costs(
         )
     if batch_per_rank is None:
         batch_per_rank = _batch(meta)
-    cores_used = None
-    if memory is not None and len(memory) and "cpu_percent" in memory and len(stepped):
-        window = events[events["step"] >= warmup_steps] if "step" in events else events
-        inside = memory[(memory["time_ns"] >= window["start_ns"].min()) & (memory["time_ns"] <= window["end_ns"].max())]
-        usage = inside["cpu_percent"].astype(float).dropna()
-        cores_used = float(usage.mean()) / 100 if len(usage) else None
+    cores_used = _cores_used(events, memory, warmup_steps) if len(stepped) else None
     if cores_used is None and threads is not None:
         notes.append(
             "no CPU samples: how many cores a rank really uses is unknown, so sharing cores between ranks"
@@ -288,6 +258,56 @@ def step_costs(
         notes=tuple(notes),
         gradient_layout=layout,
     )
+
+
+def _evaluations(
+    frame: pd.DataFrame, epochs: int, *, epochs_recorded: bool
+) -> tuple[np.ndarray, tuple[int, ...], float]:
+    """Seconds of each evaluation on the busiest evaluating rank, the ranks that evaluated, evaluations per epoch."""
+    evaluation = frame[frame["phase"] == ev.EVALUATION]
+    evaluating = tuple(sorted(int(r) for r in evaluation["rank"].unique()))
+    if not len(evaluation):
+        return np.zeros(0), evaluating, 0.0
+    key = ["rank", "epoch"] if epochs_recorded else ["rank", "name"]
+    per_eval = evaluation.groupby(key)["seconds"].sum()
+    busiest = per_eval.groupby(level="rank").sum().idxmax()
+    evaluation_s = per_eval.loc[busiest].to_numpy(dtype=float)
+    if not epochs_recorded:
+        return np.array([evaluation_s.sum()]), evaluating, 1.0 / max(epochs, 1)
+    return evaluation_s, evaluating, len(evaluation_s) / epochs
+
+
+def _gradient_bytes(
+    in_step: pd.DataFrame, meta: Mapping[str, Any], tensor_bytes: Sequence[int] | None, notes: list[str]
+) -> tuple[float, Sequence[int] | None]:
+    """Bytes a step allreduces and the tensors' sizes: from the communication spans (the largest per-step sum), else
+    from Horovod's timeline as a profile recorded it; a note saying what to record when neither has them."""
+    comm = in_step[(in_step["phase"] == ev.COMMUNICATION) & (in_step["bytes"] > 0)]
+    gradient_bytes = float(comm.groupby(["rank", "step"])["bytes"].sum().max()) if len(comm) else 0.0
+    if tensor_bytes is None and len(comm):
+        first = comm[(comm["rank"] == comm["rank"].min()) & (comm["step"] == comm["step"].min())]
+        tensor_bytes = tuple(int(b) for b in first["bytes"]) if len(first) > 1 else None
+    if not gradient_bytes and meta.get("timeline_gradient_bytes"):
+        # a profiled script: the tensors Horovod's timeline shows allreduced, each once a step
+        gradient_bytes = float(meta["timeline_gradient_bytes"])
+        tensor_bytes = tensor_bytes or tuple(int(b) for b in meta.get("timeline_tensor_bytes") or ()) or None
+    if not gradient_bytes:
+        notes.append(
+            "no gradient bytes recorded on the communication spans: the allreduce is projected as"
+            " free; give the bytes each step allreduces (workbench project --gradient-mb, or"
+            " Recorder.phase('communication', 'allreduce', nbytes=...) in the script)"
+        )
+    return gradient_bytes, tensor_bytes
+
+
+def _cores_used(events: pd.DataFrame, memory: pd.DataFrame | None, warmup_steps: int) -> float | None:
+    """Cores a rank kept busy while it stepped: its CPU samples' mean inside the measured steps (None: unsampled)."""
+    if memory is None or not len(memory) or "cpu_percent" not in memory:
+        return None
+    window = events[events["step"] >= warmup_steps] if "step" in events else events
+    inside = memory[(memory["time_ns"] >= window["start_ns"].min()) & (memory["time_ns"] <= window["end_ns"].max())]
+    usage = inside["cpu_percent"].astype(float).dropna()
+    return float(usage.mean()) / 100 if len(usage) else None
 
 
 def timeline_layout(

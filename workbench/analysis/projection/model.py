@@ -6,7 +6,7 @@ The formulas are described in ``workbench.analysis.projection`` (the package doc
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -328,32 +328,11 @@ def project(
     )
     reference_ranks = min(counts[0], profile.ranks)
     reference = model.at(reference_ranks, profile.compute_s, profile.input_s, profile.evaluation_s)
-    rng = np.random.default_rng(seed)
-    resamples = []
-    for _ in range(max(int(bootstrap), 0)):
-        pick = rng.integers(0, len(profile.compute_s), len(profile.compute_s))
-        evals = (
-            profile.evaluation_s[rng.integers(0, len(profile.evaluation_s), len(profile.evaluation_s))]
-            if len(profile.evaluation_s)
-            else profile.evaluation_s
-        )
-        resamples.append((profile.compute_s[pick], profile.input_s[pick], evals))
+    resamples = _resamples(profile, bootstrap, seed)
     rows, limit_rows = [], []
     for n in counts:
         point = model.at(n, profile.compute_s, profile.input_s, profile.evaluation_s)
-        spread = (
-            np.array(
-                [[m["step_s"], m["epoch_s"], m["wall_s"]] for m in (model.at(n, c, i, e) for c, i, e in resamples)]
-            )
-            if resamples
-            else None
-        )
-        low = (
-            np.percentile(spread, 2.5, axis=0)
-            if spread is not None
-            else [point["step_s"], point["epoch_s"], point["wall_s"]]
-        )
-        high = np.percentile(spread, 97.5, axis=0) if spread is not None else low
+        low, high = _interval(point, [model.at(n, c, i, e) for c, i, e in resamples])
         speedup = (point["throughput"] / reference["throughput"]) if reference["throughput"] > 0 else math.nan
         losses = {limit: point[f"{limit}_s"] for limit in LIMITS}
         limiter = max(losses, key=losses.get) if max(losses.values()) > 0 else "none"
@@ -394,6 +373,30 @@ def project(
         assumptions=assumptions,
         profile=profile.summary(),
     )
+
+
+def _resamples(profile: StepCosts, bootstrap: int, seed: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """``bootstrap`` resamples of the measured steps (compute and input together) and evaluations."""
+    rng = np.random.default_rng(seed)
+    resamples = []
+    for _ in range(max(int(bootstrap), 0)):
+        pick = rng.integers(0, len(profile.compute_s), len(profile.compute_s))
+        evals = (
+            profile.evaluation_s[rng.integers(0, len(profile.evaluation_s), len(profile.evaluation_s))]
+            if len(profile.evaluation_s)
+            else profile.evaluation_s
+        )
+        resamples.append((profile.compute_s[pick], profile.input_s[pick], evals))
+    return resamples
+
+
+def _interval(point: Mapping[str, Any], resampled: list[dict[str, Any]]) -> tuple[Sequence[float], Sequence[float]]:
+    """The 2.5 and 97.5 percentiles of step, epoch and wall seconds over the resamples (the point without any)."""
+    if not resampled:
+        value = [point["step_s"], point["epoch_s"], point["wall_s"]]
+        return value, value
+    spread = np.array([[m["step_s"], m["epoch_s"], m["wall_s"]] for m in resampled])
+    return np.percentile(spread, 2.5, axis=0), np.percentile(spread, 97.5, axis=0)
 
 
 @dataclass(frozen=True)
@@ -475,43 +478,7 @@ class _Model:
         slowest = max(expected_max(busy, n), mean_busy / p.load_balance) if n > 1 else mean_busy
         if self.scheme == "ps" and c.servers_asynchronous:
             slowest = mean_busy  # no barrier: nobody waits for the slowest worker's step
-            transfer = asynchronous_parameter_server_seconds(
-                p.gradient_bytes,
-                n,
-                self.net,
-                mean_busy,
-                servers=self.servers,
-                shares=c.server_shares,
-                colocated=c.servers_colocated,
-                exchange_s=c.server_exchange_s,
-            )
-            per_call = 0.0
-        elif self.scheme == "ps":
-            transfer = parameter_server_seconds(
-                p.gradient_bytes,
-                n,
-                self.net,
-                servers=self.servers,
-                shares=c.server_shares,
-                colocated=c.servers_colocated,
-            )
-            per_call = 0.0
-        elif self.simulates_overlap and n > 1:
-            played = self.backprop(slowest, n)
-            per_call = played.buffers * self.net.per_call_s
-            transfer = max(played.communication_s - per_call, 0.0)
-        else:
-            transfer, per_call = allreduce_seconds(
-                p.gradient_bytes,
-                n,
-                self.net,
-                fusion_threshold_bytes=c.fusion_threshold_bytes,
-                tensor_bytes=p.tensor_bytes or None,
-            )
-        if self.simulates_overlap and n > 1:
-            hidden = played.hidden_s
-        else:
-            hidden = min(self.overlap * float(compute_n.mean()), transfer + per_call)
+        transfer, per_call, hidden = self.communication(n, slowest, mean_busy, float(compute_n.mean()))
         communicated = transfer + per_call
         transfer, per_call = _exposed(transfer, per_call, hidden)
         step_compute = slowest + transfer + per_call
@@ -566,6 +533,45 @@ class _Model:
             "hidden_s": steps_per_epoch * hidden,
             "hidden_share": hidden / communicated if communicated > 0 else math.nan,
         }
+
+    def communication(self, n: int, slowest: float, mean_busy: float, compute: float) -> tuple[float, float, float]:
+        """Seconds per step of the scheme's transfer and fixed per-call cost at ``n`` ranks, and how much of
+        them hides behind compute (Horovod's loop played over the step, or the imposed ``overlap`` share)."""
+        p, c = self.profile, self.changes
+        if self.scheme == "ps":
+            if c.servers_asynchronous:
+                transfer = asynchronous_parameter_server_seconds(
+                    p.gradient_bytes,
+                    n,
+                    self.net,
+                    mean_busy,
+                    servers=self.servers,
+                    shares=c.server_shares,
+                    colocated=c.servers_colocated,
+                    exchange_s=c.server_exchange_s,
+                )
+            else:
+                transfer = parameter_server_seconds(
+                    p.gradient_bytes,
+                    n,
+                    self.net,
+                    servers=self.servers,
+                    shares=c.server_shares,
+                    colocated=c.servers_colocated,
+                )
+            return transfer, 0.0, min(self.overlap * compute, transfer)
+        if self.simulates_overlap and n > 1:
+            played = self.backprop(slowest, n)
+            per_call = played.buffers * self.net.per_call_s
+            return max(played.communication_s - per_call, 0.0), per_call, played.hidden_s
+        transfer, per_call = allreduce_seconds(
+            p.gradient_bytes,
+            n,
+            self.net,
+            fusion_threshold_bytes=c.fusion_threshold_bytes,
+            tensor_bytes=p.tensor_bytes or None,
+        )
+        return transfer, per_call, min(self.overlap * compute, transfer + per_call)
 
     @property
     def simulates_overlap(self) -> bool:
