@@ -163,7 +163,21 @@ class Case:
     #: node counts as its ``nodes`` setting, and each point's ``nodes`` parameter is where it runs.
     places_ranks_per_node: ClassVar[bool] = False
 
+    #: Globs of this case's saved sweeps on this host that ``bench projection`` checks the model on (each directory a
+    #: glob matches is one repetition), and of its sweeps on a miniature cluster's nodes (``bench projection
+    #: --nodes``). Empty: the case has none.
+    projection_sweeps: ClassVar[tuple[str, ...]] = ()
+    node_sweeps: ClassVar[tuple[str, ...]] = ()
+
     # -- planning
+    def projection_base(
+        self, runs: pd.DataFrame, row: Any, base: pd.Series
+    ) -> tuple[pd.Series | None, Callable[[Any], dict[str, Any]]]:
+        """The run (a row of a sweep's ``runs`` table) that ``bench projection`` builds the model of ``row`` from,
+        and the extra ``project`` keyword arguments that run needs once loaded (``None``: the row cannot be
+        predicted). By default ``base``, the same parameters on the fewest ranks, and nothing more."""
+        return base, lambda run: {}
+
     def projection_inputs(self, run: Any, row: Any) -> tuple[dict[str, Any], float, str]:
         """What the scaling projection needs beyond ``run``'s events (its fewest-ranks run) to predict this case's
         sweep ``row`` (``bench projection`` checks the model on the case's saved sweeps): keyword arguments

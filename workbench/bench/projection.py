@@ -30,30 +30,19 @@ import pandas as pd
 
 from workbench.analysis import projection as pj
 from workbench.analysis.straggler import SPLIT_PARTS
-from workbench.cases.ps_vs_allreduce import round_seconds
-from workbench.experiment import get_case
+from workbench.experiment import case_names, get_case
 from workbench.hostspeed import SAMPLES_FILE, read_samples, speed_in_window
 
-#: Sweeps on a miniature cluster's nodes (``workbench run CASE --nodes 1,2,4,8 --link RATE --out DIR``, three
-#: times per link): each run with 2 or more nodes predicted from the 1-node run, the network fitted to the
-#: link measured on the same cluster (``nodes.json``).
-NODE_SWEEPS: tuple[tuple[str, str], ...] = (
-    ("eval-frequency", "artifacts/nodes-eval-frequency-*"),
-    ("input-pipeline", "artifacts/nodes-input-pipeline-*"),
-    ("pop-scaling", "artifacts/nodes-pop-scaling-*"),
-    # the repetitions for the projection (-r1..-r3: allreduce and one PS task), not the case study's single sweeps
-    ("ps-vs-allreduce", "artifacts/nodes-ps-vs-allreduce-*-r[0-9]"),
-)
-#: Sweeps the bench validates against when they are on disk (artifacts/ is not in git), as globs: each
-#: directory a glob matches is one repetition. The first two with one core per rank at every rank count
-#: (`workbench run CASE --preset reduced --threads-per-rank 1 --out DIR`, three times: -1thread, -1thread-r2,
-#: -1thread-r3), the others with this machine's cores shared out between the ranks.
-SWEEPS: tuple[tuple[str, str], ...] = (
-    ("input-pipeline", "artifacts/input-pipeline-reduced-1thread*"),
-    ("eval-frequency", "artifacts/eval-frequency-reduced-1thread*"),
-    ("input-pipeline", "artifacts/input-pipeline-reduced"),
-    ("eval-frequency", "artifacts/eval-frequency-reduced"),
-)
+
+def case_sweeps(kind: str) -> tuple[tuple[str, str], ...]:
+    """``(case, glob)`` of every case's saved sweeps (``Case.projection_sweeps`` or ``Case.node_sweeps``): each
+    directory a glob matches is one repetition. On this host each run with more ranks is predicted from the same
+    sweep's run on fewer; on a miniature cluster's nodes each run with 2 or more nodes from the 1-node run, the
+    network fitted to the link measured on the same cluster (``nodes.json``). artifacts/ is not in git: the
+    sweeps on disk are checked."""
+    return tuple((name, pattern) for name in case_names() for pattern in getattr(get_case(name), kind))
+
+
 #: The ``cores`` value of a row whose ranks had the cores of the run it is predicted from.
 SAME_CORES = "same"
 #: The ``cluster`` value of a row whose ranks all ran on this host (not on a miniature cluster's nodes).
@@ -68,7 +57,7 @@ THREAD_SCALING_GRID = tuple(round(x, 2) for x in np.arange(-0.5, 2.51, 0.1))
 
 
 def validation_table(
-    sweeps: Sequence[tuple[str, str | Path]] = SWEEPS,
+    sweeps: Sequence[tuple[str, str | Path]] | None = None,
     *,
     net: pj.Network | None = None,
     thread_scaling: float = 1.0,
@@ -90,6 +79,7 @@ def validation_table(
     (leave-one-out, ``thread_scaling_fitted``): the model's error once that single number is known.
     """
     groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    sweeps = case_sweeps("projection_sweeps") if sweeps is None else sweeps
     for entry in _validation_entries(sweeps, net):
         entry["by_scaling"] = {g: _predict(entry, g)[0] for g in THREAD_SCALING_GRID}
         groups.setdefault((entry["case"], entry["sweep"], entry["cluster"], entry["point"]), []).append(entry)
@@ -265,22 +255,15 @@ def _validation_entries(sweeps: Sequence[tuple[str, str | Path]], net: pj.Networ
             smaller = runs[(runs["params"] == row.params) & (runs["ranks"] < row.ranks)]
             if smaller.empty:
                 continue
-            base = smaller.loc[smaller["ranks"].idxmin()]
-            ps_base = None
-            if case == "ps-vs-allreduce" and row.scheme == "ps":
-                # the PS scheme's model is the same workload's allreduce run on as few nodes, plus what the PS
-                # run's step took beyond it there: the pulls and pushes through the RPCs on that node
-                ps_base, base = base, _allreduce_twin(runs, base)
-                if base is None:
-                    continue
+            base, extra = get_case(case).projection_base(runs, row, smaller.loc[smaller["ranks"].idxmin()])
+            if base is None:
+                continue
             if base["path"] not in loaded:
                 loaded[base["path"]] = Run.load(base["path"])
                 base_cpu[base["path"]] = ranks_cpu(loaded[base["path"]])
             run = loaded[base["path"]]
             kwargs, measured, quantity = get_case(case).projection_inputs(run, row)
-            if ps_base is not None:
-                batch = int(((run.meta.get("config") or {}).get("settings") or {}).get("batch", 1))
-                kwargs["server_exchange_s"] = max(round_seconds(ps_base, batch) - round_seconds(base, batch), 0.0)
+            kwargs.update(extra(run))
             inputs = kwargs.pop("profile", {})
             key = (str(base["path"]), tuple(sorted(inputs.items())))
             if key not in profiles:
@@ -346,12 +329,6 @@ def _validation_entries(sweeps: Sequence[tuple[str, str | Path]], net: pj.Networ
                 }
             )
     return entries
-
-
-def _allreduce_twin(runs: pd.DataFrame, ps_run: pd.Series) -> pd.Series | None:
-    """The allreduce run of a ps-vs-allreduce sweep with the PS run's data and workers (None: not in the sweep)."""
-    same = runs[(runs["scheme"] == "allreduce") & (runs["data"] == ps_run["data"]) & (runs["ranks"] == ps_run["ranks"])]
-    return None if same.empty else same.iloc[0]
 
 
 def sweeps_of(patterns: Sequence[str | Path]) -> list[tuple[str, str]]:
@@ -612,12 +589,13 @@ def nodes_summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
-def run_nodes(sweeps: Sequence[tuple[str, str | Path]] = NODE_SWEEPS) -> dict[str, Any]:
+def run_nodes(sweeps: Sequence[tuple[str, str | Path]] | None = None) -> dict[str, Any]:
     """The node rows alone: each sweep on a miniature cluster's nodes, its larger counts from its 1-node run.
 
     Summaries per cluster (nodes, share of a core, link) and over all of them; the goal, as on this host:
     median |error| <= 5 %, max <= 10 % on the medians of the repetitions, single runs beside them.
     """
+    sweeps = case_sweeps("node_sweeps") if sweeps is None else sweeps
     table = validation_table(sweeps)
     table = table[table["cluster"] != HOST_CLUSTER]
     by_cluster = {
@@ -703,7 +681,9 @@ def run(*, allreduce_rows: Sequence[Mapping[str, Any]] | None = None, thread_sca
         "by_case": by_case,
         "validation_seconds": validation_s,
         "seed_000": seed_000_table().to_dict("records"),
-        "missing_sweeps": [str(p) for c, p in SWEEPS if not any(f[1] == str(p) for f in _sweep_directories([(c, p)]))],
+        "missing_sweeps": [
+            str(p) for c, p in case_sweeps("projection_sweeps") if not _sweep_directories([(c, p)])
+        ],
     }
 
 
@@ -907,7 +887,7 @@ def main(
     from workbench.commands.project import read_allreduce_rows as read_rows
 
     if nodes:
-        result, text = run_nodes(sweeps_of(sweeps) if sweeps else NODE_SWEEPS), format_nodes
+        result, text = run_nodes(sweeps_of(sweeps) if sweeps else None), format_nodes
     elif seeds:
         from workbench.bench import seed_systems
 

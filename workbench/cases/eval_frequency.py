@@ -85,6 +85,10 @@ class EvalFrequency(Case):
         CaseOption("--epochs", "epochs", "epochs per run", int),
     )
     workload = staticmethod(train_on_rank)
+    #: its sweeps the projection is checked on (`workbench run CASE --preset reduced [--threads-per-rank 1]
+    #: --out DIR`, three times: -1thread, -1thread-r2, -1thread-r3), and on a miniature cluster's nodes
+    projection_sweeps = ("artifacts/eval-frequency-reduced-1thread*", "artifacts/eval-frequency-reduced")
+    node_sweeps = ("artifacts/nodes-eval-frequency-*",)
 
     def projection_inputs(self, run: Run, row: Any) -> tuple[dict[str, Any], float, str]:
         """The mpi4py backend calls MPI.Allreduce directly (no Horovod cost per call); the workload takes whole

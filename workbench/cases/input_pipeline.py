@@ -84,6 +84,10 @@ class InputPipeline(Case):
         CaseOption("--seconds", "seconds", "training seconds per point", float),
     )
     workload = staticmethod(train_on_rank)
+    #: its sweeps the projection is checked on (`workbench run CASE --preset reduced [--threads-per-rank 1]
+    #: --out DIR`, three times: -1thread, -1thread-r2, -1thread-r3), and on a miniature cluster's nodes
+    projection_sweeps = ("artifacts/input-pipeline-reduced-1thread*", "artifacts/input-pipeline-reduced")
+    node_sweeps = ("artifacts/nodes-input-pipeline-*",)
 
     def projection_inputs(self, run: Run, row: Any) -> tuple[dict[str, Any], float, str]:
         """LeNet-5's gradients, the batch, and the contested storage the workload reads (``SharedStorage``: a file

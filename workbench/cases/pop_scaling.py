@@ -82,6 +82,8 @@ class PopScaling(Case):
     }
     options = (CaseOption("--epochs", "epochs", "epochs per run", int),)
     workload = staticmethod(train_on_rank)
+    #: its sweeps on a miniature cluster's nodes the projection is checked on (`workbench run CASE --nodes ...`)
+    node_sweeps = ("artifacts/nodes-pop-scaling-*",)
 
     def projection_inputs(self, run: Run, row: Any) -> tuple[dict[str, Any], float, str]:
         """Strong scaling keeps the global batch (each rank's share of it shrinks), weak the batch per rank; the test

@@ -17,7 +17,7 @@ links, as in the seed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -114,6 +114,12 @@ def round_seconds(row: Mapping[str, Any], batch: int) -> float:
     return float(row["workers"]) * batch / float(row["images_per_s"])
 
 
+def allreduce_twin(runs: pd.DataFrame, ps_run: pd.Series) -> pd.Series | None:
+    """The allreduce run of a sweep with the PS run's data and workers (None: not in the sweep)."""
+    same = runs[(runs["scheme"] == "allreduce") & (runs["data"] == ps_run["data"]) & (runs["ranks"] == ps_run["ranks"])]
+    return None if same.empty else same.iloc[0]
+
+
 class PsVsAllreduce(Case):
     name = "ps-vs-allreduce"
     title = "Parameter servers vs allreduce: InceptionV3, synthetic vs real data"
@@ -147,6 +153,23 @@ class PsVsAllreduce(Case):
         CaseOption("--warmup-steps", "warmup_steps", "steps left out before timing", int),
     )
     workload = staticmethod(train_on_rank)
+    #: the repetitions for the projection (-r1..-r3: allreduce and one PS task), not the case study's single sweeps
+    node_sweeps = ("artifacts/nodes-ps-vs-allreduce-*-r[0-9]",)
+
+    def projection_base(
+        self, runs: pd.DataFrame, row: Any, base: pd.Series
+    ) -> tuple[pd.Series | None, Callable[[Any], dict[str, Any]]]:
+        """A PS row's model is the same workload's allreduce run on as few nodes, plus what the PS run's step took
+        beyond it there: the pulls and pushes through the RPCs on that node (``server_exchange_s``)."""
+        if row.scheme != "ps":
+            return base, lambda run: {}
+        twin = allreduce_twin(runs, base)
+
+        def exchange(run: Run) -> dict[str, Any]:
+            batch = int(((run.meta.get("config") or {}).get("settings") or {}).get("batch", 1))
+            return {"server_exchange_s": max(round_seconds(base, batch) - round_seconds(twin, batch), 0.0)}
+
+        return twin, exchange
 
     def projection_inputs(self, run: Run, row: Any) -> tuple[dict[str, Any], float, str]:
         """A step of every worker: workers x batch images at the measured images/s; the PS tasks sit on the workers'
