@@ -9,8 +9,8 @@ Each measured table in README.md and docs/*.md sits between two markers::
 and is rendered from ``benchmarks/results/NAME.json``, which holds what a command printed with
 ``--json`` plus the command itself and when it ran (``save`` writes that file). ``--check`` (what
 the tests run) fails when a block in any of those files differs from what its JSON renders;
-``--write`` rewrites them. A case study's prose comes from the case itself (``Case.text``), and a
-case with no renderer of its own here gets its headline table and text: a new case needs no code here.
+``--write`` rewrites them. A case study's tables are the case's own (``Case.docs_tables``, its prose
+``Case.text``), and a case with none gets its headline table and text: a new case needs no code here.
 
     workbench run ps-vs-allreduce --preset reduced --ranks 2 --json > out.json
     python benchmarks/render_readme.py save ps-vs-allreduce-reduced out.json \\
@@ -33,56 +33,31 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from workbench.events import BYTES_PER_MB
-from workbench.formatting import format_amount as number
+from workbench.cases.cpu_tuning import CPU_NODE_SWEEPS
+from workbench.cases.docs import case_text, node_cluster
+from workbench.cases.eval_frequency import EVAL_NODE_SWEEPS
+from workbench.cases.pop_scaling import POP_NODE_SWEEPS, pop_unchanged
+from workbench.cases.ps_vs_allreduce import PS_NODE_SWEEPS, PS_SEED_SYSTEMS, ps_link_traffic
+from workbench.markdown import (
+    SavedResults,
+    cell,
+    duration,
+    fixed,
+    number,
+    percent,
+    rate_words,
+    share,
+    signed_share,
+    source_line,
+    sources_line,
+    table,
+    times,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 README = ROOT / "README.md"
 BLOCK = re.compile(r"(<!-- table: (?P<name>[a-z0-9-]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
-
-
-def percent(value: float | None) -> str:
-    return "–" if value is None else f"{value:.0%}".replace("%", " %")
-
-
-def table(header: Sequence[str], align: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" if a == "r" else "---" for a in align) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def source_line(saved: Mapping[str, Any]) -> str:
-    where = f"`benchmarks/results/{saved['name']}.json`"
-    load = saved.get("load_average")
-    busy = (
-        f", load average {load[0]:g} / {load[1]:g} / {load[2]:g} as it ended (its own processes included)"
-        if load
-        else ""
-    )
-    # a result not (yet) from its command says so: e.g. values measured by hand while the command was written
-    note = f" Note: {saved['note']}." if saved.get("note") else ""
-    return f"*From `{saved['command']}`, {saved['measured']} on {saved['machine']}{busy} ({where}).{note}*"
-
-
-def case_text(saved: Mapping[str, Any]) -> str:
-    """The case's own plain-language result (``Case.text``) from its saved summary: one wording, in the
-    notebook, the report, ``workbench run`` and here. The case is found through the registry
-    (``workbench.experiment.get_case``: the package's cases, registered ones, entry points) by the name its
-    summary carries."""
-    from workbench.experiment import get_case
-
-    result = saved["result"]
-    return get_case(result["case"]).text(result).strip()
-
-
-def cell(value: Any) -> str:
-    """One value of a headline record as a table cell: numbers to 3 significant figures, nothing as ``–``."""
-    if value is None or (isinstance(value, float) and value != value):
-        return "–"
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return str(value).replace("|", "\\|")
-    return number(value)
 
 
 def render_case(saved: Mapping[str, Any]) -> str:
@@ -92,147 +67,6 @@ def render_case(saved: Mapping[str, Any]) -> str:
     align = ["r" if any(isinstance(r.get(c), (int, float)) for r in records) else "l" for c in header]
     rows = [[cell(r.get(c)) for c in header] for r in records]
     return table(header, align, rows) + "\n\n" + case_text(saved) + "\n\n" + source_line(saved)
-
-
-# -- one renderer per saved result ---------------------------------------------------------------------------
-def render_ps_vs_allreduce(saved: Mapping[str, Any]) -> str:
-    """The PS-vs-allreduce sweep: throughput with its interval, efficiency, the step's parts."""
-    result = saved["result"]
-    efficiency = {(r["scheme"], r["data"], r["workers"], r["ps"], r["placement"]): r for r in result["efficiency"]}
-    rows = []
-    order = {"allreduce": 0, "ps": 1}
-    points = sorted(
-        result["points"],
-        key=lambda p: (
-            p["data"] != "synthetic",
-            order[p["scheme"]],
-            p["placement"] == "sharded",
-            p["workers"],
-            p["ps"],
-        ),
-    )
-    for point in points:
-        key = (point["scheme"], point["data"], point["workers"], point["ps"], point["placement"])
-        row = efficiency.get(key, {})
-        scheme = (
-            "allreduce"
-            if point["scheme"] == "allreduce"
-            else "PS" + (", sharded" if point["placement"] == "sharded" else "")
-        )
-        interval = (
-            f"{number(row.get('images_per_s'))} [{number(row.get('ci_low'))}, {number(row.get('ci_high'))}]"
-            if row
-            else "–"
-        )
-        rows.append(
-            [
-                scheme,
-                point["data"],
-                str(point["workers"]),
-                str(point["ps"]) if point["ps"] else "–",
-                interval,
-                percent(row.get("efficiency")),
-                f"{number(point['train_step_ms'])} ms",
-                f"{number(point['comm_ms'])} ms" if point["workers"] > 1 or point["ps"] else "–",
-                str(point["processes"]),
-            ]
-        )
-    header = [
-        "scheme",
-        "data",
-        "workers",
-        "PS",
-        "images/s [95 % interval]",
-        "efficiency",
-        "forward+backward / step",
-        "push or allreduce / step",
-        "processes",
-    ]
-    return table(header, ["l", "l", "r", "r", "l", "r", "r", "r", "r"], rows) + "\n\n" + source_line(saved)
-
-
-def render_cpu_tuning(saved: Mapping[str, Any]) -> str:
-    """The CPU-tuning sweeps: threads on one rank, runtime sets, MPI A/B, the evaluation schedule."""
-    result = saved["result"]
-    threads = result["threads"]
-    intra = sorted({r["intra"] for r in threads})
-    grid = {(r["inter"], r["intra"]): r["images_per_s"] for r in threads}
-    # each cell's threads' wait for a core, as a share of their ready time (results saved before 2026-11-27 lack it)
-    waits = {(r["inter"], r["intra"]): r.get("cpu_wait_share") for r in threads}
-    waited = any(value is not None for value in waits.values())
-    parts = [
-        "images/s on 1 rank, intra-op (columns) × inter-op (rows) threads"
-        + (" (in brackets: the share of their ready time its threads waited for a core):" if waited else ":"),
-        "",
-        table(
-            ["inter \\ intra", *map(str, intra)],
-            ["l", *["r"] * len(intra)],
-            [
-                [
-                    str(inter),
-                    *(
-                        number(grid.get((inter, i))) + (f" ({share(waits.get((inter, i)))})" if waited else "")
-                        for i in intra
-                    ),
-                ]
-                for inter in sorted({r["inter"] for r in threads})
-            ],
-        ),
-        "",
-        table(
-            ["runtime set (2 ranks)", "images/s [95 % interval]", "change vs default", "effect"],
-            ["l", "l", "r", "l"],
-            [
-                [
-                    f"`{r['set']}`",
-                    f"{number(r['images_per_s'])} [{number(r['ci_low'])}, {number(r['ci_high'])}]",
-                    f"{r['change']:+.0%}".replace("%", " %"),
-                    "none within the interval" if r["no_effect"] else "yes",
-                ]
-                for r in result["runtime_sets"]
-            ],
-        ),
-        "",
-        table(
-            ["Horovod over", "controller", "images/s [95 % interval]", "ranks in Horovod's world"],
-            ["l", "l", "l", "r"],
-            [
-                [
-                    r["mpi"],
-                    r["controller"],
-                    f"{number(r['images_per_s'])} [{number(r['ci_low'])}, {number(r['ci_high'])}]",
-                    str(r["horovod_size"]) + ("" if r["valid"] else " (each rank alone: invalid)"),
-                ]
-                for r in result["mpi_ab"]
-            ],
-        ),
-        "",
-        table(
-            ["ranks", "evaluate every (per epoch / fixed)", "evaluation share", "wall s", "fix speedup"],
-            ["r", "l", "l", "l", "r"],
-            [
-                [
-                    str(r["ranks"]),
-                    f"{r['interval_per_epoch']} / {r['interval_fixed']} iterations",
-                    f"{percent(r['eval_share_per_epoch'])} / {percent(r['eval_share_fixed'])}",
-                    f"{number(r['wall_s_per_epoch'])} / {number(r['wall_s_fixed'])}",
-                    f"{r['speedup_eval_fix']:.2f}×",
-                ]
-                for r in result["evaluation"]
-            ],
-        ),
-    ]
-    return "\n".join(parts) + "\n\n" + source_line(saved)
-
-
-def fixed(value: float | None, digits: int = 3) -> str:
-    """A ratio or a duration with a fixed number of decimals (``0.996``); None or NaN -> ``–``."""
-    return "–" if value is None or value != value else f"{value:.{digits}f}".replace("-", "−")
-
-
-def sources_line(*saved: Mapping[str, Any]) -> str:
-    """The source line of a table rendered from several saved results (one command each)."""
-    return "\n\n".join(source_line(one) for one in saved)
 
 
 def render_allreduce(saved: Mapping[str, Any]) -> str:
@@ -793,522 +627,6 @@ def render_report_open(saved: Mapping[str, Any]) -> str:
     ]
     header = ["report", "size", "figures", "text and tables shown", "first screen drawn", "every figure (scrolled)"]
     return table(header, ["l", "r", "r", "r", "r", "r"], rows) + "\n\n" + source_line(saved)
-
-
-def small(value: float) -> str:
-    """A signed value with 2 significant figures and no exponent (``+5.7e-05`` -> ``+0.000057``); 0 below 1e-6."""
-    if abs(value) < 1e-6:
-        return "0"
-    digits = max(0, 1 - math.floor(math.log10(abs(value))))
-    return f"{value:+.{digits}f}".replace("-", "−")
-
-
-def times(value: float | None) -> str:
-    """A speedup or slowdown: ``2.62×``; None or NaN -> empty (the row has none)."""
-    return "" if value is None or value != value else f"{value:.3g}×"
-
-
-def share(value: float | None) -> str:
-    """A fraction as a percentage with 2 significant figures: ``0.374`` -> ``37 %``."""
-    if value is None or value != value:
-        return "–"
-    percent = 100 * value
-    return f"{percent:.0f} %" if abs(percent) >= 10 else f"{percent:.2g} %"
-
-
-def signed_share(value: float | None) -> str:
-    """A relative error as a signed percentage: ``+7.1 %``, ``−2.3 %``; None or NaN -> ``–``."""
-    return "–" if value is None or value != value else ("+" if value > 0 else "") + share(value).replace("-", "−")
-
-
-def duration(value: float) -> str:
-    """Seconds with 3 significant figures, in ms below 1 s: ``214 ms``, ``3.39 s``."""
-    return f"{number(value * 1e3)} ms" if value < 1 else f"{number(value)} s"
-
-
-def render_eval_frequency(saved: Mapping[str, Any]) -> str:
-    """Every point of the sweep, then the headline: the fix's speedup and the what-if estimate."""
-    result = saved["result"]
-    rows = [
-        [
-            r["backend"],
-            str(r["ranks"]),
-            str(r["eval_interval"]),
-            fixed(r["wall_s"], 2),
-            times(r.get("speedup_eval_fix")),
-            fixed(r.get("whatif_estimated_wall_s"), 2) if r.get("whatif_estimated_wall_s") is not None else "",
-            number(r["train_samples_per_s"]),
-            times(r.get("wall_speedup_vs_1_rank")),
-            fixed(r.get("parallel_efficiency"), 2),
-        ]
-        for r in sorted(result["headline"], key=lambda r: (r["ranks"], r["backend"] != "mpi4py", r["eval_interval"]))
-    ]
-    header = [
-        "backend", "ranks", "eval every", "wall s", "fix speedup", "what-if estimate s", "train samples/s",
-        "wall speedup vs 1 rank", "PE",
-    ]  # fmt: skip
-    return table(header, ["l"] + ["r"] * 8, rows) + "\n\n" + case_text(saved) + "\n\n" + source_line(saved)
-
-
-def render_predict_leak(saved: Mapping[str, Any]) -> str:
-    """Memory growth per call of every method, with its interval over the ranks, and the verdict."""
-    result = saved["result"]
-    names = {
-        "predict": "`predict`",
-        "predict_on_batch": "`predict_on_batch`",
-        "call": "`model(x, training=False)`",
-        "tf_function": "`tf.function` forward",
-        "kept_outputs": "control: keeps each output",
-    }
-    rows = []
-    for method, slope in result["slope_mb_per_call"].items():
-        low, high = result["ci_mb_per_call"][method]
-        verdict = result["verdict"][method]
-        rows.append(
-            [
-                names.get(method, method),
-                f"{small(slope)} [{small(low)}, {small(high)}]",
-                number(result["ms_per_call"].get(method)),
-                f"**{verdict}**" if verdict == "leak" else verdict,
-            ]
-        )
-    header = [f"method ({result['ranks']} ranks, {result['iterations']} calls)", "MB per call [95 % interval]",
-              "ms per call", "verdict"]  # fmt: skip
-    return table(header, ["l", "l", "r", "l"], rows) + "\n\n" + source_line(saved)
-
-
-def render_input_pipeline(saved: Mapping[str, Any]) -> str:
-    """Every point: step time, slowdown against data in memory, input share, the queue running dry."""
-    result = saved["result"]
-    order = {"contested": 0, "memory": 1, "tf.data": 2}
-    rows = [
-        [
-            str(r["ranks"]),
-            {"contested": "queue, contested", "memory": "in memory", "tf.data": "tf.data, contested"}.get(
-                r["source"], r["source"]
-            ),
-            "–" if r["source"] == "memory" else str(r["threads"]),
-            str(r["interval"]),
-            number(r["step_ms"]),
-            times(r.get("slowdown_vs_memory")),
-            share(r.get("input_share")),
-            share(r.get("queue_empty_fraction")),
-            fixed(r.get("accuracy_at_time"), 2),
-        ]
-        for r in sorted(
-            result["headline"], key=lambda r: (r["ranks"], order.get(r["source"], 3), r["threads"], r["interval"])
-        )
-    ]
-    header = ["ranks", "source", "enqueue threads", "k", "ms / step", "vs in memory", "input share",
-              "queue empty at dequeue", "test accuracy after the run"]  # fmt: skip
-    return (
-        table(header, ["r", "l", "r", "r", "r", "r", "r", "r", "r"], rows)
-        + "\n\n"
-        + case_text(saved)
-        + "\n\n"
-        + source_line(saved)
-    )
-
-
-def render_pop_scaling(saved: Mapping[str, Any]) -> str:
-    """Every point with its POP metrics; the change against the default named in words."""
-    result = saved["result"]
-
-    change = _pop_change
-
-    rows = [
-        [
-            str(r["ranks"]),
-            r["scaling"],
-            change(r),
-            fixed(r["wall_s"], 2),
-            share(r["test_fraction"]),
-            share(r["input_wait_fraction"]),
-            fixed(r["load_balance"], 2),
-            fixed(r["communication_efficiency"], 2),
-            fixed(r["parallel_efficiency"], 2),
-        ]
-        for r in sorted(result["headline"], key=lambda r: (r["ranks"], r["scaling"] != "strong", change(r) != "–"))
-    ]
-    header = ["ranks", "scaling", "change", "wall s", "test share", "input wait", "LB", "CommE", "PE"]
-    return "\n\n".join([table(header, ["r", "l", "l"] + ["r"] * 6, rows), case_text(saved), source_line(saved)])
-
-
-#: The pop-scaling sweeps on a miniature cluster's nodes, slow link first (``measure_readme.sh``).
-POP_NODE_SWEEPS = ("pop-scaling-nodes-50mbit", "pop-scaling-nodes-1gbit")
-
-
-def node_cluster(saved: Mapping[str, Any]) -> tuple[str, str]:
-    """(the link, ``0.4 core per node``) of a node sweep: from its ``cluster``, else from its command's options."""
-    from workbench.minicluster import format_link_rate, parse_rate
-    from workbench.nodes import describe_nodes
-
-    nodes = saved["result"].get("cluster", {}).get("nodes")
-    if nodes:
-        return format_link_rate(nodes[0].get("link_bits_per_s")), describe_nodes(nodes)
-    words = saved["command"].split()
-    cpus, link = words[words.index("--cpus-per-node") + 1], words[words.index("--link") + 1]
-    return format_link_rate(parse_rate(link)), f"{float(cpus):g} core, {format_link_rate(parse_rate(link))} per node"
-
-
-def node_sweeps(saved: Mapping[str, Any], names: Sequence[str]) -> list[Mapping[str, Any]]:
-    """``saved`` (the first of ``names``) and those of the others measured so far."""
-    return [saved] + [load(name) for name in names[1:] if (RESULTS / f"{name}.json").is_file()]
-
-
-#: The eval-frequency sweeps on the same nodes.
-EVAL_NODE_SWEEPS = ("eval-frequency-nodes-50mbit", "eval-frequency-nodes-1gbit")
-
-
-def render_eval_frequency_nodes(saved: Mapping[str, Any]) -> str:
-    """eval-frequency on 1, 2 and 4 nodes at each link rate: what per-epoch evaluation costs as nodes are added."""
-    sweeps = node_sweeps(saved, EVAL_NODE_SWEEPS)
-    rows, lines = [], []
-    for one in sweeps:
-        link, shape = node_cluster(one)
-        points = sorted(one["result"]["headline"], key=lambda r: (r["ranks"], r["eval_interval"]))
-        for r in points:
-            rows.append(
-                [
-                    link,
-                    str(r["ranks"]),
-                    str(r["eval_interval"]),
-                    fixed(r["wall_s"], 2),
-                    times(r.get("speedup_eval_fix")),
-                    fixed(r.get("whatif_estimated_wall_s"), 2) if r.get("whatif_estimated_wall_s") is not None else "",
-                    times(r.get("wall_speedup_vs_1_rank")),
-                    fixed(r.get("parallel_efficiency"), 2),
-                ]
-            )
-        fix = [r for r in points if times(r.get("speedup_eval_fix"))]
-        if fix:
-            each = ", ".join(f"{times(r['speedup_eval_fix'])} ({r['ranks']})" for r in fix)
-            every = max(r["eval_interval"] for r in points)
-            lines.append(f"- {shape}: evaluating every {every} epochs instead of every epoch, by nodes: {each}.")
-    seed = saved["result"].get("seed_speedup_eval_fix")
-    if seed:
-        rows.append(["seed 000 (MPI + TF, MNIST)", "–", "1 → 30", "–", times(seed), "", "", "–"])
-    header = ["link", "nodes", "eval every", "wall s", "fix speedup", "what-if estimate s", "vs 1 node", "PE"]
-    body = table(header, ["l"] + ["r"] * 7, rows)
-    return "\n\n".join([body, "\n".join(lines), sources_line(*sweeps)])
-
-
-def render_pop_scaling_nodes(saved: Mapping[str, Any]) -> str:
-    """pop-scaling on 1, 2 and 4 nodes at each link rate, beside the seed's POP table: the claims' evidence."""
-    sweeps = node_sweeps(saved, POP_NODE_SWEEPS)
-    rows, lines = [], []
-    for one in sweeps:
-        link, shape = node_cluster(one)
-        points = one["result"]["headline"]
-
-        base = {(p["ranks"], p["scaling"]): p for p in points if _pop_unchanged(p)}
-        for point in sorted(points, key=lambda p: (p["scaling"] != "strong", p["ranks"], not _pop_unchanged(p))):
-            alone = base.get((1, point["scaling"]))
-            same = base.get((point["ranks"], point["scaling"]))
-            rows.append(
-                [
-                    link,
-                    str(point["ranks"]),
-                    point["scaling"],
-                    _pop_change(point),
-                    fixed(point["wall_s"], 2),
-                    times(alone["wall_s"] / point["wall_s"]) if alone and _pop_unchanged(point) else "",
-                    times(same["wall_s"] / point["wall_s"]) if same and not _pop_unchanged(point) else "",
-                    share(point["test_fraction"]),
-                    fixed(point["load_balance"], 2),
-                    fixed(point["communication_efficiency"], 2),
-                    fixed(point["parallel_efficiency"], 2),
-                ]
-            )
-        strong = sorted((p for p in points if _pop_unchanged(p) and p["scaling"] == "strong"), key=lambda p: p["ranks"])
-        if strong:
-            comm = ", ".join(f"{fixed(p['communication_efficiency'], 2)} ({p['ranks']})" for p in strong)
-            tests = ", ".join(f"{share(p['test_fraction'])} ({p['ranks']})" for p in strong)
-            lines.append(f"- {shape}, strong scaling by nodes: communication efficiency {comm}; test share {tests}.")
-        largest = max(p["ranks"] for p in points)
-        at_largest = [p for p in points if p["ranks"] == largest and (largest, p["scaling"]) in base]
-        fixes = [p for p in at_largest if not _pop_unchanged(p)]
-        if fixes:
-            changes = "; ".join(
-                f"{_pop_change(p)} {times(base[(largest, p['scaling'])]['wall_s'] / p['wall_s'])}" for p in fixes
-            )
-            lines.append(f"- {shape}, at {largest} nodes, each change's speed against no change: {changes}.")
-    for seed in saved["result"].get("seed_pop", []):
-        rows.append(
-            [
-                "seed 001 (V100s)",
-                f"{seed['ranks']} GPUs",
-                "strong",
-                "–",
-                "–",
-                "",
-                "",
-                "–",
-                fixed(seed["load_balance"], 2),
-                fixed(seed["communication_efficiency"], 2),
-                fixed(seed["parallel_efficiency"], 2),
-            ]
-        )
-    header = ["link", "nodes", "scaling", "change", "wall s", "vs 1 node", "vs no change", "test share", "LB", "CommE"]
-    header.append("PE")
-    body = table(header, ["l", "r", "l", "l"] + ["r"] * 7, rows)
-    return "\n\n".join([body, "\n".join(lines), sources_line(*sweeps)])
-
-
-#: The ps-vs-allreduce sweeps on the same nodes: a slow link first, then the kernel's own (unshaped).
-PS_NODE_SWEEPS = ("ps-vs-allreduce-nodes-1gbit", "ps-vs-allreduce-nodes-unshaped")
-#: The seed's systems with one GPU per node, like a node here: its fast network and its slow one.
-PS_SEED_SYSTEMS = ("Piz Daint (P100, Aries)", "p2.xlarge (K80, 1 per node)")
-
-
-def ps_link_traffic(result: Mapping[str, Any], point: Mapping[str, Any]) -> tuple[float | None, float]:
-    """(measured, modelled) MB per step each way on a point's busiest link: the bytes counted on every
-    node's link over the point (``link-bytes.json``; its start included) per step of each worker, and
-    ``ps_load.link_bytes_per_step`` from the gradients' size and the PS tasks' shares."""
-    from workbench.analysis.ps_load import link_bytes_per_step
-
-    method = result["method"]
-    steps = (method["warmup_steps"] + method["measured_steps"]) * method["repetitions"]
-    counted = (result.get("link_bytes") or {}).get(point["point"])
-    measured = max((max(node["sent"], node["received"]) for node in counted.values()), default=0) if counted else None
-    shares = point.get("placed_shares") or []
-    gradient_bytes = point["gradient_mb"] * BYTES_PER_MB
-    ran = point.get("steps_per_worker") if point["scheme"] == "ps" else None
-    modelled = max(link_bytes_per_step(point["scheme"], point["workers"], gradient_bytes, shares, ran))
-    return (measured / steps / BYTES_PER_MB if measured is not None else None), modelled / BYTES_PER_MB
-
-
-def ps_label(point: Mapping[str, Any]) -> str:
-    """``allreduce``, ``PS × 2``, ``PS × 2, sharded``."""
-    if point["scheme"] == "allreduce":
-        return "allreduce"
-    return f"PS × {point['ps']}" + (", sharded" if point["placement"] == "sharded" else "")
-
-
-def render_ps_vs_allreduce_nodes(saved: Mapping[str, Any]) -> str:
-    """ps-vs-allreduce on 1, 2 and 4 nodes at each link: efficiency by workers for both schemes, and the
-    busiest link's bytes per step (measured and modelled) against the step: the PS bottleneck."""
-    sweeps = node_sweeps(saved, PS_NODE_SWEEPS)
-    rows, lines = [], []
-    for one in sweeps:
-        result = one["result"]
-        link, shape = node_cluster(one)
-        nodes = result.get("cluster", {}).get("nodes") or [{}]
-        rate = nodes[0].get("link_bits_per_s")
-        efficiency = {
-            (r["scheme"], r["workers"], r["ps"], r["placement"]): r
-            for r in result["efficiency"]
-            if r["data"] == "synthetic"
-        }
-        batch = result["model"]["batch_per_worker"]
-        points = sorted(
-            (p for p in result["points"] if p["data"] == "synthetic"),
-            key=lambda p: (p["workers"], p["scheme"] != "allreduce", p["ps"], p["placement"] == "sharded"),
-        )
-        by_key = {}
-        for point in points:
-            key = (point["scheme"], point["workers"], point["ps"], point["placement"])
-            row = efficiency.get(key, {})
-            measured, modelled = ps_link_traffic(result, point)
-            step_s = point["workers"] * batch / row["images_per_s"] if row.get("images_per_s") else None
-            link_s = modelled * BYTES_PER_MB * 8 / rate if rate and point["workers"] > 1 else None
-            by_key[key] = (row, measured, modelled, step_s, link_s)
-            rows.append(
-                [
-                    rate_words(link),
-                    str(point["workers"]),
-                    ps_label(point),
-                    f"{number(row.get('images_per_s'))} [{number(row.get('ci_low'))}, {number(row.get('ci_high'))}]"
-                    if row
-                    else "–",
-                    percent(row.get("efficiency")),
-                    f"{number(step_s)} s" if step_s else "–",
-                    f"{number(point['comm_ms'])} ms" if point["workers"] > 1 or point["ps"] else "–",
-                    number(measured) if measured is not None else "–",
-                    number(modelled),
-                    f"{number(link_s)} s" if link_s else "–",
-                ]
-            )
-        most = max(p["workers"] for p in points)
-        by_scheme = ", ".join(
-            f"{ps_label({'scheme': scheme, 'ps': ps, 'placement': placement})} {percent(value[0].get('efficiency'))}"
-            for (scheme, workers, ps, placement), value in by_key.items()
-            if workers == most and placement != "sharded"
-        )
-        lines.append(f"- {shape}: efficiency at {most} nodes, {by_scheme}.")
-        one_ps = by_key.get(("ps", most, 1, "round-robin"))
-        if one_ps and rate and one_ps[4] and one_ps[3]:
-            lines.append(
-                f"- {shape}: with one PS task at {most} nodes its node's link carries {number(one_ps[2])} MB each way"
-                f" per step ({number(one_ps[1])} MB counted), {number(one_ps[4])} s at {rate_words(link)} of a"
-                f" {number(one_ps[3])} s step."
-            )
-    seeds = [r for r in saved["result"].get("seed_efficiency", []) if r["system"] in PS_SEED_SYSTEMS]
-    for seed in sorted(seeds, key=lambda r: (PS_SEED_SYSTEMS.index(r["system"]), r["gpus"], r["data"])):
-        rows.append(
-            [f"seed 004: {seed['system']}", f"{seed['gpus']} GPUs", f"PS ({seed['data']})", "–"]
-            + [percent(seed["efficiency"])]
-            + ["–"] * 5
-        )
-    header = [
-        "link",
-        "nodes",
-        "scheme",
-        "images/s [95 % interval]",
-        "efficiency",
-        "step",
-        "push or allreduce / step",
-        "busiest link, MB/step each way: counted",
-        "modelled",
-        "modelled on the link",
-    ]
-    body = table(header, ["l", "r", "l", "l"] + ["r"] * 6, rows)
-    return "\n\n".join([body, "\n".join(lines), sources_line(*sweeps)])
-
-
-def spread_of(row: Mapping[str, Any], name: str, shown: Callable[[float], str]) -> str:
-    """``median [min–max]`` of a quantity over repetitions (the median alone from one; ``–`` without one)."""
-    median = row.get(name)
-    if median is None or median != median:
-        return "–"
-    if row.get("repetitions", 1) < 2 or row[f"{name}_min"] == row[f"{name}_max"]:
-        return shown(median)
-    return f"{shown(median)} [{shown(row[f'{name}_min'])}–{shown(row[f'{name}_max'])}]"
-
-
-def render_ps_vs_allreduce_repeated(saved: Mapping[str, Any]) -> str:
-    """The case's efficiency by workers for both schemes over the projection's repeated node sweeps: each
-    point's median and range, and a PS round against the allreduce round of the same sweep."""
-    result = saved["result"]
-    rows, lines = [], []
-    found = result.get("ps_vs_allreduce_repetitions") or []
-    for r in found:
-        link = re.search(r"(\S+) per node", r["cluster"])
-        rows.append(
-            [
-                rate_words(link[1]) if link else r["cluster"],
-                str(r["workers"]),
-                ps_label(r),
-                str(r["repetitions"]),
-                spread_of(r, "efficiency", share),
-                spread_of(r, "round_s", duration),
-                spread_of(r, "over_allreduce", times) if r["scheme"] == "ps" else "–",
-            ]
-        )
-    for cluster in dict.fromkeys(r["cluster"] for r in found):
-        here = [r for r in found if r["cluster"] == cluster]
-        most = max(r["workers"] for r in here)
-        at_most = [r for r in here if r["workers"] == most]
-        efficiencies = ", ".join(f"{ps_label(r)} {spread_of(r, 'efficiency', share)}" for r in at_most)
-        slower = ", ".join(
-            f"{ps_label(r)} {spread_of(r, 'over_allreduce', times)}" for r in at_most if r["scheme"] == "ps"
-        )
-        lines.append(
-            f"- {cluster.split(': ', 1)[-1]}: efficiency at {most} nodes, {efficiencies}; a round against"
-            f" allreduce's: {slower}."
-        )
-    header = [
-        "link",
-        "nodes",
-        "scheme",
-        "repetitions",
-        "efficiency",
-        "round: one step of every worker",
-        "PS over allreduce",
-    ]
-    body = table(header, ["l", "r", "l", "r", "r", "r", "r"], rows)
-    return "\n\n".join([body, "\n".join(lines), source_line(saved)])
-
-
-#: The cpu-tuning sweep on nodes whose share is split into ranks x threads (``measure_readme.sh``).
-CPU_NODE_SWEEPS = ("cpu-tuning-nodes",)
-
-
-def render_cpu_tuning_nodes(saved: Mapping[str, Any]) -> str:
-    """cpu-tuning on 1 and 2 nodes: ranks x threads per node with the node's share fixed, each evaluation schedule,
-    and the speedup over 1 node in training images/s and in wall time (the seed's "linear in images/s, not time")."""
-    result = saved["result"]
-    _link, shape = node_cluster(saved)
-    scaling = {(r["nodes"], r["eval"]): r for r in result.get("schedule_scaling") or []}
-    tuned = {(r["ranks"] // max(r["nodes"], 1), r["ranks"]) for r in result.get("schedule_scaling") or []}
-    waited = any("cpu_wait_share" in r for r in result["per_node"])
-    rows = []
-    for r in result["per_node"]:
-        speedup = scaling.get((r["nodes"], r["eval"])) if (r["ranks_per_node"], r["ranks"]) in tuned else None
-        rows.append(
-            [
-                str(r["nodes"]),
-                f"{r['ranks_per_node']} × {r['intra']}",
-                r["eval"].replace("_", " "),
-                f"{number(r['images_per_s'])} [{number(r['ci_low'])}, {number(r['ci_high'])}]",
-                fixed(r["wall_s"], 2),
-                share(r["eval_share"]),
-                str(r["eval_interval"]),
-                f"{times(speedup['train_speedup'])} / {times(speedup['time_speedup'])}" if speedup else "",
-                # the ranks' threads' wait for a core and the node's quota (results saved before 2026-11-27 lack it)
-                *([f"{share(r.get('cpu_wait_share'))} / {share(r.get('throttled_share'))}"] if waited else []),
-            ]
-        )
-    seed = result["seed"]
-    rows.append(
-        [
-            "seed 002: 1 (Xeon 8260L)",
-            seed["ranks_x_threads_best"].replace(" ranks x ", " × ").replace(" threads", ""),
-            "–",
-            f"{number(seed['ranks_x_threads_images_per_s'])} (256×256 images)",
-            "–",
-            "–",
-            "–",
-            "",
-            *(["too many threads (VTune)"] if waited else []),
-        ]
-    )
-    rows.append(
-        [
-            "seed 002: 8 (Omni-Path)",
-            "–",
-            "every epoch → every 15",
-            "–",
-            "–",
-            "–",
-            "–",
-            "linear / sublinear → 8×",
-            *(["–"] if waited else []),
-        ]
-    )
-    header = [
-        "nodes",
-        "ranks × threads per node",
-        "evaluation",
-        "images/s [95 % interval]",
-        "wall s",
-        "evaluation share",
-        "evaluate every",
-        "vs 1 node: images/s while training / wall time",
-        *(["threads waiting for a core / node's quota ran out"] if waited else []),
-    ]
-    lines = [line for line in case_text(saved).splitlines() if "node" in line]
-    body = table(header, ["r", "l", "l", "l", "r", "r", "r", "r", *(["r"] if waited else [])], rows)
-    return "\n\n".join([f"{shape}:", body, "\n".join(lines), sources_line(saved)])
-
-
-def _pop_unchanged(point: Mapping[str, Any]) -> bool:
-    """A pop-scaling point with no change: the sequential test, 1 input worker, online data, 64 MB fusion."""
-    return (point["test"], point["workers"], point["data"], point["fusion_mb"]) == ("rank0", 1, "online", 64)
-
-
-def _pop_change(point: Mapping[str, Any]) -> str:
-    """The change against pop-scaling's default, in words (``test sharded``, ``fusion buffer 1 MB``)."""
-    parts = []
-    if point["test"] != "rank0":
-        parts.append(f"test {point['test']}")
-    if point["workers"] != 1:
-        parts.append(f"{point['workers']} input workers")
-    if point["data"] != "online":
-        parts.append(f"{point['data']} preprocessing")
-    if point["fusion_mb"] != 64:
-        parts.append(f"fusion buffer {point['fusion_mb']:g} MB")
-    return ", ".join(parts) or "–"
 
 
 def render_projection(saved: Mapping[str, Any]) -> str:
@@ -2053,17 +1371,11 @@ def render_clock_alignment(saved: Mapping[str, Any]) -> str:
     )
 
 
-def rate_words(rate: str) -> str:
-    """A link rate in tc's notation in words: ``1gbit`` -> ``1 Gbit/s``, ``100mbit`` -> ``100 Mbit/s``."""
-    match = re.fullmatch(r"([\d.]+)(gbit|mbit|kbit)", rate)
-    return f"{match[1]} {match[2][0].upper() if match[2] != 'kbit' else 'k'}bit/s" if match else rate
-
-
 def nodes_headline(pop: Mapping[str, Any], evaluation: Mapping[str, Any]) -> str:
     """The README's line on the case studies run on nodes (fast link): speedups, CommE, the fixes."""
     _link, shape = node_cluster(pop)
     points = pop["result"]["headline"]
-    strong = {p["ranks"]: p for p in points if p["scaling"] == "strong" and _pop_unchanged(p)}
+    strong = {p["ranks"]: p for p in points if p["scaling"] == "strong" and pop_unchanged(p)}
     most = max(strong)
     sharded = next(p for p in points if p["ranks"] == most and p["scaling"] == "strong" and p["test"] != "rank0")
     seed = max(pop["result"]["seed_pop"], key=lambda row: row["ranks"])
@@ -2261,23 +1573,12 @@ RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "late-attach": render_late_attach,
     "browser": render_browser,
     "report-open": render_report_open,
-    "eval-frequency-reduced": render_eval_frequency,
-    "predict-leak-reduced": render_predict_leak,
-    "input-pipeline-reduced": render_input_pipeline,
-    "pop-scaling-reduced": render_pop_scaling,
-    "pop-scaling-nodes": render_pop_scaling_nodes,
-    "eval-frequency-nodes": render_eval_frequency_nodes,
-    "ps-vs-allreduce-nodes": render_ps_vs_allreduce_nodes,
-    "ps-vs-allreduce-nodes-repeated": render_ps_vs_allreduce_repeated,
-    "cpu-tuning-nodes": render_cpu_tuning_nodes,
     "projection": render_projection,
     "projection-seeds": render_projection_seeds,
     "projection-published": render_projection_published,
     "projection-nodes": render_projection_nodes,
     "projection-nodes-sleeping": render_projection_nodes,
     "horovod-step": render_horovod_step,
-    "ps-vs-allreduce-reduced": render_ps_vs_allreduce,
-    "cpu-tuning-reduced": render_cpu_tuning,
     "clock-alignment": render_clock_alignment,
     "minicluster": render_minicluster,
     "idle-wait": render_idle_wait,
@@ -2313,10 +1614,25 @@ def load(name: str) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
+def case_renderers() -> dict[str, Callable[[Mapping[str, Any]], str]]:
+    """The tables the cases render themselves (``Case.docs_tables``), by block name, reading saved results here."""
+    from workbench.experiment import case_names, get_case
+
+    saved_here = SavedResults(RESULTS)
+    found: dict[str, Callable[[Mapping[str, Any]], str]] = {}
+    for case in case_names():
+        for name, render in get_case(case).docs_tables().items():
+            found[name] = lambda saved, render=render: render(saved, saved_here)
+    return found
+
+
 def renderer(name: str, saved: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], str]:
-    """The block's own renderer, else the generic one for a case study's saved sweep."""
+    """The block's own renderer, a case's, else the generic one for a case study's saved sweep."""
     if name in RENDERERS:
         return RENDERERS[name]
+    cases = case_renderers()
+    if name in cases:
+        return cases[name]
     result = saved.get("result")
     if isinstance(result, Mapping) and result.get("case") and "headline" in result:
         from workbench.experiment import case_names

@@ -223,6 +223,12 @@ class Case:
         """The plain-language result, as Markdown."""
         raise NotImplementedError
 
+    def docs_tables(self) -> dict[str, Callable[..., str]]:
+        """The docs' tables this case renders (``renderer(saved, results)`` -> Markdown), by the name of the saved
+        result each comes from (``benchmarks/results/NAME.json``); a case without any gets the generic table of
+        its ``headline()`` and ``text()``."""
+        return {}
+
     def report_sections(self, result: ExperimentResult) -> list[tuple[str, Any]]:
         return [("Summary", result.text()), ("Runs", result.rows)]
 

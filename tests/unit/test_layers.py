@@ -14,7 +14,7 @@ README = PACKAGE.parent / "README.md"
 
 #: Layers, lowest first: what each may import is its own layer and those below.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("foundation", ("events", "formatting", "config", "placement", "hostspeed", "slurm")),
+    ("foundation", ("events", "formatting", "markdown", "config", "placement", "hostspeed", "slurm")),
     ("store", ("store",)),
     ("collect", ("recorder", "cpu_probe", "_keras", "autorecord", "_profile_boot", "links", "allreduce", "formats",
                  "datasets", "workloads")),

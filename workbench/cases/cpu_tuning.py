@@ -18,7 +18,7 @@ interval from the measured iterations).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -28,10 +28,12 @@ import pandas as pd
 from workbench import analysis
 from workbench.analysis.benchmark_method import BenchmarkMethod
 from workbench.analysis.cpu_wait import finite_median
+from workbench.cases.docs import case_text, node_cluster
 from workbench.config import mpich_horovod_prefix, physical_cores
 from workbench.events import NS_PER_S, is_finite_number
 from workbench.experiment import Case, CaseOption, ExperimentResult, Point, parse_counts
 from workbench.formatting import format_amount, format_interval
+from workbench.markdown import SavedResults, fixed, number, percent, share, source_line, sources_line, table, times
 from workbench.store import Run
 from workbench.workloads.sgan import SganSettings, train_on_rank
 
@@ -186,6 +188,10 @@ class CpuTuning(Case):
     failures_are_results = True  # a thread setting that crashes or hangs is a grey heatmap cell, with why
     places_ranks_per_node = True  # on nodes: ranks x threads per node at each node count
 
+
+    def docs_tables(self) -> dict[str, Callable[[Mapping[str, Any], SavedResults], str]]:
+        """The docs' tables this case renders, by the name of the saved result each comes from."""
+        return {"cpu-tuning-reduced": render_cpu_tuning, "cpu-tuning-nodes": render_cpu_tuning_nodes}
     def points(self, settings: CpuTuningSettings, max_ranks: int) -> list[Point]:
         if settings.nodes:  # on a cluster's nodes: the node's share fixed, split into ranks x threads
             return [
@@ -741,3 +747,150 @@ __all__ = [
     "mpi_ab",
     "runtime_effects",
 ]
+
+
+# -- its tables in the docs (benchmarks/render_readme.py renders them from saved results) -----------
+#: The cpu-tuning sweep on nodes whose share is split into ranks x threads (``measure_readme.sh``).
+CPU_NODE_SWEEPS = ("cpu-tuning-nodes",)
+
+
+def render_cpu_tuning(saved: Mapping[str, Any], results: SavedResults) -> str:
+    """The CPU-tuning sweeps: threads on one rank, runtime sets, MPI A/B, the evaluation schedule."""
+    result = saved["result"]
+    threads = result["threads"]
+    intra = sorted({r["intra"] for r in threads})
+    grid = {(r["inter"], r["intra"]): r["images_per_s"] for r in threads}
+    # each cell's threads' wait for a core, as a share of their ready time (results saved before 2026-11-27 lack it)
+    waits = {(r["inter"], r["intra"]): r.get("cpu_wait_share") for r in threads}
+    waited = any(value is not None for value in waits.values())
+    parts = [
+        "images/s on 1 rank, intra-op (columns) × inter-op (rows) threads"
+        + (" (in brackets: the share of their ready time its threads waited for a core):" if waited else ":"),
+        "",
+        table(
+            ["inter \\ intra", *map(str, intra)],
+            ["l", *["r"] * len(intra)],
+            [
+                [
+                    str(inter),
+                    *(
+                        number(grid.get((inter, i))) + (f" ({share(waits.get((inter, i)))})" if waited else "")
+                        for i in intra
+                    ),
+                ]
+                for inter in sorted({r["inter"] for r in threads})
+            ],
+        ),
+        "",
+        table(
+            ["runtime set (2 ranks)", "images/s [95 % interval]", "change vs default", "effect"],
+            ["l", "l", "r", "l"],
+            [
+                [
+                    f"`{r['set']}`",
+                    f"{number(r['images_per_s'])} [{number(r['ci_low'])}, {number(r['ci_high'])}]",
+                    f"{r['change']:+.0%}".replace("%", " %"),
+                    "none within the interval" if r["no_effect"] else "yes",
+                ]
+                for r in result["runtime_sets"]
+            ],
+        ),
+        "",
+        table(
+            ["Horovod over", "controller", "images/s [95 % interval]", "ranks in Horovod's world"],
+            ["l", "l", "l", "r"],
+            [
+                [
+                    r["mpi"],
+                    r["controller"],
+                    f"{number(r['images_per_s'])} [{number(r['ci_low'])}, {number(r['ci_high'])}]",
+                    str(r["horovod_size"]) + ("" if r["valid"] else " (each rank alone: invalid)"),
+                ]
+                for r in result["mpi_ab"]
+            ],
+        ),
+        "",
+        table(
+            ["ranks", "evaluate every (per epoch / fixed)", "evaluation share", "wall s", "fix speedup"],
+            ["r", "l", "l", "l", "r"],
+            [
+                [
+                    str(r["ranks"]),
+                    f"{r['interval_per_epoch']} / {r['interval_fixed']} iterations",
+                    f"{percent(r['eval_share_per_epoch'])} / {percent(r['eval_share_fixed'])}",
+                    f"{number(r['wall_s_per_epoch'])} / {number(r['wall_s_fixed'])}",
+                    f"{r['speedup_eval_fix']:.2f}×",
+                ]
+                for r in result["evaluation"]
+            ],
+        ),
+    ]
+    return "\n".join(parts) + "\n\n" + source_line(saved)
+
+
+def render_cpu_tuning_nodes(saved: Mapping[str, Any], results: SavedResults) -> str:
+    """cpu-tuning on 1 and 2 nodes: ranks x threads per node with the node's share fixed, each evaluation schedule,
+    and the speedup over 1 node in training images/s and in wall time (the seed's "linear in images/s, not time")."""
+    result = saved["result"]
+    _link, shape = node_cluster(saved)
+    scaling = {(r["nodes"], r["eval"]): r for r in result.get("schedule_scaling") or []}
+    tuned = {(r["ranks"] // max(r["nodes"], 1), r["ranks"]) for r in result.get("schedule_scaling") or []}
+    waited = any("cpu_wait_share" in r for r in result["per_node"])
+    rows = []
+    for r in result["per_node"]:
+        speedup = scaling.get((r["nodes"], r["eval"])) if (r["ranks_per_node"], r["ranks"]) in tuned else None
+        rows.append(
+            [
+                str(r["nodes"]),
+                f"{r['ranks_per_node']} × {r['intra']}",
+                r["eval"].replace("_", " "),
+                f"{number(r['images_per_s'])} [{number(r['ci_low'])}, {number(r['ci_high'])}]",
+                fixed(r["wall_s"], 2),
+                share(r["eval_share"]),
+                str(r["eval_interval"]),
+                f"{times(speedup['train_speedup'])} / {times(speedup['time_speedup'])}" if speedup else "",
+                # the ranks' threads' wait for a core and the node's quota (results saved before 2026-11-27 lack it)
+                *([f"{share(r.get('cpu_wait_share'))} / {share(r.get('throttled_share'))}"] if waited else []),
+            ]
+        )
+    seed = result["seed"]
+    rows.append(
+        [
+            "seed 002: 1 (Xeon 8260L)",
+            seed["ranks_x_threads_best"].replace(" ranks x ", " × ").replace(" threads", ""),
+            "–",
+            f"{number(seed['ranks_x_threads_images_per_s'])} (256×256 images)",
+            "–",
+            "–",
+            "–",
+            "",
+            *(["too many threads (VTune)"] if waited else []),
+        ]
+    )
+    rows.append(
+        [
+            "seed 002: 8 (Omni-Path)",
+            "–",
+            "every epoch → every 15",
+            "–",
+            "–",
+            "–",
+            "–",
+            "linear / sublinear → 8×",
+            *(["–"] if waited else []),
+        ]
+    )
+    header = [
+        "nodes",
+        "ranks × threads per node",
+        "evaluation",
+        "images/s [95 % interval]",
+        "wall s",
+        "evaluation share",
+        "evaluate every",
+        "vs 1 node: images/s while training / wall time",
+        *(["threads waiting for a core / node's quota ran out"] if waited else []),
+    ]
+    lines = [line for line in case_text(saved).splitlines() if "node" in line]
+    body = table(header, ["r", "l", "l", "l", "r", "r", "r", "r", *(["r"] if waited else [])], rows)
+    return "\n\n".join([f"{shape}:", body, "\n".join(lines), sources_line(saved)])

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -21,7 +21,9 @@ import pandas as pd
 
 from workbench import analysis
 from workbench.analysis.caveats import sweep_caveats
+from workbench.cases.docs import case_text, node_cluster, node_sweeps
 from workbench.experiment import Case, CaseOption, ExperimentResult, Point, parse_counts
+from workbench.markdown import SavedResults, fixed, number, source_line, sources_line, table, times
 from workbench.store import Run
 from workbench.workloads.eval_frequency import BACKENDS, TrainSettings, train_on_rank
 
@@ -90,6 +92,10 @@ class EvalFrequency(Case):
     projection_sweeps = ("artifacts/eval-frequency-reduced-1thread*", "artifacts/eval-frequency-reduced")
     node_sweeps = ("artifacts/nodes-eval-frequency-*",)
 
+
+    def docs_tables(self) -> dict[str, Callable[[Mapping[str, Any], SavedResults], str]]:
+        """The docs' tables this case renders, by the name of the saved result each comes from."""
+        return {"eval-frequency-reduced": render_eval_frequency, "eval-frequency-nodes": render_eval_frequency_nodes}
     def projection_inputs(self, run: Run, row: Any) -> tuple[dict[str, Any], float, str]:
         """The mpi4py backend calls MPI.Allreduce directly (no Horovod cost per call); the workload takes whole
         batches of each rank's shard, so the training set's size fixes its steps per epoch at every rank count;
@@ -345,3 +351,65 @@ def _training_set_size(settings_json: str) -> int:
     from workbench.workloads.eval_frequency import TrainSettings, load_data
 
     return len(load_data(TrainSettings(**json.loads(settings_json))).x_train)
+
+
+# -- its tables in the docs (benchmarks/render_readme.py renders them from saved results) -----------
+#: The eval-frequency sweeps on the same nodes.
+EVAL_NODE_SWEEPS = ("eval-frequency-nodes-50mbit", "eval-frequency-nodes-1gbit")
+
+
+def render_eval_frequency(saved: Mapping[str, Any], results: SavedResults) -> str:
+    """Every point of the sweep, then the headline: the fix's speedup and the what-if estimate."""
+    result = saved["result"]
+    rows = [
+        [
+            r["backend"],
+            str(r["ranks"]),
+            str(r["eval_interval"]),
+            fixed(r["wall_s"], 2),
+            times(r.get("speedup_eval_fix")),
+            fixed(r.get("whatif_estimated_wall_s"), 2) if r.get("whatif_estimated_wall_s") is not None else "",
+            number(r["train_samples_per_s"]),
+            times(r.get("wall_speedup_vs_1_rank")),
+            fixed(r.get("parallel_efficiency"), 2),
+        ]
+        for r in sorted(result["headline"], key=lambda r: (r["ranks"], r["backend"] != "mpi4py", r["eval_interval"]))
+    ]
+    header = [
+        "backend", "ranks", "eval every", "wall s", "fix speedup", "what-if estimate s", "train samples/s",
+        "wall speedup vs 1 rank", "PE",
+    ]  # fmt: skip
+    return table(header, ["l"] + ["r"] * 8, rows) + "\n\n" + case_text(saved) + "\n\n" + source_line(saved)
+
+
+def render_eval_frequency_nodes(saved: Mapping[str, Any], results: SavedResults) -> str:
+    """eval-frequency on 1, 2 and 4 nodes at each link rate: what per-epoch evaluation costs as nodes are added."""
+    sweeps = node_sweeps(saved, EVAL_NODE_SWEEPS, results)
+    rows, lines = [], []
+    for one in sweeps:
+        link, shape = node_cluster(one)
+        points = sorted(one["result"]["headline"], key=lambda r: (r["ranks"], r["eval_interval"]))
+        for r in points:
+            rows.append(
+                [
+                    link,
+                    str(r["ranks"]),
+                    str(r["eval_interval"]),
+                    fixed(r["wall_s"], 2),
+                    times(r.get("speedup_eval_fix")),
+                    fixed(r.get("whatif_estimated_wall_s"), 2) if r.get("whatif_estimated_wall_s") is not None else "",
+                    times(r.get("wall_speedup_vs_1_rank")),
+                    fixed(r.get("parallel_efficiency"), 2),
+                ]
+            )
+        fix = [r for r in points if times(r.get("speedup_eval_fix"))]
+        if fix:
+            each = ", ".join(f"{times(r['speedup_eval_fix'])} ({r['ranks']})" for r in fix)
+            every = max(r["eval_interval"] for r in points)
+            lines.append(f"- {shape}: evaluating every {every} epochs instead of every epoch, by nodes: {each}.")
+    seed = saved["result"].get("seed_speedup_eval_fix")
+    if seed:
+        rows.append(["seed 000 (MPI + TF, MNIST)", "–", "1 → 30", "–", times(seed), "", "", "–"])
+    header = ["link", "nodes", "eval every", "wall s", "fix speedup", "what-if estimate s", "vs 1 node", "PE"]
+    body = table(header, ["l"] + ["r"] * 7, rows)
+    return "\n\n".join([body, "\n".join(lines), sources_line(*sweeps)])

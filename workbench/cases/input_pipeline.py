@@ -14,7 +14,7 @@ latency, competing jobs: ``workbench.workloads.contested_io``), stated in every 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -23,8 +23,10 @@ import pandas as pd
 
 from workbench import analysis
 from workbench.analysis import projection as pj
+from workbench.cases.docs import case_text
 from workbench.events import BYTES_PER_MB
 from workbench.experiment import Case, CaseOption, ExperimentResult, Point, parse_counts
+from workbench.markdown import SavedResults, fixed, number, share, source_line, table, times
 from workbench.store import Run
 from workbench.workloads.contested_io import StorageModel
 from workbench.workloads.input_pipeline import PipelineSettings, train_on_rank
@@ -89,6 +91,10 @@ class InputPipeline(Case):
     projection_sweeps = ("artifacts/input-pipeline-reduced-1thread*", "artifacts/input-pipeline-reduced")
     node_sweeps = ("artifacts/nodes-input-pipeline-*",)
 
+
+    def docs_tables(self) -> dict[str, Callable[[Mapping[str, Any], SavedResults], str]]:
+        """The docs' tables this case renders, by the name of the saved result each comes from."""
+        return {"input-pipeline-reduced": render_input_pipeline}
     def projection_inputs(self, run: Run, row: Any) -> tuple[dict[str, Any], float, str]:
         """LeNet-5's gradients, the batch, and the contested storage the workload reads (``SharedStorage``: a file
         system read fairly per request by every reader, this job's and the other jobs', through the node's link);
@@ -340,3 +346,37 @@ def flattening(by_interval: pd.DataFrame, *, knee_gain: float = 0.1) -> dict[str
 CASE = InputPipeline()
 
 __all__ = ["CASE", "InputPipeline", "InputPipelineSettings", "flattening"]
+
+
+# -- its tables in the docs (benchmarks/render_readme.py renders them from saved results) -----------
+def render_input_pipeline(saved: Mapping[str, Any], results: SavedResults) -> str:
+    """Every point: step time, slowdown against data in memory, input share, the queue running dry."""
+    result = saved["result"]
+    order = {"contested": 0, "memory": 1, "tf.data": 2}
+    rows = [
+        [
+            str(r["ranks"]),
+            {"contested": "queue, contested", "memory": "in memory", "tf.data": "tf.data, contested"}.get(
+                r["source"], r["source"]
+            ),
+            "–" if r["source"] == "memory" else str(r["threads"]),
+            str(r["interval"]),
+            number(r["step_ms"]),
+            times(r.get("slowdown_vs_memory")),
+            share(r.get("input_share")),
+            share(r.get("queue_empty_fraction")),
+            fixed(r.get("accuracy_at_time"), 2),
+        ]
+        for r in sorted(
+            result["headline"], key=lambda r: (r["ranks"], order.get(r["source"], 3), r["threads"], r["interval"])
+        )
+    ]
+    header = ["ranks", "source", "enqueue threads", "k", "ms / step", "vs in memory", "input share",
+              "queue empty at dequeue", "test accuracy after the run"]  # fmt: skip
+    return (
+        table(header, ["r", "l", "r", "r", "r", "r", "r", "r", "r"], rows)
+        + "\n\n"
+        + case_text(saved)
+        + "\n\n"
+        + source_line(saved)
+    )

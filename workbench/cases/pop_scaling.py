@@ -14,7 +14,7 @@ a loss, as a GPU waiting for data is idle.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -22,8 +22,10 @@ import numpy as np
 import pandas as pd
 
 from workbench import analysis
+from workbench.cases.docs import case_text, node_cluster, node_sweeps
 from workbench.events import EVALUATION, INPUT
 from workbench.experiment import Case, CaseOption, ExperimentResult, Point
+from workbench.markdown import SavedResults, fixed, share, source_line, sources_line, table, times
 from workbench.store import Run
 from workbench.workloads.pop_scaling import PopSettings, train_on_rank
 
@@ -85,6 +87,10 @@ class PopScaling(Case):
     #: its sweeps on a miniature cluster's nodes the projection is checked on (`workbench run CASE --nodes ...`)
     node_sweeps = ("artifacts/nodes-pop-scaling-*",)
 
+
+    def docs_tables(self) -> dict[str, Callable[[Mapping[str, Any], SavedResults], str]]:
+        """The docs' tables this case renders, by the name of the saved result each comes from."""
+        return {"pop-scaling-reduced": render_pop_scaling, "pop-scaling-nodes": render_pop_scaling_nodes}
     def projection_inputs(self, run: Run, row: Any) -> tuple[dict[str, Any], float, str]:
         """Strong scaling keeps the global batch (each rank's share of it shrinks), weak the batch per rank; the test
         phase runs on rank 0 alone unless sharded, and an epoch is whole batches of the run's samples; measured:
@@ -346,3 +352,113 @@ def project_beyond(baseline: pd.DataFrame, runs: Mapping[str, Run]) -> pd.DataFr
 CASE = PopScaling()
 
 __all__ = ["CASE", "SEED_POP", "PopScaling", "PopScalingSettings"]
+
+
+# -- its tables in the docs (benchmarks/render_readme.py renders them from saved results) -----------
+#: The pop-scaling sweeps on a miniature cluster's nodes, slow link first (``measure_readme.sh``).
+POP_NODE_SWEEPS = ("pop-scaling-nodes-50mbit", "pop-scaling-nodes-1gbit")
+
+
+def pop_unchanged(point: Mapping[str, Any]) -> bool:
+    """A pop-scaling point with no change: the sequential test, 1 input worker, online data, 64 MB fusion."""
+    return (point["test"], point["workers"], point["data"], point["fusion_mb"]) == ("rank0", 1, "online", 64)
+
+
+def pop_change(point: Mapping[str, Any]) -> str:
+    """The change against pop-scaling's default, in words (``test sharded``, ``fusion buffer 1 MB``)."""
+    parts = []
+    if point["test"] != "rank0":
+        parts.append(f"test {point['test']}")
+    if point["workers"] != 1:
+        parts.append(f"{point['workers']} input workers")
+    if point["data"] != "online":
+        parts.append(f"{point['data']} preprocessing")
+    if point["fusion_mb"] != 64:
+        parts.append(f"fusion buffer {point['fusion_mb']:g} MB")
+    return ", ".join(parts) or "–"
+
+
+def render_pop_scaling(saved: Mapping[str, Any], results: SavedResults) -> str:
+    """Every point with its POP metrics; the change against the default named in words."""
+    result = saved["result"]
+
+    change = pop_change
+
+    rows = [
+        [
+            str(r["ranks"]),
+            r["scaling"],
+            change(r),
+            fixed(r["wall_s"], 2),
+            share(r["test_fraction"]),
+            share(r["input_wait_fraction"]),
+            fixed(r["load_balance"], 2),
+            fixed(r["communication_efficiency"], 2),
+            fixed(r["parallel_efficiency"], 2),
+        ]
+        for r in sorted(result["headline"], key=lambda r: (r["ranks"], r["scaling"] != "strong", change(r) != "–"))
+    ]
+    header = ["ranks", "scaling", "change", "wall s", "test share", "input wait", "LB", "CommE", "PE"]
+    return "\n\n".join([table(header, ["r", "l", "l"] + ["r"] * 6, rows), case_text(saved), source_line(saved)])
+
+
+def render_pop_scaling_nodes(saved: Mapping[str, Any], results: SavedResults) -> str:
+    """pop-scaling on 1, 2 and 4 nodes at each link rate, beside the seed's POP table: the claims' evidence."""
+    sweeps = node_sweeps(saved, POP_NODE_SWEEPS, results)
+    rows, lines = [], []
+    for one in sweeps:
+        link, shape = node_cluster(one)
+        points = one["result"]["headline"]
+
+        base = {(p["ranks"], p["scaling"]): p for p in points if pop_unchanged(p)}
+        for point in sorted(points, key=lambda p: (p["scaling"] != "strong", p["ranks"], not pop_unchanged(p))):
+            alone = base.get((1, point["scaling"]))
+            same = base.get((point["ranks"], point["scaling"]))
+            rows.append(
+                [
+                    link,
+                    str(point["ranks"]),
+                    point["scaling"],
+                    pop_change(point),
+                    fixed(point["wall_s"], 2),
+                    times(alone["wall_s"] / point["wall_s"]) if alone and pop_unchanged(point) else "",
+                    times(same["wall_s"] / point["wall_s"]) if same and not pop_unchanged(point) else "",
+                    share(point["test_fraction"]),
+                    fixed(point["load_balance"], 2),
+                    fixed(point["communication_efficiency"], 2),
+                    fixed(point["parallel_efficiency"], 2),
+                ]
+            )
+        strong = sorted((p for p in points if pop_unchanged(p) and p["scaling"] == "strong"), key=lambda p: p["ranks"])
+        if strong:
+            comm = ", ".join(f"{fixed(p['communication_efficiency'], 2)} ({p['ranks']})" for p in strong)
+            tests = ", ".join(f"{share(p['test_fraction'])} ({p['ranks']})" for p in strong)
+            lines.append(f"- {shape}, strong scaling by nodes: communication efficiency {comm}; test share {tests}.")
+        largest = max(p["ranks"] for p in points)
+        at_largest = [p for p in points if p["ranks"] == largest and (largest, p["scaling"]) in base]
+        fixes = [p for p in at_largest if not pop_unchanged(p)]
+        if fixes:
+            changes = "; ".join(
+                f"{pop_change(p)} {times(base[(largest, p['scaling'])]['wall_s'] / p['wall_s'])}" for p in fixes
+            )
+            lines.append(f"- {shape}, at {largest} nodes, each change's speed against no change: {changes}.")
+    for seed in saved["result"].get("seed_pop", []):
+        rows.append(
+            [
+                "seed 001 (V100s)",
+                f"{seed['ranks']} GPUs",
+                "strong",
+                "–",
+                "–",
+                "",
+                "",
+                "–",
+                fixed(seed["load_balance"], 2),
+                fixed(seed["communication_efficiency"], 2),
+                fixed(seed["parallel_efficiency"], 2),
+            ]
+        )
+    header = ["link", "nodes", "scaling", "change", "wall s", "vs 1 node", "vs no change", "test share", "LB", "CommE"]
+    header.append("PE")
+    body = table(header, ["l", "r", "l", "l"] + ["r"] * 7, rows)
+    return "\n\n".join([body, "\n".join(lines), sources_line(*sweeps)])

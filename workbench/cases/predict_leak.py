@@ -15,7 +15,7 @@ One point per sweep, at the largest rank count: ``Experiment("predict-leak", ran
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +25,7 @@ import pandas as pd
 from workbench.analysis.memory import MIN_SAMPLES_FOR_VERDICT, memory_growth
 from workbench.events import EVALUATION
 from workbench.experiment import Case, CaseOption, ExperimentResult, Point
+from workbench.markdown import SavedResults, number, small, source_line, table
 from workbench.store import Run
 from workbench.workloads.predict_leak import CONTROL, METHODS, kept_mb_per_call, run_on_rank
 
@@ -73,6 +74,10 @@ class PredictLeak(Case):
     options = (CaseOption("--methods", "methods", f"comma-separated, of {', '.join(METHODS)}", parse_methods),)
     workload = staticmethod(run_on_rank)
 
+
+    def docs_tables(self) -> dict[str, Callable[[Mapping[str, Any], SavedResults], str]]:
+        """The docs' tables this case renders, by the name of the saved result each comes from."""
+        return {"predict-leak-reduced": render_predict_leak}
     def points(self, settings: PredictLeakSettings, max_ranks: int) -> list[Point]:
         return [Point.of(max_ranks)]
 
@@ -317,3 +322,31 @@ __all__ = [
     "verdict_text",
     "worst_verdict",
 ]
+
+
+# -- its tables in the docs (benchmarks/render_readme.py renders them from saved results) -----------
+def render_predict_leak(saved: Mapping[str, Any], results: SavedResults) -> str:
+    """Memory growth per call of every method, with its interval over the ranks, and the verdict."""
+    result = saved["result"]
+    names = {
+        "predict": "`predict`",
+        "predict_on_batch": "`predict_on_batch`",
+        "call": "`model(x, training=False)`",
+        "tf_function": "`tf.function` forward",
+        "kept_outputs": "control: keeps each output",
+    }
+    rows = []
+    for method, slope in result["slope_mb_per_call"].items():
+        low, high = result["ci_mb_per_call"][method]
+        verdict = result["verdict"][method]
+        rows.append(
+            [
+                names.get(method, method),
+                f"{small(slope)} [{small(low)}, {small(high)}]",
+                number(result["ms_per_call"].get(method)),
+                f"**{verdict}**" if verdict == "leak" else verdict,
+            ]
+        )
+    header = [f"method ({result['ranks']} ranks, {result['iterations']} calls)", "MB per call [95 % interval]",
+              "ms per call", "verdict"]  # fmt: skip
+    return table(header, ["l", "l", "r", "l"], rows) + "\n\n" + source_line(saved)

@@ -17,6 +17,7 @@ links, as in the seed.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -27,10 +28,23 @@ import pandas as pd
 from workbench import analysis
 from workbench.analysis import ps_load
 from workbench.analysis.benchmark_method import BenchmarkMethod
+from workbench.cases.docs import node_cluster, node_sweeps
 from workbench.config import physical_cores
 from workbench.events import BYTES_PER_MB, NS_PER_S
 from workbench.experiment import Case, CaseOption, ExperimentResult, Point, parse_counts, parse_yes_no
 from workbench.formatting import format_interval
+from workbench.markdown import (
+    SavedResults,
+    duration,
+    number,
+    percent,
+    rate_words,
+    share,
+    source_line,
+    sources_line,
+    table,
+    times,
+)
 from workbench.store import Run
 from workbench.workloads.ps_vs_allreduce import InceptionSettings, train_on_rank
 
@@ -156,6 +170,14 @@ class PsVsAllreduce(Case):
     #: the repetitions for the projection (-r1..-r3: allreduce and one PS task), not the case study's single sweeps
     node_sweeps = ("artifacts/nodes-ps-vs-allreduce-*-r[0-9]",)
 
+
+    def docs_tables(self) -> dict[str, Callable[[Mapping[str, Any], SavedResults], str]]:
+        """The docs' tables this case renders, by the name of the saved result each comes from."""
+        return {
+            "ps-vs-allreduce-reduced": render_ps_vs_allreduce,
+            "ps-vs-allreduce-nodes": render_ps_vs_allreduce_nodes,
+            "ps-vs-allreduce-nodes-repeated": render_ps_vs_allreduce_repeated,
+        }
     def projection_base(
         self, runs: pd.DataFrame, row: Any, base: pd.Series
     ) -> tuple[pd.Series | None, Callable[[Any], dict[str, Any]]]:
@@ -731,3 +753,228 @@ def fmt_rate(row: Mapping[str, Any]) -> str:
 CASE = PsVsAllreduce()
 
 __all__ = ["CASE", "SEED_EFFICIENCY", "PsVsAllreduce", "PsVsAllreduceSettings", "phase_per_step"]
+
+
+# -- its tables in the docs (benchmarks/render_readme.py renders them from saved results) -----------
+#: The ps-vs-allreduce sweeps on the same nodes: a slow link first, then the kernel's own (unshaped).
+PS_NODE_SWEEPS = ("ps-vs-allreduce-nodes-1gbit", "ps-vs-allreduce-nodes-unshaped")
+
+
+#: The seed's systems with one GPU per node, like a node here: its fast network and its slow one.
+PS_SEED_SYSTEMS = ("Piz Daint (P100, Aries)", "p2.xlarge (K80, 1 per node)")
+
+
+def ps_link_traffic(result: Mapping[str, Any], point: Mapping[str, Any]) -> tuple[float | None, float]:
+    """(measured, modelled) MB per step each way on a point's busiest link: the bytes counted on every
+    node's link over the point (``link-bytes.json``; its start included) per step of each worker, and
+    ``ps_load.link_bytes_per_step`` from the gradients' size and the PS tasks' shares."""
+    from workbench.analysis.ps_load import link_bytes_per_step
+
+    method = result["method"]
+    steps = (method["warmup_steps"] + method["measured_steps"]) * method["repetitions"]
+    counted = (result.get("link_bytes") or {}).get(point["point"])
+    measured = max((max(node["sent"], node["received"]) for node in counted.values()), default=0) if counted else None
+    shares = point.get("placed_shares") or []
+    gradient_bytes = point["gradient_mb"] * BYTES_PER_MB
+    ran = point.get("steps_per_worker") if point["scheme"] == "ps" else None
+    modelled = max(link_bytes_per_step(point["scheme"], point["workers"], gradient_bytes, shares, ran))
+    return (measured / steps / BYTES_PER_MB if measured is not None else None), modelled / BYTES_PER_MB
+
+
+def ps_label(point: Mapping[str, Any]) -> str:
+    """``allreduce``, ``PS × 2``, ``PS × 2, sharded``."""
+    if point["scheme"] == "allreduce":
+        return "allreduce"
+    return f"PS × {point['ps']}" + (", sharded" if point["placement"] == "sharded" else "")
+
+
+# -- one renderer per saved result ---------------------------------------------------------------------------
+def render_ps_vs_allreduce(saved: Mapping[str, Any], results: SavedResults) -> str:
+    """The PS-vs-allreduce sweep: throughput with its interval, efficiency, the step's parts."""
+    result = saved["result"]
+    efficiency = {(r["scheme"], r["data"], r["workers"], r["ps"], r["placement"]): r for r in result["efficiency"]}
+    rows = []
+    order = {"allreduce": 0, "ps": 1}
+    points = sorted(
+        result["points"],
+        key=lambda p: (
+            p["data"] != "synthetic",
+            order[p["scheme"]],
+            p["placement"] == "sharded",
+            p["workers"],
+            p["ps"],
+        ),
+    )
+    for point in points:
+        key = (point["scheme"], point["data"], point["workers"], point["ps"], point["placement"])
+        row = efficiency.get(key, {})
+        scheme = (
+            "allreduce"
+            if point["scheme"] == "allreduce"
+            else "PS" + (", sharded" if point["placement"] == "sharded" else "")
+        )
+        interval = (
+            f"{number(row.get('images_per_s'))} [{number(row.get('ci_low'))}, {number(row.get('ci_high'))}]"
+            if row
+            else "–"
+        )
+        rows.append(
+            [
+                scheme,
+                point["data"],
+                str(point["workers"]),
+                str(point["ps"]) if point["ps"] else "–",
+                interval,
+                percent(row.get("efficiency")),
+                f"{number(point['train_step_ms'])} ms",
+                f"{number(point['comm_ms'])} ms" if point["workers"] > 1 or point["ps"] else "–",
+                str(point["processes"]),
+            ]
+        )
+    header = [
+        "scheme",
+        "data",
+        "workers",
+        "PS",
+        "images/s [95 % interval]",
+        "efficiency",
+        "forward+backward / step",
+        "push or allreduce / step",
+        "processes",
+    ]
+    return table(header, ["l", "l", "r", "r", "l", "r", "r", "r", "r"], rows) + "\n\n" + source_line(saved)
+
+
+def render_ps_vs_allreduce_nodes(saved: Mapping[str, Any], results: SavedResults) -> str:
+    """ps-vs-allreduce on 1, 2 and 4 nodes at each link: efficiency by workers for both schemes, and the
+    busiest link's bytes per step (measured and modelled) against the step: the PS bottleneck."""
+    sweeps = node_sweeps(saved, PS_NODE_SWEEPS, results)
+    rows, lines = [], []
+    for one in sweeps:
+        result = one["result"]
+        link, shape = node_cluster(one)
+        nodes = result.get("cluster", {}).get("nodes") or [{}]
+        rate = nodes[0].get("link_bits_per_s")
+        efficiency = {
+            (r["scheme"], r["workers"], r["ps"], r["placement"]): r
+            for r in result["efficiency"]
+            if r["data"] == "synthetic"
+        }
+        batch = result["model"]["batch_per_worker"]
+        points = sorted(
+            (p for p in result["points"] if p["data"] == "synthetic"),
+            key=lambda p: (p["workers"], p["scheme"] != "allreduce", p["ps"], p["placement"] == "sharded"),
+        )
+        by_key = {}
+        for point in points:
+            key = (point["scheme"], point["workers"], point["ps"], point["placement"])
+            row = efficiency.get(key, {})
+            measured, modelled = ps_link_traffic(result, point)
+            step_s = point["workers"] * batch / row["images_per_s"] if row.get("images_per_s") else None
+            link_s = modelled * BYTES_PER_MB * 8 / rate if rate and point["workers"] > 1 else None
+            by_key[key] = (row, measured, modelled, step_s, link_s)
+            rows.append(
+                [
+                    rate_words(link),
+                    str(point["workers"]),
+                    ps_label(point),
+                    f"{number(row.get('images_per_s'))} [{number(row.get('ci_low'))}, {number(row.get('ci_high'))}]"
+                    if row
+                    else "–",
+                    percent(row.get("efficiency")),
+                    f"{number(step_s)} s" if step_s else "–",
+                    f"{number(point['comm_ms'])} ms" if point["workers"] > 1 or point["ps"] else "–",
+                    number(measured) if measured is not None else "–",
+                    number(modelled),
+                    f"{number(link_s)} s" if link_s else "–",
+                ]
+            )
+        most = max(p["workers"] for p in points)
+        by_scheme = ", ".join(
+            f"{ps_label({'scheme': scheme, 'ps': ps, 'placement': placement})} {percent(value[0].get('efficiency'))}"
+            for (scheme, workers, ps, placement), value in by_key.items()
+            if workers == most and placement != "sharded"
+        )
+        lines.append(f"- {shape}: efficiency at {most} nodes, {by_scheme}.")
+        one_ps = by_key.get(("ps", most, 1, "round-robin"))
+        if one_ps and rate and one_ps[4] and one_ps[3]:
+            lines.append(
+                f"- {shape}: with one PS task at {most} nodes its node's link carries {number(one_ps[2])} MB each way"
+                f" per step ({number(one_ps[1])} MB counted), {number(one_ps[4])} s at {rate_words(link)} of a"
+                f" {number(one_ps[3])} s step."
+            )
+    seeds = [r for r in saved["result"].get("seed_efficiency", []) if r["system"] in PS_SEED_SYSTEMS]
+    for seed in sorted(seeds, key=lambda r: (PS_SEED_SYSTEMS.index(r["system"]), r["gpus"], r["data"])):
+        rows.append(
+            [f"seed 004: {seed['system']}", f"{seed['gpus']} GPUs", f"PS ({seed['data']})", "–"]
+            + [percent(seed["efficiency"])]
+            + ["–"] * 5
+        )
+    header = [
+        "link",
+        "nodes",
+        "scheme",
+        "images/s [95 % interval]",
+        "efficiency",
+        "step",
+        "push or allreduce / step",
+        "busiest link, MB/step each way: counted",
+        "modelled",
+        "modelled on the link",
+    ]
+    body = table(header, ["l", "r", "l", "l"] + ["r"] * 6, rows)
+    return "\n\n".join([body, "\n".join(lines), sources_line(*sweeps)])
+
+
+def spread_of(row: Mapping[str, Any], name: str, shown: Callable[[float], str]) -> str:
+    """``median [min–max]`` of a quantity over repetitions (the median alone from one; ``–`` without one)."""
+    median = row.get(name)
+    if median is None or median != median:
+        return "–"
+    if row.get("repetitions", 1) < 2 or row[f"{name}_min"] == row[f"{name}_max"]:
+        return shown(median)
+    return f"{shown(median)} [{shown(row[f'{name}_min'])}–{shown(row[f'{name}_max'])}]"
+
+
+def render_ps_vs_allreduce_repeated(saved: Mapping[str, Any], results: SavedResults) -> str:
+    """The case's efficiency by workers for both schemes over the projection's repeated node sweeps: each
+    point's median and range, and a PS round against the allreduce round of the same sweep."""
+    result = saved["result"]
+    rows, lines = [], []
+    found = result.get("ps_vs_allreduce_repetitions") or []
+    for r in found:
+        link = re.search(r"(\S+) per node", r["cluster"])
+        rows.append(
+            [
+                rate_words(link[1]) if link else r["cluster"],
+                str(r["workers"]),
+                ps_label(r),
+                str(r["repetitions"]),
+                spread_of(r, "efficiency", share),
+                spread_of(r, "round_s", duration),
+                spread_of(r, "over_allreduce", times) if r["scheme"] == "ps" else "–",
+            ]
+        )
+    for cluster in dict.fromkeys(r["cluster"] for r in found):
+        here = [r for r in found if r["cluster"] == cluster]
+        most = max(r["workers"] for r in here)
+        at_most = [r for r in here if r["workers"] == most]
+        efficiencies = ", ".join(f"{ps_label(r)} {spread_of(r, 'efficiency', share)}" for r in at_most)
+        slower = ", ".join(
+            f"{ps_label(r)} {spread_of(r, 'over_allreduce', times)}" for r in at_most if r["scheme"] == "ps"
+        )
+        lines.append(
+            f"- {cluster.split(': ', 1)[-1]}: efficiency at {most} nodes, {efficiencies}; a round against"
+            f" allreduce's: {slower}."
+        )
+    header = [
+        "link",
+        "nodes",
+        "scheme",
+        "repetitions",
+        "efficiency",
+        "round: one step of every worker",
+        "PS over allreduce",
+    ]
+    body = table(header, ["l", "r", "l", "r", "r", "r", "r"], rows)
+    return "\n\n".join([body, "\n".join(lines), source_line(saved)])
