@@ -279,6 +279,11 @@ def register_case(case: Case | type[Case] | str, name: str | None = None) -> str
     return name or instance.name
 
 
+def unregister_case(name: str) -> None:
+    """Forget a case ``register_case`` made known in this process (a plugin unloaded, a test's own case)."""
+    _REGISTERED.pop(name, None)
+
+
 def _entry_points() -> dict[str, Any]:
     from importlib.metadata import entry_points
 

@@ -7,6 +7,6 @@ package is one ``register_case`` call (or an entry point in the ``workbench.case
 
 from __future__ import annotations
 
-from workbench.experiment import CASE_MODULES, case_names, get_case, register_case
+from workbench.experiment import CASE_MODULES, case_names, get_case, register_case, unregister_case
 
-__all__ = ["CASE_MODULES", "case_names", "get_case", "register_case"]
+__all__ = ["CASE_MODULES", "case_names", "get_case", "register_case", "unregister_case"]
