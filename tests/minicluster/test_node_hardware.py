@@ -4,17 +4,22 @@ from __future__ import annotations
 
 from workbench.bench.node_step import mean_step_s
 
+#: Nodes that keep their hardware stay well under this; nodes sharing one core would be 2-4x slower.
+SLOWDOWN_BOUND = 0.5
+
 
 def test_the_same_step_takes_the_same_time_on_1_2_and_4_nodes(restored):
     """Rounds of 1, 2 and 4 busy nodes, interleaved so the machine's own drift falls on every count alike.
 
     Each node gets 0.25 of a core, so the 4 nodes hold one of the 2 cores and a busy neighbour
-    process does not take their time. Bound: a step on 2 or 4 busy nodes at most 15 % slower than on
-    1, between the fastest rounds of each count (nodes that shared a core would be 2-4x slower).
-    Measured: 1.4 % apart quiet, 10.5 % with one core kept busy by another process (an idle vCPU wakes
-    slowly; the login node's work lands on either core). The other way is the machine, not the nodes: on
-    a loaded CI host a lone busy node, its vCPU idle 3/4 of each quota period, stepped in 45 ms where 4
-    busy nodes stepped in 29 ms; so only a slowdown as nodes are added fails.
+    process does not take their time. Bound: a step on 2 or 4 busy nodes at most 50 % slower than on
+    1, between the fastest rounds of each count: nodes that shared a core would be 2-4x slower (+100 % or
+    more), so the bound tells the two apart with room for the machine's noise. Measured: 1.4 % apart
+    quiet, 10.5 % with one core kept busy by another process (an idle vCPU wakes slowly; the login node's
+    work lands on either core), 20.3 % in a full `make test` on this machine kind (2026-11-28: 35 ms on
+    1 node, 42 and 47 ms on 4, the same test alone 0.2 % apart minutes later). The other way is the
+    machine, not the nodes: on a loaded CI host a lone busy node, its vCPU idle 3/4 of each quota period,
+    stepped in 45 ms where 4 busy nodes stepped in 29 ms; so only a slowdown as nodes are added fails.
     """
     mini = restored
     for node in mini.node_names:  # 4 x 0.25 = one of the 2 cores: room left for the login node and a busy neighbour
@@ -37,4 +42,4 @@ def test_the_same_step_takes_the_same_time_on_1_2_and_4_nodes(restored):
         f"\nmean step (ms) per round, by busy nodes: {shown}; spread of the fastest rounds {spread:.1%}, "
         f"2 or 4 busy nodes against 1: {slowdown:+.1%}"
     )
-    assert slowdown < 0.15
+    assert slowdown < SLOWDOWN_BOUND
