@@ -108,6 +108,10 @@ def test_a_sweep_over_node_counts_records_its_nodes_and_link_and_is_projected_fr
     checked = run_nodes([("eval-frequency", str(out))])
     rows = checked["validation"]
     assert [row["from_ranks"] for row in rows] == [1, 1] and {row["ranks"] for row in rows} == {2}
+    # the ranks' CPU was read, so every row is judged by the rule for nodes that are nodes of their share
+    assert all(row["nodes_of_their_share"] in (True, False) for row in rows), [row["cpu_target"] for row in rows]
+    judged = checked["node_rows"]
+    assert judged["nodes"]["rows"] + judged["not_nodes"]["rows"] == len(rows) and not judged["unread"]["rows"]
     # the sweep's waiting ranks slept (the default where the cluster built its library) and its rows say so
     assert nodes["idle_wait"] == mini.idle_wait
     sleeping = ", idle ranks sleep" if mini.idle_wait == "sleep" else ""
