@@ -1608,21 +1608,17 @@ def documents(root: Path | None = None) -> list[Path]:
 
 
 def load(name: str) -> dict[str, Any]:
-    path = RESULTS / f"{name}.json"
-    if not path.is_file():
-        raise SystemExit(f"{path} is missing: save the command's --json output there (render_readme.py save)")
-    return json.loads(path.read_text())
+    return SavedResults(RESULTS).load(name)
 
 
 def case_renderers() -> dict[str, Callable[[Mapping[str, Any]], str]]:
     """The tables the cases render themselves (``Case.docs_tables``), by block name, reading saved results here."""
     from workbench.experiment import case_names, get_case
 
-    saved_here = SavedResults(RESULTS)
     found: dict[str, Callable[[Mapping[str, Any]], str]] = {}
     for case in case_names():
         for name, render in get_case(case).docs_tables().items():
-            found[name] = lambda saved, render=render: render(saved, saved_here)
+            found[name] = lambda saved, render=render: render(saved, SavedResults(RESULTS))
     return found
 
 

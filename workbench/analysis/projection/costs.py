@@ -327,28 +327,37 @@ def timeline_layout(
     steps = events[(phase == ev.COMPUTE) & (events["step"] >= warmup_steps)] if "step" in events else events[:0]
     if ready.empty or steps.empty:
         return None
-    shares: dict[str, list[float]] = {}
-    backward: list[float] = []
+    parts = []
+    ready_by_rank = dict(tuple(ready.groupby("rank")))
     for rank, spans in steps.groupby("rank"):
+        mine = ready_by_rank.get(rank)
+        if mine is None:
+            continue
         spans = spans.sort_values("start_ns")
         starts, ends = spans["start_ns"].to_numpy(), spans["end_ns"].to_numpy()
-        mine = ready[ready["rank"] == rank]
         at = mine["start_ns"].to_numpy()
         index = np.searchsorted(starts, at, side="right") - 1
         inside = (index >= 0) & (at <= ends[np.clip(index, 0, None)])
-        details = mine["detail"].astype(str).to_numpy()
-        for step in np.unique(index[inside]):
-            chosen = inside & (index == step)
-            offsets = (at[chosen] - starts[step]).astype(np.float64)
-            last = float(offsets.max())
-            length = float(ends[step] - starts[step])
-            if last <= 0 or length <= 0:
-                continue
-            backward.append(last / length)
-            for detail, offset in zip(details[chosen], offsets):
-                shares.setdefault(detail, []).append(offset / last)
-    known = [(float(np.median(values)), detail) for detail, values in shares.items() if tensors.get(detail, 0) > 0]
-    if not known or not backward:
+        parts.append(
+            pd.DataFrame(
+                {
+                    "rank": rank,
+                    "step": index[inside],
+                    "detail": mine["detail"].astype(str).to_numpy()[inside],
+                    "offset": (at[inside] - starts[index[inside]]).astype(np.float64),
+                    "length": (ends[index[inside]] - starts[index[inside]]).astype(np.float64),
+                }
+            )
+        )
+    if not parts:
+        return None
+    found = pd.concat(parts, ignore_index=True)
+    found["last"] = found.groupby(["rank", "step"])["offset"].transform("max")
+    found = found[(found["last"] > 0) & (found["length"] > 0)]
+    backward = (found["last"] / found["length"]).groupby([found["rank"], found["step"]]).first()
+    medians = (found["offset"] / found["last"]).groupby(found["detail"]).median()
+    known = [(float(share), detail) for detail, share in medians.items() if tensors.get(detail, 0) > 0]
+    if not known or not len(backward):
         return None
     known.sort()
     return GradientLayout(
