@@ -138,7 +138,12 @@ def _empty_lateness() -> pd.DataFrame:
 
 def negotiation_spans(events: pd.DataFrame) -> pd.DataFrame:
     """``rank, start_ns, end_ns`` of the ``NEGOTIATE_*`` spans: each rank's readiness in Horovod's timeline."""
-    rows = np.flatnonzero(events["name"].str.startswith("NEGOTIATE", na=False).to_numpy(dtype=bool))
+    names = events["name"]
+    if isinstance(names.dtype, pd.CategoricalDtype):  # test each name once, not each row
+        chosen = np.asarray([str(c).startswith("NEGOTIATE") for c in names.cat.categories] + [False])
+        rows = np.flatnonzero(chosen[names.cat.codes.to_numpy()])
+    else:
+        rows = np.flatnonzero(names.str.startswith("NEGOTIATE", na=False).to_numpy(dtype=bool))
     # built from arrays (not .loc, which takes every column's blocks), not stacked into one block
     columns = {column: events[column].to_numpy()[rows] for column in ("rank", "start_ns", "end_ns")}
     return pd.DataFrame(columns, copy=False)
