@@ -4,7 +4,7 @@ Formats: Horovod timelines as 0.28 writes them and as 0.15-0.16 did (no start re
 closed), the latter gzipped too, and a multi-host TensorFlow profile (one ``<host>.xplane.pb`` per host, made
 by ``bench.xplane``). Each import runs alone in a child process (``workbench.importer.import_traces``); its
 peak RSS is the child's ``ru_maxrss``, so nothing this process holds counts. Files are made first, outside
-the timing. Run: ``python benchmarks/import_traces.py --timeline-mb 300 --xplane-mb 1000 --hosts 4``.
+the timing. Run: ``python benchmarks/import_traces.py --timeline-mb 300 --xplane-mb 1000 --hosts 4 [--json]``.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def main() -> None:
     parser.add_argument("--timeline-mb", type=float, default=300)
     parser.add_argument("--xplane-mb", type=float, default=1000)
     parser.add_argument("--hosts", type=int, default=4)
-    parser.add_argument("--json", default=None, help="also write the results to this file")
+    parser.add_argument("--json", action="store_true", help="print the results as one JSON object (lines to stderr)")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="wb-import-bench-") as scratch:
@@ -109,11 +109,12 @@ def main() -> None:
             print(
                 f"{label:36s} {size / 1e6:7.0f} MB  {result['seconds']:6.1f} s  {rate:6.0f} MB/s"
                 f"  peak {result['peak_rss_mb']:6.0f} MB  ({result['events']} spans,"
-                f" {result['activities']} GPU activities){parse}"
+                f" {result['activities']} GPU activities){parse}",
+                file=sys.stderr if args.json else sys.stdout,
             )
             shutil.rmtree(folder / "runs", ignore_errors=True)
     if args.json:
-        Path(args.json).write_text(json.dumps({"rows": rows}, indent=2))
+        print(json.dumps({"rows": rows}, indent=2))
 
 
 if __name__ == "__main__":

@@ -15,12 +15,14 @@ Our child reads one rank's file at a time (as ``workbench import`` does); HTA ho
 Sets: HTA's own samples (``data/traces/hta_trace_filter``) and made traces (``bench.kineto``) shaped like real
 profiles (``--steps`` steps of many kernels each), ``--made`` giving each set's ranks and events per rank.
 ``--scale`` times the workbench's own analysis of a 100 M-event run in the same run (the scale where HTA's users
-give up). ``--json FILE`` saves the results for ``benchmarks/render_readme.py save peers FILE``.
+give up). ``--json`` prints the results as one JSON object (the tables to stderr), as saved in
+``benchmarks/results/peers.json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import subprocess
 import sys
@@ -291,10 +293,18 @@ def main() -> None:
         default="1024x100000000",
         help="RANKSxEVENTS of the workbench's own analysis timed in the same run ('' to skip; default %(default)s)",
     )
-    parser.add_argument("--json", default=None)
+    parser.add_argument("--json", action="store_true", help="print the results as one JSON object (tables to stderr)")
     args = parser.parse_args()
     if not HTA_PYTHON.exists():
         raise SystemExit(f"no HTA environment at {HTA_PYTHON.parent.parent}: make it with `make peers`")
+    with contextlib.redirect_stdout(sys.stderr if args.json else sys.stdout):
+        results, scale = measure_all(args)
+    if args.json:
+        print(json.dumps({"sets": results, "scale": scale}, indent=1))
+
+
+def measure_all(args: argparse.Namespace) -> tuple[list[dict], dict | None]:
+    """Every set side by side, then the workbench alone at scale; each printed as it is measured."""
     results = [compare("HTA's samples (tests/data/trace_filter: ranks 0 and 1 of 128)", SAMPLES)]
     print_result(results[-1])
     for made in filter(None, args.made.split(",")):
@@ -315,8 +325,7 @@ def main() -> None:
             f"\nthe workbench's analysis of {scale['events']:,} events in {ranks} ranks (rank groups, 2 workers):"
             f" {scale['seconds']:.1f} s, {scale['peak_mb'] / 1000:.2f} GB (goal: 10 s, 4 GB)"
         )
-    if args.json:
-        Path(args.json).write_text(json.dumps({"sets": results, "scale": scale}, indent=1))
+    return results, scale
 
 
 if __name__ == "__main__":

@@ -12,9 +12,12 @@ the tests run) fails when a block in any of those files differs from what its JS
 ``--write`` rewrites them. A case study's tables are the case's own (``Case.docs_tables``, its prose
 ``Case.text``), and a case with none gets its headline table and text: a new case needs no code here.
 
-    workbench run ps-vs-allreduce --preset reduced --ranks 2 --json > out.json
-    python benchmarks/render_readme.py save ps-vs-allreduce-reduced out.json \\
-        --command "workbench run ps-vs-allreduce --preset reduced --ranks 2 --json"
+Every saved result is a registered measurement (``workbench.bench.measurements()``: the benchmarks' and each
+case's ``Case.measurements``); ``measure`` runs them again, saves each and rewrites the tables (what
+``benchmarks/measure_readme.sh`` calls), ``list`` prints them::
+
+    python benchmarks/render_readme.py list
+    python benchmarks/render_readme.py measure ps-vs-allreduce-reduced      # or no name: all of them
     python benchmarks/render_readme.py --write
 """
 
@@ -27,7 +30,9 @@ import os
 import re
 import socket
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -1685,6 +1690,68 @@ def save(name: str, output: Path, command: str, seconds: float | None = None) ->
     return path
 
 
+def measure(names: Sequence[str]) -> int:
+    """Run the registered measurements (``names``: those and every sweep of a named group; none: all but the kept),
+    in their order; save each one's JSON; then rewrite the tables. 1 if any failed or was skipped."""
+    from workbench.bench import measurements
+
+    registered = measurements()
+    unknown = sorted(set(names) - {m.name for m in registered})
+    if unknown:
+        raise SystemExit(f"no measurement {unknown[0]!r}: `python benchmarks/render_readme.py list` names them")
+    chosen = [m for m in registered if not m.kept and (not names or m.name in names)]
+    environment = {
+        **os.environ,
+        "PATH": f"{ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+        "OMPI_ALLOW_RUN_AS_ROOT": "1",
+        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+    }
+    failed = 0
+    for entry in chosen:
+        if entry.root and os.geteuid() != 0:
+            print(f"== {entry.name}: skipped, it needs root (a miniature cluster's nodes)", file=sys.stderr)
+            failed = 1
+            continue
+        print(f"== {entry.name}: {entry.command}", file=sys.stderr)
+        started = time.monotonic()
+        done = subprocess.run(
+            ["bash", "-c", entry.command], cwd=ROOT, env=environment, stdout=subprocess.PIPE, text=True, check=False
+        )
+        seconds = round(time.monotonic() - started)
+        if entry.sweep:
+            if done.returncode:
+                print(f"   {entry.name} failed (exit code {done.returncode})", file=sys.stderr)
+                failed = 1
+            continue
+        try:
+            json.loads(done.stdout)
+        except ValueError:
+            print(f"   {entry.name} failed: no JSON on its output (exit code {done.returncode})", file=sys.stderr)
+            failed = 1
+            continue
+        if done.returncode:  # a case whose result cannot be trusted exits 1 but still prints its JSON
+            print(f"   {entry.name} exited non-zero; its JSON is saved (read its caveats)", file=sys.stderr)
+        with tempfile.NamedTemporaryFile("w", suffix=".json") as output:
+            output.write(done.stdout)
+            output.flush()
+            save(entry.name, Path(output.name), entry.command, seconds)
+    for path, (new, changed) in render_files(documents()).items():
+        if changed:
+            path.write_text(new)
+    return failed
+
+
+def list_measurements() -> str:
+    """One line per registered measurement: stage, name, what it needs and its command."""
+    from workbench.bench import measurements
+
+    lines = []
+    for entry in measurements():
+        flags = ", ".join(f for f, on in (("sweep", entry.sweep), ("root", entry.root), ("kept", entry.kept)) if on)
+        lines.append(f"{entry.stage} {entry.name}{f' ({flags})' if flags else ''}: {entry.command}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -1699,9 +1766,17 @@ def main(argv: list[str] | None = None) -> int:
     saver.add_argument("output", type=Path)
     saver.add_argument("--command", required=True)
     saver.add_argument("--seconds", type=float, default=None, help="how long the command took")
+    measurer = sub.add_parser("measure", help="run registered measurements again (all but the kept ones by default)")
+    measurer.add_argument("names", nargs="*", help="measurements or sweep groups (see list)")
+    sub.add_parser("list", help="the registered measurements, in the order they run")
     args = parser.parse_args(argv)
     if args.action == "save":
         print(save(args.name, args.output, args.command, args.seconds))
+        return 0
+    if args.action == "measure":
+        return measure(args.names)
+    if args.action == "list":
+        print(list_measurements())
         return 0
     stale: list[str] = []
     for path, (new, changed) in render_files(documents()).items():

@@ -35,6 +35,7 @@ import pandas as pd
 
 from workbench.config import ClusterConfig, physical_cores
 from workbench.faults import Failure, RankFailedError
+from workbench.markdown import Measurement
 from workbench.store import (
     NotARunError,
     Run,
@@ -168,6 +169,9 @@ class Case:
     #: --nodes``). Empty: the case has none.
     projection_sweeps: ClassVar[tuple[str, ...]] = ()
     node_sweeps: ClassVar[tuple[str, ...]] = ()
+    #: How the docs' results of this case and the sweeps behind its projection rows are measured again
+    #: (``benchmarks/measure_readme.sh``; stage 1 unless one says otherwise).
+    measurements: ClassVar[tuple[Measurement, ...]] = ()
 
     # -- planning
     def projection_base(

@@ -2,21 +2,27 @@
 
 The tables in README.md and docs/*.md are rendered from saved results (``benchmarks/render_readme.py``), some
 of them by the cases themselves (``Case.docs_tables``); both write their numbers with these helpers, so a
-figure reads the same wherever it appears. ``SavedResults`` reads the saved results by name.
+figure reads the same wherever it appears. ``SavedResults`` reads the saved results by name; a ``Measurement``
+says how one is measured again (``workbench.bench.measurements`` lists them all, the cases' included).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
+import shlex
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from workbench.formatting import format_amount as number
 
 __all__ = [
+    "REPETITIONS",
+    "Measurement",
     "SavedResults",
     "cell",
     "duration",
@@ -31,6 +37,7 @@ __all__ = [
     "sources_line",
     "table",
     "times",
+    "varied",
 ]
 
 
@@ -48,6 +55,63 @@ class SavedResults:
         if not path.is_file():
             raise SystemExit(f"{path} is missing: save the command's --json output there (render_readme.py save)")
         return json.loads(path.read_text())
+
+
+#: The repetitions of a sweep the projection's node rows take the median of.
+REPETITIONS = ("1", "2", "3")
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """How one saved result behind the docs is measured: ``command``, run from the repository root with the
+    project's environment first on PATH, prints one JSON object that is saved as ``NAME.json`` beside the command.
+
+    A ``sweep`` saves nothing: its runs (its ``--out`` folder) are what a later measurement reads, and every
+    sweep of one name runs when that name is asked for, a ``round`` (repetition) of every case before the next.
+    ``stage`` orders the whole: 0 reads nothing measured here, 1 runs a case, 2 reads what stages 0 and 1 left.
+    A ``kept`` result is not measured again (the text says why: a state of the code that is gone).
+    """
+
+    name: str
+    command: str
+    about: str = ""
+    stage: int = 0
+    sweep: bool = False
+    round: int = 0
+    root: bool = False
+    kept: str = ""
+
+    def same_command(self, saved_command: str) -> bool:
+        """Whether a saved result came from this command: the same words, wherever its runs were written
+        (``--out``), a comment after ``#`` left out."""
+        return _measured_words(self.command) == _measured_words(saved_command.split("  # ")[0])
+
+
+def _measured_words(command: str) -> list[str]:
+    words = shlex.split(command)
+    if "--out" in words:
+        at = words.index("--out")
+        del words[at : at + 2]
+    return words
+
+
+def varied(template: Measurement, **choices: Sequence[str]) -> tuple[Measurement, ...]:
+    """``template`` once per combination of ``choices`` (``{name}`` in its name and command filled in), the first
+    choice outermost; a ``repetition`` choice also sets each one's ``round``."""
+    keys = list(choices)
+    out = []
+    for values in itertools.product(*(choices[k] for k in keys)):
+        filled = dict(zip(keys, values))
+        rounds = list(choices.get("repetition", [""]))
+        out.append(
+            replace(
+                template,
+                name=template.name.format(**filled),
+                command=template.command.format(**filled),
+                round=rounds.index(filled["repetition"]) if "repetition" in filled else template.round,
+            )
+        )
+    return tuple(out)
 
 
 def percent(value: float | None) -> str:

@@ -136,3 +136,64 @@ def test_save_keeps_the_command_its_duration_and_the_load(tmp_path, monkeypatch)
     assert saved["result"] == {"seconds": 2.5} and saved["command"] == "workbench bench analysis --json"
     assert saved["seconds"] == 12.0 and len(saved["load_average"]) == 3
     assert "load average" in module.source_line(saved)
+
+
+def test_every_saved_result_is_a_registered_measurement_of_its_command():
+    """One registry (``workbench.bench.measurements``: the benchmarks' and each case's) feeds the measurement
+    script and holds every result the renderer reads, each with the command it was saved from."""
+    from workbench.bench import measurements
+
+    registered = [m for m in measurements() if not m.sweep]
+    by_name = {m.name: m for m in registered}
+    assert len(by_name) == len(registered), "a saved result is registered twice"
+    saved = {path.stem: json.loads(path.read_text()) for path in (ROOT / "benchmarks" / "results").glob("*.json")}
+    unregistered = sorted(set(saved) - set(by_name))
+    assert not unregistered, f"saved results without a Measurement (workbench/bench or a Case): {unregistered}"
+    never_saved = sorted(set(by_name) - set(saved))
+    assert not never_saved, f"measurements never saved: {never_saved}"
+    other = [name for name, one in saved.items() if not by_name[name].same_command(one["command"])]
+    assert not other, f"saved from another command than registered: {other}"
+    sweeps = [m for m in measurements() if m.sweep]
+    assert all("--out artifacts/" in m.command for m in sweeps), "a sweep's runs land where a table reads them"
+    assert len({m.command for m in sweeps}) == len(sweeps), "a sweep registered twice"
+
+
+def test_a_command_is_the_same_wherever_its_runs_land():
+    from workbench.markdown import Measurement, varied
+
+    one = Measurement("x", "workbench run eval-frequency --preset ci --out artifacts/a --json")
+    assert one.same_command("workbench run eval-frequency --preset ci --out /tmp/b --json")
+    assert one.same_command("workbench run eval-frequency --preset ci --json  # kept from a run by hand")
+    assert not one.same_command("workbench run eval-frequency --preset reduced --json")
+    made = varied(Measurement("n-{link}", "--link {link} -r{repetition}"), repetition=("1", "2"), link=("a", "b"))
+    assert [(m.name, m.command, m.round) for m in made] == [
+        ("n-a", "--link a -r1", 0),
+        ("n-b", "--link b -r1", 0),
+        ("n-a", "--link a -r2", 1),
+        ("n-b", "--link b -r2", 1),
+    ]
+
+
+def test_measure_runs_the_registered_commands_saves_each_and_says_what_failed(tmp_path, monkeypatch, capsys):
+    import workbench.bench
+    from workbench.markdown import Measurement
+
+    module = renderer()
+    monkeypatch.setattr(module, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(module, "documents", lambda root=None: [])
+    registry = [
+        Measurement("tiny", "python -c 'import json; print(json.dumps({\"answer\": 42}))'"),
+        Measurement("swept", f"touch {tmp_path}/swept-ran", sweep=True),
+        Measurement("words", "echo not json"),
+        Measurement("old", "false", kept="a state of the code that is gone"),
+    ]
+    monkeypatch.setattr(workbench.bench, "measurements", lambda: registry)
+    assert module.measure([]) == 1  # "words" printed no JSON
+    saved = json.loads((tmp_path / "results" / "tiny.json").read_text())
+    assert saved["result"] == {"answer": 42} and saved["command"] == registry[0].command
+    assert (tmp_path / "swept-ran").exists() and not (tmp_path / "results" / "swept.json").exists()
+    assert not (tmp_path / "results" / "words.json").exists() and not (tmp_path / "results" / "old.json").exists()
+    assert "words failed: no JSON on its output" in capsys.readouterr().err
+    assert module.measure(["tiny"]) == 0
+    with pytest.raises(SystemExit, match="no measurement 'nope'"):
+        module.measure(["nope"])

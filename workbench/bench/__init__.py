@@ -4,14 +4,20 @@ A benchmark is a module here with ``command(args) -> int`` (what ``workbench ben
 then a table or, with ``--json``, the result the README's renderer reads) and its entry below: name, help and
 options. The options are data, so that building the command line imports no benchmark (several start
 TensorFlow or plotly); every benchmark also takes ``--json``.
+
+Every saved result behind the docs (``benchmarks/results/NAME.json``) is a ``Measurement`` in ``measurements()``:
+those below and each case's own (``Case.measurements``). ``benchmarks/measure_readme.sh`` runs them, the renderer
+reads what they saved, and a test checks every saved result against its registered command.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
+
+from workbench.markdown import Measurement, varied
 
 Option = tuple[tuple[str, ...], dict[str, Any]]
 
@@ -183,3 +189,170 @@ def print_result(result: Any, args: argparse.Namespace, text: Any) -> None:
     import json
 
     print(json.dumps(result, indent=2, default=str) if args.json else text(result))
+
+
+# -- the saved results behind the docs -----------------------------------------------------------------------------
+
+_SPLIT = "workbench bench analysis --split --events"
+_PROJECTION_NODES = "workbench bench projection --nodes --json --sweeps"
+
+#: What no case measures, in the order they run (stage 0 first; a case's runs are stage 1).
+MEASUREMENTS: tuple[Measurement, ...] = (
+    Measurement("allreduce", "workbench bench allreduce --ranks 2 --json"),
+    Measurement("overhead", "workbench bench overhead --tf-threads 1 --repetitions 1600 --json"),
+    Measurement(
+        "analysis-categorical", "workbench bench analysis --events 10000000 --ranks 64 --strings categorical --json"
+    ),
+    Measurement("analysis-object", "workbench bench analysis --events 10000000 --ranks 64 --strings object --json"),
+    Measurement(
+        "analysis-split-1m",
+        f"{_SPLIT} 1000000 --ranks 64 --group-ranks 16 --repeats 3 --json",
+        "a job of 8 ranks a node with slow nodes and late ranks, at once and in rank groups",
+    ),
+    Measurement("analysis-split-10m", f"{_SPLIT} 10000000 --ranks 256 --repeats 3 --json"),
+    Measurement("analysis-split-30m", f"{_SPLIT} 30000000 --ranks 1024 --repeats 2 --json"),
+    Measurement(
+        "analysis-split-100m",
+        f"{_SPLIT} 100000000 --ranks 1024 --no-whole --repeats 2 --json",
+        "only in groups: at once it was killed for memory after 82 s on this 24 GB machine",
+    ),
+    Measurement("timeline", "workbench bench timeline --mb 300 --json"),
+    Measurement("timeline-stream", "python benchmarks/timeline_stream.py --mb 5000 --json"),
+    Measurement(
+        "timeline-stream-1024", "python benchmarks/timeline_stream.py --mb 2000 --ranks 1024 --late-ranks 37,600 --json"
+    ),
+    Measurement(
+        "import-traces",
+        "python benchmarks/import_traces.py --timeline-mb 300 --xplane-mb 1000 --hosts 4 --json",
+        "each format's import in a fresh process",
+    ),
+    Measurement(
+        "peers",
+        "python benchmarks/peers.py --json",
+        "Holistic Trace Analysis beside the workbench on the same traces (make peers first)",
+    ),
+    Measurement("export", "python benchmarks/export_trace.py --events 10000000 --ranks 64 --json"),
+    Measurement("redraw", "workbench bench redraw --json"),
+    Measurement("live", "workbench bench live --ranks 64 --seconds 120 --json"),
+    Measurement(
+        "live-1024",
+        "workbench bench live --ranks 1024 --seconds 60 --step-s 0.5 --flush-s 2 --refresh-s 1 --feed-processes 2"
+        " --ranks-per-host 8 --slow-host 37 --json",
+    ),
+    Measurement("late-attach", "python benchmarks/late_attach.py --minutes 10 30 60 --unmerged-minutes 10 --json"),
+    Measurement("dashboard-cost", "python benchmarks/dashboard_cost.py --preset reduced --repetitions 5"),
+    Measurement("horovod-step", "workbench bench horovod-step --json"),
+    Measurement("cpu-probe-cost", "python benchmarks/cpu_probe_cost.py --json", "the heartbeat's read of a wait"),
+    Measurement(
+        "cluster-start", "python benchmarks/cluster_start.py --json", "starting and stopping a local cluster"
+    ),
+    *varied(
+        Measurement(
+            "fusion-copy-{link}",
+            "python benchmarks/fusion_copy.py --link {link} --json",
+            "what Horovod's fusion buffer adds to a step's allreduce on 2 nodes of 0.4 core",
+            root=True,
+        ),
+        link=("unshaped", "1gbit"),
+    ),
+    Measurement(
+        "quota-wait", "python benchmarks/quota_wait.py --json", "a wait on a node whose CPU is a quota", root=True
+    ),
+    Measurement("minicluster", "python benchmarks/minicluster.py --json", "the miniature cluster's nodes", root=True),
+    Measurement(
+        "idle-wait", "python benchmarks/idle_wait.py --json", "ranks waiting in MPI: polling, asleep", root=True
+    ),
+    Measurement(
+        "idle-wait-unshaped",
+        "python benchmarks/idle_wait.py --nodes 4 --cpus-per-node 0.4 --link unshaped --bytes 87e6 --allreduces 12"
+        " --rounds 2 --json",
+        root=True,
+    ),
+    Measurement(
+        "recording-on-quota",
+        "python benchmarks/recording_on_quota.py --json",
+        "what recording costs a step on nodes of 0.2 core",
+        root=True,
+    ),
+    Measurement(
+        "recording-on-quota-before",
+        "python benchmarks/recording_on_quota.py --flush-interval 0.25 --json",
+        kept="the recorder before its lighter flushes (882c6da)",
+    ),
+    Measurement(
+        "recording-on-quota-first",
+        "python benchmarks/recording_on_quota.py --json",
+        kept="the benchmark's first run, before its bare side was added",
+    ),
+    Measurement(
+        "collective-after-compute",
+        "python benchmarks/collective_after_compute.py --json",
+        "the allreduce after a training step under a node's CPU quota",
+        root=True,
+    ),
+    Measurement(
+        "collective-after-compute-8nodes", "python benchmarks/collective_after_compute.py --nodes 8 --json", root=True
+    ),
+    # stage 2: what reads the results and sweeps above
+    Measurement(
+        "projection", "workbench bench projection --allreduce benchmarks/results/allreduce.json --json", stage=2
+    ),
+    Measurement("projection-seeds", "workbench bench projection --seeds --json", stage=2),
+    Measurement("projection-published", "workbench bench projection --published --json", stage=2),
+    Measurement("projection-nodes", "workbench bench projection --nodes --json", stage=2),
+    Measurement(
+        "projection-nodes-reduced-preset",
+        f"{_PROJECTION_NODES} 'artifacts/lightrec/nodes-eval-frequency-reduced-0.4core-1gbit-r*'"
+        " 'artifacts/lightrec/nodes-eval-frequency-0.4core-1gbit-r*'",
+        stage=2,
+    ),
+    Measurement(
+        "projection-nodes-sleeping",
+        f"{_PROJECTION_NODES} 'artifacts/lightrec/nodes-eval-frequency-1gbit-r*'"
+        " 'artifacts/sleepbatch/nodes-eval-frequency-50mbit-r*'"
+        " 'artifacts/lightrec/nodes-eval-frequency-0.4core-1gbit-r*'"
+        " 'artifacts/lightrec/nodes-eval-frequency-0.4core-50mbit-r*'"
+        " 'artifacts/lightrec/nodes-input-pipeline-1gbit-r*'"
+        " 'artifacts/lightrec/nodes-pop-scaling-1gbit-r*' 'artifacts/sleepbatch/nodes-pop-scaling-50mbit-r*'"
+        " 'artifacts/lightrec/nodes-ps-vs-allreduce-unshaped-r*' 'artifacts/sleepbatch/nodes-ps-vs-allreduce-1gbit-r*'",
+        stage=2,
+    ),
+    Measurement(
+        "projection-nodes-cpu-wait", f"{_PROJECTION_NODES} 'artifacts/cpuwait/nodes-eval-frequency-1gbit-r*'", stage=2
+    ),
+    Measurement(
+        "step-rhythm-eval-frequency",
+        "python benchmarks/step_rhythm.py 'artifacts/lightrec/nodes-eval-frequency-1gbit-r*' --point k=20 --json",
+        "a step's skeleton on the nodes of a sweep, beside the workload's own step split",
+        stage=2,
+        root=True,
+    ),
+    Measurement(
+        "step-rhythm-pop-scaling",
+        "python benchmarks/step_rhythm.py 'artifacts/sleepbatch/nodes-pop-scaling-1gbit-r*' --point weak --steps 60"
+        " --json",
+        stage=2,
+        root=True,
+    ),
+    Measurement(
+        "report-open", "python benchmarks/report_open.py", "the reduced sweeps' reports in headless Chromium", stage=2
+    ),
+    Measurement(
+        "browser",
+        "python benchmarks/browser_measurements.py",
+        "what the browser test measured (event to screen, first figure, redraw)",
+        stage=2,
+    ),
+)
+
+
+def measurements() -> list[Measurement]:
+    """Every saved result behind the docs and every sweep they read, in the order to measure them: by stage, a
+    sweep's repetitions interleaved across cases (a round of each before the next), else as registered."""
+    from workbench.experiment import case_names, get_case
+
+    found = [*MEASUREMENTS]
+    for name in case_names():
+        found += [m if m.stage else replace(m, stage=1) for m in get_case(name).measurements]
+    order = {id(m): i for i, m in enumerate(found)}
+    return sorted(found, key=lambda m: (m.stage, m.round, order[id(m)]))

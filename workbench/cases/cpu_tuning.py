@@ -33,7 +33,18 @@ from workbench.config import mpich_horovod_prefix, physical_cores
 from workbench.events import NS_PER_S, is_finite_number
 from workbench.experiment import Case, CaseOption, ExperimentResult, Point, parse_counts
 from workbench.formatting import format_amount, format_interval
-from workbench.markdown import SavedResults, fixed, number, percent, share, source_line, sources_line, table, times
+from workbench.markdown import (
+    Measurement,
+    SavedResults,
+    fixed,
+    number,
+    percent,
+    share,
+    source_line,
+    sources_line,
+    table,
+    times,
+)
 from workbench.store import Run
 from workbench.workloads.sgan import SganSettings, train_on_rank
 
@@ -185,9 +196,22 @@ class CpuTuning(Case):
         ),
     )
     workload = staticmethod(train_on_rank)
+    measurements = (
+        Measurement(
+            "cpu-tuning-reduced",
+            "workbench run cpu-tuning --preset reduced --ranks 2 --json",
+            "the case study's tables on this machine's cores",
+        ),
+        Measurement(
+            "cpu-tuning-nodes",
+            "workbench run cpu-tuning --preset reduced --nodes 1,2 --cpus-per-node 0.8 --slots-per-node 2 --link 1gbit"
+            " --out artifacts/nodes-cpu-tuning-cpuwait --json",
+            "nodes of 0.8 core offering Slurm 2 slots each: 1 rank x 2 threads or 2 ranks x 1 thread per node",
+            root=True,
+        ),
+    )
     failures_are_results = True  # a thread setting that crashes or hangs is a grey heatmap cell, with why
     places_ranks_per_node = True  # on nodes: ranks x threads per node at each node count
-
 
     def docs_tables(self) -> dict[str, Callable[[Mapping[str, Any], SavedResults], str]]:
         """The docs' tables this case renders, by the name of the saved result each comes from."""

@@ -23,7 +23,18 @@ from workbench import analysis
 from workbench.analysis.caveats import sweep_caveats
 from workbench.cases.docs import case_text, node_cluster, node_sweeps
 from workbench.experiment import Case, CaseOption, ExperimentResult, Point, parse_counts
-from workbench.markdown import SavedResults, fixed, number, source_line, sources_line, table, times
+from workbench.markdown import (
+    REPETITIONS,
+    Measurement,
+    SavedResults,
+    fixed,
+    number,
+    source_line,
+    sources_line,
+    table,
+    times,
+    varied,
+)
 from workbench.store import Run
 from workbench.workloads.eval_frequency import BACKENDS, TrainSettings, train_on_rank
 
@@ -91,7 +102,124 @@ class EvalFrequency(Case):
     #: --out DIR`, three times: -1thread, -1thread-r2, -1thread-r3), and on a miniature cluster's nodes
     projection_sweeps = ("artifacts/eval-frequency-reduced-1thread*", "artifacts/eval-frequency-reduced")
     node_sweeps = ("artifacts/nodes-eval-frequency-*",)
-
+    measurements = (
+        Measurement(
+            "eval-frequency-reduced",
+            "workbench run eval-frequency --preset reduced --ranks 2 --out artifacts/eval-frequency-reduced --json",
+            "the case study's table on this machine's cores",
+        ),
+        *varied(
+            Measurement(
+                "projection-sweeps",
+                "workbench run eval-frequency --preset reduced --ranks 2 --threads-per-rank 1"
+                " --out artifacts/eval-frequency-reduced-1thread{repetition} --json",
+                "the projection checked on this machine: one core per rank at every rank count",
+                sweep=True,
+            ),
+            repetition=("", "-r2", "-r3"),
+        ),
+        *varied(
+            Measurement(
+                "eval-frequency-nodes-{link}",
+                "workbench run eval-frequency --preset ci --backend mpi4py --nodes 1,2,4 --cpus-per-node 0.4"
+                " --link {link} --out artifacts/nodes-eval-frequency-0.4core-{link} --json",
+                "the case study on 1, 2 and 4 nodes of 0.4 core, where the link is the limit and where it is not",
+                root=True,
+            ),
+            link=("50mbit", "1gbit"),
+        ),
+        *varied(
+            Measurement(
+                "projection-nodes-sweeps",
+                "workbench run eval-frequency --preset ci --backend mpi4py"
+                " --nodes 1,2,4,8 --cpus-per-node 0.2 --link {link}"
+                " --out artifacts/nodes-eval-frequency-{link}-r{repetition} --json",
+                "the projection across nodes: 1-8 nodes of 0.2 core",
+                sweep=True,
+                root=True,
+            ),
+            repetition=REPETITIONS,
+            link=('1gbit', '50mbit'),
+        ),
+        *varied(
+            Measurement(
+                "projection-nodes-sleeping-sweeps",
+                "workbench run eval-frequency --preset ci --backend mpi4py"
+                " --nodes 1,2,4,8 --cpus-per-node 0.2 --link {link}"
+                " --out artifacts/sleepbatch/nodes-eval-frequency-{link}-r{repetition} --json",
+                "ranks waiting in MPI asleep",
+                sweep=True,
+                root=True,
+            ),
+            repetition=REPETITIONS,
+            link=('1gbit', '50mbit'),
+        ),
+        *varied(
+            Measurement(
+                "projection-nodes-sleeping-sweeps",
+                "workbench run eval-frequency --preset ci --backend mpi4py"
+                " --nodes 1,2,4 --cpus-per-node 0.4 --link {link}"
+                " --out artifacts/sleepbatch/nodes-eval-frequency-0.4core-{link}-r{repetition} --json",
+                "ranks waiting in MPI asleep, nodes of 0.4 core",
+                sweep=True,
+                root=True,
+            ),
+            repetition=REPETITIONS,
+            link=('1gbit', '50mbit'),
+        ),
+        *varied(
+            Measurement(
+                "projection-nodes-sleeping-sweeps",
+                "workbench run eval-frequency --preset ci --backend mpi4py"
+                " --nodes 1,2,4,8 --cpus-per-node 0.2 --link {link}"
+                " --out artifacts/lightrec/nodes-eval-frequency-{link}-r{repetition} --json",
+                "the lighter recorder",
+                sweep=True,
+                root=True,
+            ),
+            repetition=REPETITIONS,
+            link=('1gbit',),
+        ),
+        *varied(
+            Measurement(
+                "projection-nodes-sleeping-sweeps",
+                "workbench run eval-frequency --preset ci --backend mpi4py"
+                " --nodes 1,2,4 --cpus-per-node 0.4 --link {link}"
+                " --out artifacts/lightrec/nodes-eval-frequency-0.4core-{link}-r{repetition} --json",
+                "the lighter recorder, nodes of 0.4 core",
+                sweep=True,
+                root=True,
+            ),
+            repetition=REPETITIONS,
+            link=('1gbit', '50mbit'),
+        ),
+        *varied(
+            Measurement(
+                "projection-nodes-reduced-preset-sweeps",
+                "workbench run eval-frequency --preset reduced --backend mpi4py"
+                " --nodes 1,2,4 --cpus-per-node 0.4 --link {link}"
+                " --out artifacts/lightrec/nodes-eval-frequency-reduced-0.4core-{link}-r{repetition} --json",
+                "does a longer run narrow the repetitions' scatter?",
+                sweep=True,
+                root=True,
+            ),
+            repetition=REPETITIONS,
+            link=('1gbit',),
+        ),
+        *varied(
+            Measurement(
+                "projection-nodes-cpu-wait-sweeps",
+                "workbench run eval-frequency --preset ci --backend mpi4py"
+                " --nodes 1,2,4,8 --cpus-per-node 0.2 --link {link}"
+                " --out artifacts/cpuwait/nodes-eval-frequency-{link}-r{repetition} --json",
+                "each rank's threads' wait for a core read with its heartbeat",
+                sweep=True,
+                root=True,
+            ),
+            repetition=REPETITIONS,
+            link=('1gbit',),
+        ),
+    )
 
     def docs_tables(self) -> dict[str, Callable[[Mapping[str, Any], SavedResults], str]]:
         """The docs' tables this case renders, by the name of the saved result each comes from."""

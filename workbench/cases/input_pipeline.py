@@ -26,7 +26,18 @@ from workbench.analysis import projection as pj
 from workbench.cases.docs import case_text
 from workbench.events import BYTES_PER_MB
 from workbench.experiment import Case, CaseOption, ExperimentResult, Point, parse_counts
-from workbench.markdown import SavedResults, fixed, number, share, source_line, table, times
+from workbench.markdown import (
+    REPETITIONS,
+    Measurement,
+    SavedResults,
+    fixed,
+    number,
+    share,
+    source_line,
+    table,
+    times,
+    varied,
+)
 from workbench.store import Run
 from workbench.workloads.contested_io import StorageModel
 from workbench.workloads.input_pipeline import PipelineSettings, train_on_rank
@@ -90,7 +101,62 @@ class InputPipeline(Case):
     #: --out DIR`, three times: -1thread, -1thread-r2, -1thread-r3), and on a miniature cluster's nodes
     projection_sweeps = ("artifacts/input-pipeline-reduced-1thread*", "artifacts/input-pipeline-reduced")
     node_sweeps = ("artifacts/nodes-input-pipeline-*",)
-
+    measurements = (
+        Measurement(
+            "input-pipeline-reduced",
+            "workbench run input-pipeline --preset reduced --ranks 2 --out artifacts/input-pipeline-reduced --json",
+            "the case study's table on this machine's cores",
+        ),
+        *varied(
+            Measurement(
+                "projection-sweeps",
+                "workbench run input-pipeline --preset reduced --ranks 2 --threads-per-rank 1"
+                " --out artifacts/input-pipeline-reduced-1thread{repetition} --json",
+                "the projection checked on this machine: one core per rank at every rank count",
+                sweep=True,
+            ),
+            repetition=("", "-r2", "-r3"),
+        ),
+        *varied(
+            Measurement(
+                "projection-nodes-sweeps",
+                "workbench run input-pipeline --preset reduced --threads 1 --intervals 1,8 --seconds 5"
+                " --nodes 1,2,4,8 --cpus-per-node 0.2 --link {link}"
+                " --out artifacts/nodes-input-pipeline-{link}-r{repetition} --json",
+                "contested storage shared by every node, a link each",
+                sweep=True,
+                root=True,
+            ),
+            repetition=REPETITIONS,
+            link=('1gbit', '50mbit'),
+        ),
+        *varied(
+            Measurement(
+                "projection-nodes-sleeping-sweeps",
+                "workbench run input-pipeline --preset reduced --threads 1 --intervals 1,8 --seconds 5"
+                " --nodes 1,2,4,8 --cpus-per-node 0.2 --link {link}"
+                " --out artifacts/sleepbatch/nodes-input-pipeline-{link}-r{repetition} --json",
+                "ranks waiting in MPI asleep",
+                sweep=True,
+                root=True,
+            ),
+            repetition=REPETITIONS,
+            link=('1gbit',),
+        ),
+        *varied(
+            Measurement(
+                "projection-nodes-sleeping-sweeps",
+                "workbench run input-pipeline --preset reduced --threads 1 --intervals 1,8 --seconds 5"
+                " --nodes 1,2,4,8 --cpus-per-node 0.2 --link {link}"
+                " --out artifacts/lightrec/nodes-input-pipeline-{link}-r{repetition} --json",
+                "the lighter recorder",
+                sweep=True,
+                root=True,
+            ),
+            repetition=REPETITIONS,
+            link=('1gbit',),
+        ),
+    )
 
     def docs_tables(self) -> dict[str, Callable[[Mapping[str, Any], SavedResults], str]]:
         """The docs' tables this case renders, by the name of the saved result each comes from."""

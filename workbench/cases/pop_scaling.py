@@ -25,7 +25,18 @@ from workbench import analysis
 from workbench.cases.docs import case_text, node_cluster, node_sweeps
 from workbench.events import EVALUATION, INPUT
 from workbench.experiment import Case, CaseOption, ExperimentResult, Point
-from workbench.markdown import SavedResults, fixed, share, source_line, sources_line, table, times
+from workbench.markdown import (
+    REPETITIONS,
+    Measurement,
+    SavedResults,
+    fixed,
+    share,
+    source_line,
+    sources_line,
+    table,
+    times,
+    varied,
+)
 from workbench.store import Run
 from workbench.workloads.pop_scaling import PopSettings, train_on_rank
 
@@ -86,7 +97,63 @@ class PopScaling(Case):
     workload = staticmethod(train_on_rank)
     #: its sweeps on a miniature cluster's nodes the projection is checked on (`workbench run CASE --nodes ...`)
     node_sweeps = ("artifacts/nodes-pop-scaling-*",)
-
+    measurements = (
+        Measurement(
+            "pop-scaling-reduced",
+            "workbench run pop-scaling --preset reduced --ranks 2 --out artifacts/pop-scaling-reduced --json",
+            "the case study's table on this machine's cores",
+        ),
+        *varied(
+            Measurement(
+                "pop-scaling-nodes-{link}",
+                "workbench run pop-scaling --preset reduced"
+                " --nodes 1,2,4 --cpus-per-node 0.4 --link {link}"
+                " --out artifacts/nodes-pop-scaling-{link} --json",
+                "the case study on 1, 2 and 4 nodes of 0.4 core (the first repetition of the projection's)",
+                root=True,
+            ),
+            link=("50mbit", "1gbit"),
+        ),
+        *varied(
+            Measurement(
+                "projection-nodes-sweeps",
+                "workbench run pop-scaling --preset reduced"
+                " --nodes 1,2,4 --cpus-per-node 0.4 --link {link}"
+                " --out artifacts/nodes-pop-scaling-{link}-r{repetition} --json",
+                "the projection's two more repetitions",
+                sweep=True,
+                root=True,
+            ),
+            repetition=("2", "3"),
+            link=("50mbit", "1gbit"),
+        ),
+        *varied(
+            Measurement(
+                "projection-nodes-sleeping-sweeps",
+                "workbench run pop-scaling --preset reduced"
+                " --nodes 1,2,4 --cpus-per-node 0.4 --link {link}"
+                " --out artifacts/sleepbatch/nodes-pop-scaling-{link}-r{repetition} --json",
+                "ranks waiting in MPI asleep",
+                sweep=True,
+                root=True,
+            ),
+            repetition=REPETITIONS,
+            link=('1gbit', '50mbit'),
+        ),
+        *varied(
+            Measurement(
+                "projection-nodes-sleeping-sweeps",
+                "workbench run pop-scaling --preset reduced"
+                " --nodes 1,2,4 --cpus-per-node 0.4 --link {link}"
+                " --out artifacts/lightrec/nodes-pop-scaling-{link}-r{repetition} --json",
+                "the lighter recorder",
+                sweep=True,
+                root=True,
+            ),
+            repetition=REPETITIONS,
+            link=('1gbit',),
+        ),
+    )
 
     def docs_tables(self) -> dict[str, Callable[[Mapping[str, Any], SavedResults], str]]:
         """The docs' tables this case renders, by the name of the saved result each comes from."""

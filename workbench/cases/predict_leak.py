@@ -25,7 +25,7 @@ import pandas as pd
 from workbench.analysis.memory import MIN_SAMPLES_FOR_VERDICT, memory_growth
 from workbench.events import EVALUATION
 from workbench.experiment import Case, CaseOption, ExperimentResult, Point
-from workbench.markdown import SavedResults, number, small, source_line, table
+from workbench.markdown import Measurement, SavedResults, number, small, source_line, table
 from workbench.store import Run
 from workbench.workloads.predict_leak import CONTROL, METHODS, kept_mb_per_call, run_on_rank
 
@@ -73,7 +73,13 @@ class PredictLeak(Case):
     }
     options = (CaseOption("--methods", "methods", f"comma-separated, of {', '.join(METHODS)}", parse_methods),)
     workload = staticmethod(run_on_rank)
-
+    measurements = (
+        Measurement(
+            "predict-leak-reduced",
+            "workbench run predict-leak --preset reduced --ranks 2 --out artifacts/predict-leak-reduced --json",
+            "the case study's table on this machine's cores",
+        ),
+    )
 
     def docs_tables(self) -> dict[str, Callable[[Mapping[str, Any], SavedResults], str]]:
         """The docs' tables this case renders, by the name of the saved result each comes from."""

@@ -34,6 +34,8 @@ from workbench.events import BYTES_PER_MB, NS_PER_S
 from workbench.experiment import Case, CaseOption, ExperimentResult, Point, parse_counts, parse_yes_no
 from workbench.formatting import format_interval
 from workbench.markdown import (
+    REPETITIONS,
+    Measurement,
     SavedResults,
     duration,
     number,
@@ -44,6 +46,7 @@ from workbench.markdown import (
     sources_line,
     table,
     times,
+    varied,
 )
 from workbench.store import Run
 from workbench.workloads.ps_vs_allreduce import InceptionSettings, train_on_rank
@@ -169,7 +172,65 @@ class PsVsAllreduce(Case):
     workload = staticmethod(train_on_rank)
     #: the repetitions for the projection (-r1..-r3: allreduce and one PS task), not the case study's single sweeps
     node_sweeps = ("artifacts/nodes-ps-vs-allreduce-*-r[0-9]",)
-
+    measurements = (
+        Measurement(
+            "ps-vs-allreduce-reduced",
+            "workbench run ps-vs-allreduce --preset reduced --ranks 2 --json",
+            "the case study's table on this machine's cores",
+        ),
+        *varied(
+            Measurement(
+                "ps-vs-allreduce-nodes-{link}",
+                "workbench run ps-vs-allreduce --preset ci --data synthetic --ps 1,2 --sharded yes --nodes 1,2,4"
+                " --cpus-per-node 0.4 --link {link} --out artifacts/nodes-ps-vs-allreduce-{link} --json",
+                "each worker on a node of its own, 1 and 2 PS tasks (2 sharded at 4 workers) and allreduce",
+                root=True,
+            ),
+            link=("1gbit", "unshaped"),
+        ),
+        *varied(
+            Measurement(
+                "projection-nodes-sweeps",
+                "workbench run ps-vs-allreduce --preset ci --data synthetic --ps 1 --sharded no --measured-steps 6"
+                " --repetitions 2"
+                " --nodes 1,2,4 --cpus-per-node 0.4 --link {link}"
+                " --out artifacts/nodes-ps-vs-allreduce-{link}-r{repetition} --json",
+                "allreduce and one PS task for the projection",
+                sweep=True,
+                root=True,
+            ),
+            repetition=REPETITIONS,
+            link=('1gbit', 'unshaped'),
+        ),
+        *varied(
+            Measurement(
+                "projection-nodes-sleeping-sweeps",
+                "workbench run ps-vs-allreduce --preset ci --data synthetic --ps 1 --sharded no --measured-steps 6"
+                " --repetitions 2"
+                " --nodes 1,2,4 --cpus-per-node 0.4 --link {link}"
+                " --out artifacts/sleepbatch/nodes-ps-vs-allreduce-{link}-r{repetition} --json",
+                "ranks waiting in MPI asleep",
+                sweep=True,
+                root=True,
+            ),
+            repetition=REPETITIONS,
+            link=('unshaped', '1gbit'),
+        ),
+        *varied(
+            Measurement(
+                "projection-nodes-sleeping-sweeps",
+                "workbench run ps-vs-allreduce --preset ci --data synthetic --ps 1 --sharded no --measured-steps 6"
+                " --repetitions 2"
+                " --nodes 1,2,4 --cpus-per-node 0.4 --link {link}"
+                " --out artifacts/lightrec/nodes-ps-vs-allreduce-{link}-r{repetition} --json",
+                "the lighter recorder",
+                sweep=True,
+                root=True,
+            ),
+            repetition=REPETITIONS,
+            link=('unshaped',),
+        ),
+    )
 
     def docs_tables(self) -> dict[str, Callable[[Mapping[str, Any], SavedResults], str]]:
         """The docs' tables this case renders, by the name of the saved result each comes from."""
