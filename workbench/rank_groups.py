@@ -10,8 +10,10 @@ later rounds need, and sends back tables whose size does not grow with the event
    nanoseconds per rank and phase, idle against the group's extent), extent, steps per rank,
    memory summary, what findings read from events (``EventFacts``), hosts, and the step spans of
    its lowest rank with steps (candidates for the run's reference steps). Keep its ``NEGOTIATE``
-   spans.
-2. ``mark_group``: readiness marks against the run's reference steps; return ``step_arrivals``.
+   spans, or, given the run's reference steps, its readiness marks against them and return their
+   ``step_arrivals`` (the caller reads the reference from the run's lowest ranks first: two rounds).
+2. ``mark_group`` (when no low rank had steps): readiness marks against the run's reference steps;
+   return ``step_arrivals``.
 3. ``close_group``: lateness of its ranks against the merged arrivals; return the per-rank summary.
 
 The caller merges: idle is re-based on the run's extent, then the breakdown, POP metrics and
@@ -84,6 +86,9 @@ READ_COLUMNS: tuple[str, ...] = ("run_id", "rank", "host", "phase", "name", "ste
 
 #: Per worker process: what each open group keeps between rounds (its NEGOTIATE spans, then marks).
 _HELD: dict[str, pd.DataFrame] = {}
+#: The lowest ranks the caller reads the run's reference steps from before the groups open (the reference is
+#: the lowest rank with steps; past these, the groups find it and a round of its own marks them).
+REFERENCE_PROBE_RANKS = 4
 
 
 @dataclass(frozen=True)
@@ -112,6 +117,8 @@ class GroupPart:
     #: The worker's pid and peak resident memory (bytes) when it returned this part.
     pid: int = 0
     peak_rss: int = 0
+    #: ``step_arrivals`` of the group's readiness marks, when ``open_group`` was given the reference steps.
+    arrivals: pd.DataFrame | None = None
 
 
 @dataclass(frozen=True)
@@ -170,8 +177,11 @@ def peak_rss() -> int:
 # --------------------------------------------------------------------------------------------
 
 
-def open_group(run_path: str, ranks: list[int], token: str, run_id: str = "") -> GroupPart:
-    """Round 1: load ``ranks`` of the run, reduce them, keep their ``NEGOTIATE`` spans under ``token``."""
+def open_group(
+    run_path: str, ranks: list[int], token: str, run_id: str = "", run_reference: pd.DataFrame | None = None
+) -> GroupPart:
+    """Round 1: load ``ranks`` of the run, reduce them, keep their ``NEGOTIATE`` spans under ``token`` (or, given
+    the run's reference steps, their readiness marks, whose arrivals the part carries)."""
     from workbench.store import Run
 
     run = Run.load(run_path, ranks=ranks, columns=READ_COLUMNS, categorical=True)
@@ -204,6 +214,7 @@ def open_group(run_path: str, ranks: list[int], token: str, run_id: str = "") ->
     steps = step_spans(events)
     reference = steps[steps["rank"] == steps["rank"].min()] if len(steps) else steps
     _HELD[token] = negotiation_spans(events)
+    arrivals = mark_group(token, run_reference) if run_reference is not None else None
     return GroupPart(
         ranks=list(ranks),
         events=count,
@@ -221,7 +232,22 @@ def open_group(run_path: str, ranks: list[int], token: str, run_id: str = "") ->
         cpu_wait=cpu_wait_table(run.counters, rank_meta if isinstance(rank_meta, pd.DataFrame) else None),
         pid=os.getpid(),
         peak_rss=peak_rss(),
+        arrivals=arrivals,
     )
+
+
+def reference_steps(run_path: str, ranks: Sequence[int]) -> pd.DataFrame | None:
+    """The step spans of the lowest of ``ranks`` with steps (the run's reference, when ``ranks`` are its lowest),
+    read rank by rank; None when none of them has steps."""
+    from workbench.store import Run
+
+    for rank in sorted(ranks):
+        events = Run.load(run_path, ranks=[rank], columns=("rank", "phase", "name", "step", "start_ns", "end_ns"),
+                          categorical=True).events  # fmt: skip
+        steps = step_spans(events[(events["end_ns"] >= events["start_ns"]).to_numpy()]) if len(events) else None
+        if steps is not None and len(steps):
+            return steps.reset_index(drop=True)
+    return None
 
 
 def mark_group(token: str, reference: pd.DataFrame) -> pd.DataFrame:
@@ -404,13 +430,18 @@ def analyse_split(
     seconds: dict[str, float] = {}
     try:
         started = time.perf_counter()
-        parts: list[GroupPart] = _each_group(pool, open_group, [(path, g, t, run_id) for g, t in zip(groups, tokens)])
+        known = reference_steps(path, sorted(ranks)[:REFERENCE_PROBE_RANKS])
+        opened = [(path, g, t, run_id, known) for g, t in zip(groups, tokens)]
+        parts: list[GroupPart] = _each_group(pool, open_group, opened)
         seconds["open"] = time.perf_counter() - started
-        candidates = [p.reference for p in parts if len(p.reference)]
-        reference = min(candidates, key=lambda r: int(r["rank"].iloc[0])) if candidates else pd.DataFrame()
-        started = time.perf_counter()
-        arrivals = merge_step_arrivals(_each_group(pool, mark_group, [(t, reference) for t in tokens]))
-        seconds["mark"] = time.perf_counter() - started
+        if known is not None:
+            arrivals = merge_step_arrivals([p.arrivals for p in parts if p.arrivals is not None])
+        else:  # no low rank has steps: the groups' lowest ranks with steps give the reference, a round of its own
+            candidates = [p.reference for p in parts if len(p.reference)]
+            reference = min(candidates, key=lambda r: int(r["rank"].iloc[0])) if candidates else pd.DataFrame()
+            started = time.perf_counter()
+            arrivals = merge_step_arrivals(_each_group(pool, mark_group, [(t, reference) for t in tokens]))
+            seconds["mark"] = time.perf_counter() - started
         started = time.perf_counter()
         closed = _each_group(pool, close_group, [(t, arrivals) for t in tokens])
         seconds["close"] = time.perf_counter() - started

@@ -565,12 +565,11 @@ class _Columns:
         if len(known) < 2**7:  # a phase, host or name column: 1-byte codes, a quarter of the traffic
             remap = remap.astype(np.int8)
         indices = column.indices
+        if len(values) == 1 and not indices.null_count:  # one value (a rank's host, the run's id): no lookup
+            return np.full(len(indices), remap[0], dtype=remap.dtype)
         if indices.null_count:
             indices = indices.fill_null(len(values))
-        indices = indices.to_numpy(zero_copy_only=False)
-        if len(values) == 1 and remap[0] == 0:  # one value, first seen here: every code is 0
-            return np.zeros(len(indices), dtype=remap.dtype)
-        return remap[indices]
+        return remap[indices.to_numpy(zero_copy_only=False)]
 
     def frame(self, sort_key: str, categorical: bool) -> pd.DataFrame:
         data: dict[str, Any] = {}
@@ -669,11 +668,12 @@ def _read_stream(
     strings = [f.name for f in schema if f.type == pa.string() and f.name in chosen]
     filters = _window_filter(stream, window_ns)
     stream_dir = path / stream
+    rank_dirs = sorted(os.listdir(stream_dir)) if stream_dir.is_dir() else []  # names, not Paths: 1 024 ranks
     files = [
         entry
-        for rank_dir in (sorted(stream_dir.iterdir()) if stream_dir.is_dir() else ())
-        if wanted is None or _rank_of(rank_dir) in wanted
-        for _first, _last, entry in _parts(rank_dir)
+        for rank_dir in rank_dirs
+        if wanted is None or _rank_of(Path(rank_dir)) in wanted
+        for _first, _last, entry in _parts(stream_dir / rank_dir)
     ]
     with _regular_pages():
         return _gather(files, schema, names, strings, filters, sort_key, categorical)

@@ -364,3 +364,52 @@ def test_breakdown_leaves_categorical_events_unchanged():
     result = phase_breakdown(events)
     assert seconds(result, rank=0, phase=ev.COMMUNICATION_WAIT) == pytest.approx(2)
     pd.testing.assert_frame_equal(events, before)  # the wait was split out in a copy of the phase codes
+
+
+def _nested_spans(rng, depth: int, low: int, high: int) -> list[tuple[int, int]]:
+    """Spans side by side in [low, high), each holding spans of its own down to ``depth`` levels (touching
+    ends, equal twins and zero-length spans included)."""
+    spans, at = [], low
+    while at < high - 1:
+        length = int(rng.integers(1, max(2, (high - low) // 2)))
+        end = min(high, at + length)
+        spans.append((at, end))
+        if rng.random() < 0.2:
+            spans.append((at, end))  # an equal twin: the later row inside
+        if rng.random() < 0.1:
+            spans.append((at, at))  # no length: no parent, no children
+        if depth > 1 and end - at > 2:
+            spans += _nested_spans(rng, depth - 1, at, end)
+        at = end + int(rng.integers(0, 3))
+    return spans
+
+
+def _innermost_parents(start: np.ndarray, end: np.ndarray) -> list[int]:
+    """Each positive span's innermost enclosing span by walking every pair (the later row of equal twins inside)."""
+    order = sorted(range(len(start)), key=lambda i: (start[i], -end[i], i))
+    place = {row: k for k, row in enumerate(order)}
+    parents = []
+    for i in range(len(start)):
+        holders = [
+            j for j in range(len(start))
+            if j != i and end[j] > start[j] and end[i] > start[i]
+            and start[j] <= start[i] and end[i] <= end[j] and place[j] < place[i]
+        ]  # fmt: skip
+        parents.append(max(holders, key=place.__getitem__) if holders else -1)
+    return parents
+
+
+@pytest.mark.parametrize("depth", [1, 2, 4])
+@pytest.mark.parametrize("seed", range(4))
+def test_nesting_parents_match_a_walk_of_every_pair_at_any_depth(depth, seed):
+    from workbench.analysis.breakdown import nesting_parents
+
+    rng = np.random.default_rng(seed)
+    spans = _nested_spans(rng, depth, 0, 200)
+    shuffled = rng.permutation(len(spans)) if seed % 2 else np.arange(len(spans))  # stored order or not
+    start = np.asarray([spans[i][0] for i in shuffled], dtype=np.int64)
+    end = np.asarray([spans[i][1] for i in shuffled], dtype=np.int64)
+    assert nesting_parents(start, end).tolist() == _innermost_parents(start, end)
+    crossing_start, crossing_end = np.append(start, start[0] + 1), np.append(end, end[0] + 1)
+    if end[0] - start[0] > 1 and not ((start == start[0] + 1) & (end == end[0] + 1)).any():
+        assert nesting_parents(crossing_start, crossing_end) is None  # one span shifted across an end

@@ -141,3 +141,23 @@ def test_bad_use_says_what_to_do(tmp_path):
     empty = create_run(tmp_path / "empty", "nothing", ranks=2)
     result = analyse_split(empty)
     assert result.events == 0 and "no_events" in set(result.findings["kind"])
+
+
+def test_low_ranks_without_steps_leave_the_reference_to_the_groups(tmp_path):
+    """The run's reference steps are its lowest rank with steps: read from the lowest ranks before the groups open
+    (two rounds), else found by the groups and marked in a round of its own; both give the run's lateness."""
+    from workbench.rank_groups import REFERENCE_PROBE_RANKS
+
+    events = synthetic_events(30_000, 8)
+    quiet = REFERENCE_PROBE_RANKS + 1  # ranks 0..4 keep only their input waits: no step, no negotiation
+    steps_or_talk = events["name"].isin(["train_step"]) | events["name"].astype(str).str.startswith("NEGOTIATE")
+    events = events[~((events["rank"] < quiet) & steps_or_talk)].reset_index(drop=True)
+    late = write_run(events, tmp_path / "late", 8)
+    found_late = analyse_split(late, group_ranks=3)
+    assert "mark" in found_late.seconds
+    assert_same(found_late, whole(late, ranks=list(range(8))))
+    assert int(found_late.lateness["rank"].min()) >= quiet and found_late.step_arrivals["ranks"].max() == 8 - quiet
+    first = write_run(synthetic_events(30_000, 8), tmp_path / "first", 8)
+    found_first = analyse_split(first, group_ranks=3)
+    assert "mark" not in found_first.seconds and len(found_first.lateness) == 8
+    assert_same(found_first, whole(first, ranks=list(range(8))))

@@ -368,7 +368,16 @@ def _recode_first_seen(codes: np.ndarray, categories: np.ndarray) -> tuple[np.nd
         return new.astype(np.int64), np.asarray(labels, dtype=object)
     if len(categories) == 1:  # one label (a run's id): nothing to renumber
         return codes, categories
-    seen = pd.unique(codes)  # in order of appearance; a hash over a few small integers
+    if len(categories) <= 16:  # a phase column: where each label first appears, a pass per label (no hashing)
+        first = {}
+        for label in range(len(categories)):
+            hits = codes == label
+            at = int(np.argmax(hits))
+            if hits[at]:
+                first[at] = label
+        seen = np.asarray([first[at] for at in sorted(first)], dtype=np.int64)
+    else:
+        seen = pd.unique(codes)  # in order of appearance; a hash over small integers
     if (seen == np.arange(len(seen))).all():
         return codes, categories[: len(seen)]  # the categorical's own small codes, no copy
     lookup = np.full(len(categories), -1, dtype=codes.dtype)
@@ -522,11 +531,10 @@ def _nested_exclusive(start: np.ndarray, end: np.ndarray) -> np.ndarray | None:
 def nesting_parents(start: np.ndarray, end: np.ndarray) -> np.ndarray | None:
     """Row of every span's innermost enclosing span (-1: none) if no two spans cross, else None.
 
-    Spans sorted by (start, longer first, row) form a tree when no two cross; a span's depth is the
-    spans before it minus those that ended by its start, its parent the nearest earlier span one
-    level up. Every span is checked to lie inside that parent, which holds only if no two spans
-    cross (a crossing span would be open but not an ancestor). Zero-length spans enclose nothing
-    and have no parent.
+    Spans sorted by (start, longer first, row) form a tree when no two cross: one level deep (a step
+    and its calls) in one pass, deeper by levels (``_deeper_parents``). Every span is checked to lie
+    inside its parent, which holds only if no two spans cross. Zero-length spans enclose nothing and
+    have no parent.
     """
     n = len(start)
     parent_of = np.full(n, -1, dtype=np.int64)
@@ -544,6 +552,44 @@ def nesting_parents(start: np.ndarray, end: np.ndarray) -> np.ndarray | None:
         order = np.lexsort((-ke, ks))  # stable: equal spans keep row order, the later row inside
         rows = order if rows is None else rows[order]
         ks, ke = ks[order], ke[order]
+    one_level = _one_level_parents(ks, ke)
+    if one_level is not None:
+        child, parent = one_level
+    else:
+        deeper = _deeper_parents(ks, ke)
+        if deeper is None:
+            return None
+        child, parent = deeper
+    if rows is None:
+        parent_of[child] = parent
+    else:
+        parent_of[rows[child]] = rows[parent]
+    return parent_of
+
+
+def _one_level_parents(ks: np.ndarray, ke: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(child, parent)`` positions of spans sorted by (start, longer first) when every span is top level or
+    directly inside one that is (a step and its calls), none crossing; else None.
+
+    One pass, no sort: a span starting before every earlier span has ended lies inside the last top-level span
+    (a real recording's usual shape, and 20x cheaper than the general levels)."""
+    reach = np.maximum.accumulate(ke)
+    inner = np.zeros(len(ks), dtype=bool)
+    np.less(ks[1:], reach[:-1], out=inner[1:])
+    child = np.flatnonzero(inner)
+    parent = np.maximum.accumulate(np.where(inner, -1, np.arange(len(ks))))[child]
+    if not (ke[child] <= ke[parent]).all():
+        return None  # crosses its parent's end
+    same = parent[1:] == parent[:-1]
+    if not (ks[child[1:]] >= ke[child[:-1]])[same].all():
+        return None  # a span inside another inner one: two levels or more
+    return child, parent
+
+
+def _deeper_parents(ks: np.ndarray, ke: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(child, parent)`` positions of spans sorted by (start, longer first) nested to any depth, or None if
+    two cross: a span's depth is the spans before it minus those ended by its start, its parent the nearest
+    earlier span one level up, checked to hold it."""
     m = len(ks)
     depth = np.arange(m, dtype=np.int64)
     depth -= np.searchsorted(np.sort(ke, kind="stable"), ks, side="right")
@@ -559,11 +605,7 @@ def nesting_parents(start: np.ndarray, end: np.ndarray) -> np.ndarray | None:
     parent = by_depth[found]
     if not ((level_key[found] // m == depth[child] - 1).all() and (ke[parent] >= ke[child]).all()):
         return None
-    if rows is None:
-        parent_of[child] = parent
-    else:
-        parent_of[rows[child]] = rows[parent]
-    return parent_of
+    return child, parent
 
 
 def _swept_exclusive(key_start: np.ndarray, key_end: np.ndarray) -> np.ndarray:
