@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from workbench.minicluster import MiniCluster, MiniClusterSpec
-from workbench.nodes import add_link_measurements, read_nodes_file
+from workbench.node_sweep import add_link_measurements, read_nodes_file
 
 
 def main(directories: list[str]) -> int:

@@ -29,12 +29,12 @@ FLUSH_S = 0.5
 
 _CHILD = """
 import json, sys, time
-from workbench.store import Run, RunTail
+from workbench.store import RunData, RunTail
 started = time.perf_counter()
 events, memory = RunTail(sys.argv[1]).poll()
 tail_s = time.perf_counter() - started
 started = time.perf_counter()
-run = Run.load(sys.argv[1], categorical=True)
+run = RunData.load(sys.argv[1], categorical=True)
 load_s = time.perf_counter() - started
 print(json.dumps({"tail_s": tail_s, "rows": len(events), "load_s": load_s, "loaded": len(run.events)}))
 """

@@ -1256,7 +1256,7 @@ MIN_NODE_ROWS = 6
 def render_projection_nodes_cpu(saved: Mapping[str, Any]) -> str:
     """Node rows beside their ranks' CPU: cores used, threads waiting for a core, the quota's periods that ran out,
     each against the 1-node run the row is predicted from (``bench projection --nodes``, 2026-11-27 on)."""
-    from workbench.bench.projection import nodes_of_their_share, nodes_summary
+    from workbench.bench.projection_check import nodes_of_their_share, nodes_summary
 
     result = saved["result"]
     rows = []

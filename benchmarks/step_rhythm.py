@@ -107,7 +107,7 @@ def workload_steps(directories: list[Path], point: str) -> tuple[dict[str, Any],
     (compute and input, warm-up left out; pooled) and gradient bytes (median)."""
     from workbench.analysis import collective_intervals, collective_summary
     from workbench.analysis import projection as pj
-    from workbench.store import Run
+    from workbench.store import RunData
 
     by_count: dict[int, list[dict[str, float]]] = {}
     draws, gradient_bytes = [], []
@@ -116,7 +116,7 @@ def workload_steps(directories: list[Path], point: str) -> tuple[dict[str, Any],
         runs = runs[[point in p.split("/", 1)[-1] for p in runs["point"]]]
         ranks = runs["ranks"] if "ranks" in runs else runs["workers"]
         for count, path in zip(ranks, runs["path"]):
-            run = Run.load(path)
+            run = RunData.load(path)
             if int(count) == 1:
                 costs = pj.step_costs(run.events, run.meta)
                 draws.append(np.asarray(costs.compute_s) + np.asarray(costs.input_s))
@@ -137,7 +137,7 @@ def workload_steps(directories: list[Path], point: str) -> tuple[dict[str, Any],
 # -- the measurement -----------------------------------------------------------------------------------------
 def measure(pattern: str, point: str, steps: int, rounds: int) -> dict[str, Any]:
     from workbench import minicluster
-    from workbench.nodes import describe_sweep_cluster, read_nodes_file
+    from workbench.node_sweep import describe_sweep_cluster, read_nodes_file
 
     minicluster.check_host_for_own_cluster()
     directories = [Path(d) for d in sorted(glob.glob(pattern)) if (Path(d) / "runs.parquet").is_file()]

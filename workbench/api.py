@@ -22,8 +22,8 @@ if TYPE_CHECKING:
     from workbench.widgets import Dashboard
 
 
-class Run(store.Run):
-    """A recorded run (``workbench.store.Run``) that can analyse itself and write its HTML report."""
+class Run(store.RunData):
+    """A recorded run (``workbench.store.RunData``) that can analyse itself and write its HTML report."""
 
     def analyse(self) -> RunAnalysis:
         """What ``workbench analyse`` computes: POP metrics, breakdown, findings, steps, memory."""

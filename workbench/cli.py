@@ -184,7 +184,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     counts = _node_counts(options)
     if counts is not None:
-        from workbench.nodes import node_sweep
+        from workbench.node_sweep import node_sweep
 
         result = node_sweep(
             case,
@@ -217,7 +217,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         # the summary, and the table the text mode prints: what the README's tables are rendered from
         payload = {**result.summary, "headline": json_records(case.headline(result))}
         if counts is not None:  # which nodes: what a table of node rows is headed with
-            from workbench.nodes import read_link_bytes, read_nodes_file
+            from workbench.node_sweep import read_link_bytes, read_nodes_file
 
             facts = read_nodes_file(result.summary["out"]) or {}
             payload["cluster"] = {"node_counts": list(counts), "nodes": facts.get("nodes", [])}

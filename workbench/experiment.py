@@ -38,7 +38,7 @@ from workbench.faults import Failure, RankFailedError
 from workbench.markdown import Measurement
 from workbench.store import (
     NotARunError,
-    Run,
+    RunData,
     RunTail,
     compact,
     create_run,
@@ -212,11 +212,11 @@ class Case:
         return {}
 
     # -- results
-    def row(self, run: Run, point: Point, settings: Any) -> dict[str, Any]:
+    def row(self, run: RunData, point: Point, settings: Any) -> dict[str, Any]:
         """One row of the result table from one recorded run (``run.meta["rank_results"]`` included)."""
         raise NotImplementedError
 
-    def tables(self, rows: pd.DataFrame, runs: Mapping[str, Run], settings: Any) -> dict[str, pd.DataFrame]:
+    def tables(self, rows: pd.DataFrame, runs: Mapping[str, RunData], settings: Any) -> dict[str, pd.DataFrame]:
         """More tables from the rows and the runs (keyed by point key); each is saved as Parquet."""
         return {}
 
@@ -337,11 +337,11 @@ class ExperimentResult:
         """The case's plain-language summary (Markdown)."""
         return self.case.text(self.summary)
 
-    def run(self, key: str) -> Run:
+    def run(self, key: str) -> RunData:
         """The recorded run of one point, loaded from the store."""
         if key not in self.runs:
             raise KeyError(f"no finished point {key!r}: finished points are {', '.join(self.runs)}")
-        return Run.load(self.runs[key])
+        return RunData.load(self.runs[key])
 
     def _repr_markdown_(self) -> str:
         return self.text()
@@ -834,7 +834,7 @@ class Experiment:
             self.case,
             self.preset,
             self.settings,
-            {key: (plan[key], Run.load(finished[key])) for key in keys},
+            {key: (plan[key], RunData.load(finished[key])) for key in keys},
             failed=failed,
             out=self.out,
             extra={"ranks": self.max_ranks, "sweep": sweep, "created": manifest.get("created")},
@@ -854,7 +854,7 @@ def build_result(
     case: Case,
     preset: str,
     settings: Any,
-    finished: Mapping[str, tuple[Point, Run]],
+    finished: Mapping[str, tuple[Point, RunData]],
     *,
     out: str | Path,
     extra: Mapping[str, Any] | None = None,

@@ -467,9 +467,9 @@ def find_stalls(
 
 def last_events(run_path: str | Path) -> dict[int, int]:
     """Each rank's last recorded event end (ns, aligned clock) in a run directory; ranks with none left out."""
-    from workbench.store import Run
+    from workbench.store import RunData
 
-    events = Run.load(run_path).events
+    events = RunData.load(run_path).events
     if not len(events):
         return {}
     return {int(rank): int(end) for rank, end in events.groupby("rank")["end_ns"].max().items()}

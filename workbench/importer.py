@@ -25,6 +25,7 @@ The user's files are only read: no converter writes beside them; the run's folde
 from __future__ import annotations
 
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -170,14 +171,7 @@ def import_traces(paths: list[str | Path], *, out: str | Path | None = None, nam
                 f"ranks: the timeline names {len(timeline_ranks)} ranks, the profiles {len(hosts_of_rank)} busy GPUs:"
                 " the timeline's rank r is taken to be GPU rank r"
             )
-        facts = {
-            "path": [str(p) for p in timelines],
-            "format": "horovod_timeline",
-            **{k: v for k, v in timeline_info.items() if k in ("records", "has_start_record", "cycle_marks")},
-            "epoch_aligned": bool(timeline_info.get("epoch_aligned")),
-            "ranks": timeline_ranks,
-        }
-        source_facts.append(facts)
+        source_facts.append(_timeline_facts(timelines, timeline_info))
         lines.append(_timeline_line(timelines, timeline_info, written, error, len(unfinished)))
     hosts = sorted(set(hosts_of_rank.values()), key=ev.natural_order)
     contiguous = not hosts_of_rank or sorted(hosts_of_rank) == list(range(len(hosts_of_rank)))
@@ -213,6 +207,17 @@ def import_traces(paths: list[str | Path], *, out: str | Path | None = None, nam
             )
         )
     return ImportResult(run_path, world, hosts, events_written, activities, lines)
+
+
+def _timeline_facts(timelines: list[Path], info: Mapping[str, Any]) -> dict[str, Any]:
+    """What the run's metadata says of its Horovod timeline: files, records, start record, cycle marks, ranks."""
+    return {
+        "path": [str(p) for p in timelines],
+        "format": "horovod_timeline",
+        **{k: v for k, v in info.items() if k in ("records", "has_start_record", "cycle_marks")},
+        "epoch_aligned": bool(info.get("epoch_aligned")),
+        "ranks": info.get("ranks") or [],
+    }
 
 
 def _workbench_version() -> str:

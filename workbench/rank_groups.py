@@ -182,9 +182,9 @@ def open_group(
 ) -> GroupPart:
     """Round 1: load ``ranks`` of the run, reduce them, keep their ``NEGOTIATE`` spans under ``token`` (or, given
     the run's reference steps, their readiness marks, whose arrivals the part carries)."""
-    from workbench.store import Run
+    from workbench.store import RunData
 
-    run = Run.load(run_path, ranks=ranks, columns=READ_COLUMNS, categorical=True)
+    run = RunData.load(run_path, ranks=ranks, columns=READ_COLUMNS, categorical=True)
     events = run.events
     count = len(events)
     backwards_mask = (events["end_ns"] < events["start_ns"]).to_numpy() if count else np.zeros(0, bool)
@@ -239,10 +239,10 @@ def open_group(
 def reference_steps(run_path: str, ranks: Sequence[int]) -> pd.DataFrame | None:
     """The step spans of the lowest of ``ranks`` with steps (the run's reference, when ``ranks`` are its lowest),
     read rank by rank; None when none of them has steps."""
-    from workbench.store import Run
+    from workbench.store import RunData
 
     for rank in sorted(ranks):
-        events = Run.load(run_path, ranks=[rank], columns=("rank", "phase", "name", "step", "start_ns", "end_ns"),
+        events = RunData.load(run_path, ranks=[rank], columns=("rank", "phase", "name", "step", "start_ns", "end_ns"),
                           categorical=True).events  # fmt: skip
         steps = step_spans(events[(events["end_ns"] >= events["start_ns"]).to_numpy()]) if len(events) else None
         if steps is not None and len(steps):

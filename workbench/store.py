@@ -733,8 +733,9 @@ def _gather(
 
 
 @dataclass
-class Run:
-    """A recorded run, loaded from its directory (also after a kernel restart)."""
+class RunData:
+    """A recorded run's tables, loaded from its directory (also after a kernel restart); ``workbench.Run`` is this
+    with the analysis, the report and the summary of the run."""
 
     path: Path
     meta: dict[str, Any]
@@ -745,7 +746,7 @@ class Run:
     #: GPU activity of imported traces (``events.DEVICE_SCHEMA``); empty for runs the workbench recorded.
     devices: pd.DataFrame = field(default_factory=lambda: DEVICE_SCHEMA.empty_table().to_pandas())
 
-    #: The ranks loaded when ``Run.load`` was given ``ranks`` (None: all of them).
+    #: The ranks loaded when ``RunData.load`` was given ``ranks`` (None: all of them).
     selected_ranks: list[int] | None = None
 
     @classmethod
@@ -757,7 +758,7 @@ class Run:
         window_ns: tuple[int, int] | None = None,
         columns: Sequence[str] | None = None,
         categorical: bool = False,
-    ) -> Run:
+    ) -> RunData:
         """Load a run, or part of it, without reading the rest.
 
         - ``ranks``: only these ranks' files are opened (``run.ranks`` is then these ranks).

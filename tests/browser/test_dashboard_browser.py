@@ -184,9 +184,9 @@ def marker_latencies_ms(run_dir: Path, first_seen_ms: list[int]) -> tuple[list[f
 
     Also returns the end of the run's first span (ms since the epoch).
     """
-    from workbench.store import Run
+    from workbench.store import RunData
 
-    events = Run.load(run_dir).events
+    events = RunData.load(run_dir).events
     ends = sorted(int(v) for v in events.loc[events["phase"] == "checkpoint", "end_ns"])
     assert len(ends) == N_MARKERS, f"the ranks recorded {len(ends)} markers, expected {N_MARKERS}"
     latencies = [seen - end / 1e6 for seen, end in zip(first_seen_ms, ends, strict=True)]

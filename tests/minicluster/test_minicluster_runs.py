@@ -12,7 +12,7 @@ import cloudpickle
 import numpy as np
 
 from workbench.analysis import analyse_run
-from workbench.store import Run, create_run
+from workbench.store import RunData, create_run
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # engines cannot import test modules
 SKEW_NS = 250_000_000
@@ -54,7 +54,7 @@ def test_hosts_are_recorded_and_a_skewed_nodes_clock_is_aligned(mini, tmp_path):
     with mini.cluster(2) as cluster:
         results = cluster.view.apply_sync(steps_with_a_skewed_clock, str(run), steps=30, skewed_rank=1, skew_ns=SKEW_NS)
     assert [result["host"] for result in results] == ["node1", "node2"]
-    recorded = Run.load(run)
+    recorded = RunData.load(run)
     assert set(recorded.events["host"]) == {"node1", "node2"}
     assert dict(zip(recorded.rank_meta["rank"], recorded.rank_meta["host"])) == {0: "node1", 1: "node2"}
     offset, precision = results[1]["offset_ns"], results[1]["precision_ns"]
@@ -74,8 +74,8 @@ def test_hosts_are_recorded_and_a_skewed_nodes_clock_is_aligned(mini, tmp_path):
 
 def test_a_sweep_over_node_counts_records_its_nodes_and_link_and_is_projected_from_one_node(mini, tmp_path):
     """``workbench run CASE --nodes 1,2``'s path: a ci point per node count, the link measured, the projection."""
-    from workbench.bench.projection import run_nodes
-    from workbench.nodes import node_sweep, read_nodes_file
+    from workbench.bench.projection_check import run_nodes
+    from workbench.node_sweep import node_sweep, read_nodes_file
 
     out = tmp_path / "nodes-ef"
     result = node_sweep("eval-frequency", (1, 2), preset="ci", out=out, mini=mini, overrides={"backends": ("mpi4py",)})
@@ -86,7 +86,7 @@ def test_a_sweep_over_node_counts_records_its_nodes_and_link_and_is_projected_fr
     for path in out.rglob("run.json"):
         meta = json.loads(path.read_text())
         ranks = meta["config"]["cluster"]["ranks"]
-        hosts = set(Run.load(path.parent).rank_meta["host"])
+        hosts = set(RunData.load(path.parent).rank_meta["host"])
         assert hosts == {f"node{k}" for k in range(1, ranks + 1)}, (ranks, hosts)
     # a node's CPU quota is found by every rank's recorder, and the analysis names it as what held the steps
     # back: a TF step on 0.4 of a core is throttled in most of the quota's periods it computes in
@@ -94,7 +94,7 @@ def test_a_sweep_over_node_counts_records_its_nodes_and_link_and_is_projected_fr
     one_node = next(
         path.parent for path in out.rglob("run.json") if json.loads(path.read_text())["config"]["cluster"]["ranks"] == 1
     )
-    single = Run.load(one_node)
+    single = RunData.load(one_node)
     assert list(single.rank_meta["cpu_quota_cores"]) == [quota], single.rank_meta
     found = analyse_run(single.events, single.memory, single.meta, rank_meta=single.rank_meta, counters=single.counters)
     waited = found.findings[found.findings["kind"] == "cpu_wait"]
@@ -141,7 +141,7 @@ def test_a_sweep_over_node_counts_records_its_nodes_and_link_and_is_projected_fr
 
 def test_pop_scaling_on_two_nodes_records_both_hosts_and_its_pop_metrics(restored, tmp_path):
     """The pop-scaling case's ci point on 1 and 2 nodes: POP metrics per count, the sequential test's cost."""
-    from workbench.nodes import node_sweep
+    from workbench.node_sweep import node_sweep
 
     mini = restored
     for node in ("node1", "node2"):  # the idle nodes' share: the ResNet's steps take half the time
@@ -154,7 +154,7 @@ def test_pop_scaling_on_two_nodes_records_both_hosts_and_its_pop_metrics(restore
     assert not (out / "nodes.json").exists()  # the link was not measured: not asked for
     for path in out.rglob("run.json"):
         ranks = json.loads(path.read_text())["config"]["cluster"]["ranks"]
-        assert set(Run.load(path.parent).rank_meta["host"]) == {f"node{k}" for k in range(1, ranks + 1)}
+        assert set(RunData.load(path.parent).rank_meta["host"]) == {f"node{k}" for k in range(1, ranks + 1)}
     pop = {row["ranks"]: row for row in result.summary["pop"] if row["scaling"] == "strong"}
     assert set(pop) == {1, 2}
     for row in pop.values():
@@ -167,7 +167,7 @@ def test_pop_scaling_on_two_nodes_records_both_hosts_and_its_pop_metrics(restore
 def test_parameter_servers_on_two_nodes_send_their_traffic_over_the_link(restored, tmp_path):
     """The ps-vs-allreduce case's PS point on 2 nodes: a worker per node, the PS task on node1, the pulls
     and pushes of node2's worker counted on node2's link."""
-    from workbench.nodes import node_sweep, read_link_bytes
+    from workbench.node_sweep import node_sweep, read_link_bytes
 
     mini = restored
     for node in ("node1", "node2"):  # the idle nodes' share: node1's four processes start TensorFlow sooner
@@ -200,7 +200,7 @@ def test_parameter_servers_on_two_nodes_send_their_traffic_over_the_link(restore
 def test_cpu_tuning_on_two_nodes_places_each_points_ranks_on_its_nodes(restored, tmp_path):
     """The cpu-tuning case's node plan on 2 nodes (1 rank x 1 thread per node: the fixture's nodes have one
     slot each): both evaluation schedules, each rank on its own node, the fix measured on nodes."""
-    from workbench.nodes import node_sweep
+    from workbench.node_sweep import node_sweep
 
     mini = restored
     for node in ("node1", "node2"):  # the idle nodes' share: TensorFlow starts sooner
@@ -212,7 +212,7 @@ def test_cpu_tuning_on_two_nodes_places_each_points_ranks_on_its_nodes(restored,
     runs = result.tables["runs"]
     assert sorted(runs["eval"]) == ["fixed", "per_epoch"] and set(runs["nodes"]) == {2} and runs["on_nodes"].all()
     for path in runs["path"]:
-        assert set(Run.load(path).rank_meta["host"]) == {"node1", "node2"}
+        assert set(RunData.load(path).rank_meta["host"]) == {"node1", "node2"}
     (fix,) = result.summary["evaluation"]
     assert (fix["ranks"], fix["nodes"]) == (2, 2) and fix["interval_per_epoch"] < fix["interval_fixed"]
     assert fix["speedup_eval_fix"] > 0 and len(result.summary["per_node"]) == 2

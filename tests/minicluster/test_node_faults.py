@@ -20,7 +20,7 @@ import pytest
 
 from workbench.experiment import Case, Experiment, Point
 from workbench.faults import RankFailedError
-from workbench.store import Run, read_run_meta
+from workbench.store import RunData, read_run_meta
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # engines cannot import test modules
 CEILING_S = 120.0
@@ -82,7 +82,7 @@ class StepCase(Case):
             "unrecorded_s": settings.unrecorded_s,
         }
 
-    def row(self, run: Run, point: Point, settings: StepSettings) -> dict[str, Any]:
+    def row(self, run: RunData, point: Point, settings: StepSettings) -> dict[str, Any]:
         return {"events": len(run.events)}
 
     def summary(self, rows: pd.DataFrame, tables: Any, settings: StepSettings) -> dict[str, Any]:
@@ -101,7 +101,7 @@ def _wait_for(predicate: Any, what: str, ceiling_s: float = CEILING_S) -> float:
 
 
 def _events_per_rank(run_path: Any) -> dict[int, int]:
-    events = Run.load(run_path).events
+    events = RunData.load(run_path).events
     return {int(rank): int(count) for rank, count in events.groupby("rank").size().items()}
 
 
@@ -237,7 +237,7 @@ def _finding(run_path: Any, kind: str) -> dict[str, Any]:
 
 def _steps_s(run_path: Any, rank: int) -> float:
     """Seconds of ``rank``'s steps after the first (the step the analysis leaves out as warm-up)."""
-    events = Run.load(run_path).events
+    events = RunData.load(run_path).events
     steps = events[(events["name"] == "train_step") & (events["rank"] == rank) & (events["step"] >= 1)]
     return float((steps["end_ns"] - steps["start_ns"]).sum() / 1e9)
 
@@ -256,7 +256,7 @@ def test_slow_node_is_the_straggler_with_the_time_lost(restored, tmp_path):
         experiment = Experiment(StepCase(), ranks=4, out=tmp_path, steps=40, compute_s=0.01)
         live = experiment.start(cluster, experiment.plan()[0])
         live.wait()
-    events = Run.load(live.run_path).events
+    events = RunData.load(live.run_path).events
     work = events[(events["name"] == "forward_backward") & (events["step"] >= 1)]  # step 0 is warm-up
     compute_s = (work["end_ns"] - work["start_ns"]).groupby(work["rank"]).sum() / 1e9
     truth = float(compute_s[1] - compute_s[[0, 2, 3]].mean())

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from workbench.analysis import analyse_run
-from workbench.store import Run, read_run_meta
+from workbench.store import RunData, read_run_meta
 
 SCRIPT = Path(__file__).parent / "scripts" / "train_slow_rank.py"
 STEPS = 20
@@ -53,7 +53,7 @@ def _the_run(root: Path) -> Path:
 
 def _check_the_truth(run_path: Path, hosts: dict[int, str]) -> dict:
     """Hosts, steps and the straggler against what the script does; returns the straggler finding."""
-    run = Run.load(run_path)
+    run = RunData.load(run_path)
     assert dict(zip(run.rank_meta["rank"], run.rank_meta["host"])) == hosts
     steps = run.events[run.events["name"] == "train_step"].groupby("rank").size().to_dict()
     assert steps == {rank: STEPS for rank in hosts}
@@ -84,7 +84,7 @@ def test_salloc_profile_records_both_nodes_names_the_slow_ranks_node_and_aligns_
         "node2",
     ]
     # across hosts the ranks' clocks were aligned to rank 0's and their links measured (after hvd.init)
-    facts = Run.load(run_path).rank_meta.set_index("rank")
+    facts = RunData.load(run_path).rank_meta.set_index("rank")
     assert facts.loc[1, "clock_precision_ns"] > 0
     assert {link["host"] for link in meta["links"].values()} == {"node1", "node2"}
     assert all(link["bytes_per_s"] > 1e6 for link in meta["links"].values())

@@ -9,7 +9,7 @@ from dataclasses import asdict
 import pytest
 
 from workbench.config import ClusterConfig
-from workbench.store import Run, create_run
+from workbench.store import RunData, create_run
 from workbench.workloads.eval_frequency import TrainSettings
 
 pytestmark = pytest.mark.mpi
@@ -23,7 +23,7 @@ print("RESULT " + json.dumps(result["history"]), flush=True)
 """
 
 
-def _train(root, mode: str) -> tuple[list[dict], Run]:
+def _train(root, mode: str) -> tuple[list[dict], RunData]:
     settings = TrainSettings(epochs=2, eval_interval=1, eval_mode=mode, eval_passes=1, dataset_repeat=1)
     run_path = create_run(root, f"eval-{mode}", ranks=2)
     program = [sys.executable, "-c", TRAIN, str(run_path), json.dumps(asdict(settings))]
@@ -31,7 +31,7 @@ def _train(root, mode: str) -> tuple[list[dict], Run]:
     assert done.returncode == 0, done.stderr[-3000:]
     histories = [json.loads(line[len("RESULT ") :]) for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     assert len(histories) == 2 and [] in histories  # rank 0 keeps the history, rank 1 none
-    return max(histories, key=len), Run.load(run_path)
+    return max(histories, key=len), RunData.load(run_path)
 
 
 def test_sharded_evaluation_matches_rank_0s_and_spreads_the_work(tmp_path):

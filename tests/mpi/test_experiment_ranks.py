@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from workbench.experiment import Case, Experiment, ExperimentError, Point
-from workbench.store import Run
+from workbench.store import RunData
 
 pytestmark = pytest.mark.mpi
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # engines cannot import test modules
@@ -63,7 +63,7 @@ class ToyCase(Case):
     def workload_kwargs(self, settings: ToySettings, point: Point) -> dict[str, Any]:
         return {"spans": point["spans"], "fail_if": settings.fail_marker if point["spans"] == 5 else ""}
 
-    def row(self, run: Run, point: Point, settings: ToySettings) -> dict[str, Any]:
+    def row(self, run: RunData, point: Point, settings: ToySettings) -> dict[str, Any]:
         return {"spans": point["spans"], "recorded": len(run.events), "returned": len(run.meta["rank_results"])}
 
     def summary(self, rows: pd.DataFrame, tables: Any, settings: ToySettings) -> dict[str, Any]:
@@ -82,7 +82,7 @@ def test_failed_point_is_kept_and_resume_runs_only_what_is_missing(cluster2, tmp
         experiment.run(cluster=cluster2)
     status = experiment.status().set_index("point")["status"].to_dict()
     assert status == {"n2/spans=3": "finished", "n2/spans=5": "failed"}
-    failed_run = Run.load(experiment.status().set_index("point").loc["n2/spans=5", "run"])
+    failed_run = RunData.load(experiment.status().set_index("point").loc["n2/spans=5", "run"])
     assert failed_run.meta["status"] == "failed" and "was told to fail" in failed_run.meta["error"]
     assert len(failed_run.events) == 2 * 5  # what the ranks recorded before failing is kept
     first_run = experiment.finished_points()["n2/spans=3"]

@@ -25,7 +25,7 @@ import pytest
 from workbench.cluster import Cluster, processes_of_cluster
 from workbench.experiment import Case, Experiment, Point
 from workbench.faults import RankFailedError
-from workbench.store import Run, read_run_meta
+from workbench.store import RunData, read_run_meta
 
 pytestmark = pytest.mark.mpi
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # engines cannot import test modules
@@ -106,7 +106,7 @@ class FaultCase(Case):
             "unrecorded_s": settings.unrecorded_s,
         }
 
-    def row(self, run: Run, point: Point, settings: FaultSettings) -> dict[str, Any]:
+    def row(self, run: RunData, point: Point, settings: FaultSettings) -> dict[str, Any]:
         return {"events": len(run.events)}
 
     def summary(self, rows: pd.DataFrame, tables: Any, settings: FaultSettings) -> dict[str, Any]:
@@ -126,7 +126,7 @@ def _wait_for(predicate: Any, what: str, ceiling_s: float = CEILING_S) -> float:
 
 
 def _events_per_rank(run_path: Path) -> dict[int, int]:
-    events = Run.load(run_path).events
+    events = RunData.load(run_path).events
     return {int(rank): int(count) for rank, count in events.groupby("rank").size().items()}
 
 
@@ -268,7 +268,7 @@ def test_ranks_working_after_their_recorders_closed_are_not_stalled(own_cluster,
     assert meta["status"] == "finished" and meta.get("stall") is None, meta.get("stall")
     ended = [json.loads(path.read_text()) for path in sorted((live.run_path / "ranks").glob("rank-*.json"))]
     assert [facts["rank"] for facts in ended] == [0, 1]
-    last_events = Run.load(live.run_path).events.groupby("rank")["end_ns"].max()
+    last_events = RunData.load(live.run_path).events.groupby("rank")["end_ns"].max()
     assert all(facts["recording_ended_ns"] >= last_events[facts["rank"]] for facts in ended)
 
 
@@ -344,7 +344,7 @@ def test_controller_killed_is_one_error(own_cluster, tmp_path):
     detected_s = time.monotonic() - killed_at
     assert detected_s < 10
     assert read_run_meta(live.run_path)["failure"]["source"] == "controller"
-    assert len(Run.load(live.run_path).events) > 0
+    assert len(RunData.load(live.run_path).events) > 0
     print(f"\ncontroller killed: RankFailedError after {detected_s:.2f} s")
 
 
@@ -362,7 +362,7 @@ def test_disk_full_while_recording(own_cluster, tmp_path):
         with pytest.raises(RankFailedError, match=r"^rank \d raised OSError: .*No space left on device"):
             live.wait()
         elapsed = time.monotonic() - started
-        kept = Run.load(live.run_path)
+        kept = RunData.load(live.run_path)
         assert len(kept.events) > 0
         print(f"\ndisk full: RankFailedError {elapsed:.2f} s after the start; {len(kept.events)} events readable")
     finally:

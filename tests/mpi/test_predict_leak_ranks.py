@@ -9,7 +9,7 @@ import pytest
 
 from workbench.cases import predict_leak as case
 from workbench.experiment import Experiment, ExperimentResult
-from workbench.store import Run
+from workbench.store import RunData
 from workbench.workloads.predict_leak import CONTROL, METHODS
 
 pytestmark = pytest.mark.mpi
@@ -30,7 +30,7 @@ def _check(result: ExperimentResult, ranks: int) -> None:
     assert result.summary["control_caught"] is True
     assert result.summary["ranks"] == ranks
     assert result.summary["sweep"] == {"points": 1, "ran": 1, "reused": 0, "missing": []}
-    run = Run.load(result.runs[f"n{ranks}"])
+    run = RunData.load(result.runs[f"n{ranks}"])
     assert run.meta["status"] == "finished"
     assert run.meta["experiment"]["point"] == f"n{ranks}"
     assert [r["rank"] for r in run.meta["rank_results"]] == list(range(ranks))

@@ -17,7 +17,7 @@ from workbench import analysis
 from workbench.analysis.keras_calls import keras_call_table
 from workbench.commands.profile import profile_command
 from workbench.config import ClusterConfig
-from workbench.store import Run, list_runs
+from workbench.store import RunData, list_runs
 
 pytestmark = pytest.mark.mpi
 
@@ -25,18 +25,18 @@ SCRIPT = Path(__file__).parent / "user_scripts" / "gan.py"
 ITERATIONS = 80
 
 
-def profiled(tmp_path: Path, *args: str) -> tuple[Run, analysis.RunAnalysis, list[dict]]:
+def profiled(tmp_path: Path, *args: str) -> tuple[RunData, analysis.RunAnalysis, list[dict]]:
     """Profile the GAN on 2 ranks: the run, its analysis and each rank's own timings."""
     truth = tmp_path / "truth"
     command = [sys.executable, str(SCRIPT), "--iterations", str(ITERATIONS), "--truth", str(truth), *args]
     assert profile_command(command, ranks=2, out=tmp_path / "runs", report=False, config=ClusterConfig(n=2)) == 0
-    run = Run.load(list_runs(tmp_path / "runs")["path"].iloc[0])
+    run = RunData.load(list_runs(tmp_path / "runs")["path"].iloc[0])
     result = analysis.analyse_run(run.events, run.memory, run.meta)
     print(result.findings[["kind", "seconds_lost", "text"]].to_dict("records"))
     return run, result, [json.loads(Path(f"{truth}.{rank}").read_text()) for rank in (0, 1)]
 
 
-def unexplained_idle_share(run: Run, result: analysis.RunAnalysis) -> float:
+def unexplained_idle_share(run: RunData, result: analysis.RunAnalysis) -> float:
     """The largest share of wall time any rank spent in no recorded span (idle that is not off the CPU)."""
     idle = result.breakdown[result.breakdown["phase"] == "idle"].set_index("rank")["seconds"]
     off_cpu = run.events[run.events["name"] == "off_cpu"]

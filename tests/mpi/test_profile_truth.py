@@ -18,7 +18,7 @@ from workbench import analysis
 from workbench.analysis import projection as pj
 from workbench.commands.profile import profile_command
 from workbench.config import ClusterConfig
-from workbench.store import Run, list_runs
+from workbench.store import RunData, list_runs
 
 pytestmark = pytest.mark.mpi
 
@@ -94,7 +94,7 @@ EXTRA_S = 0.05
 NOISE_FRACTION = 0.2
 
 
-def profiled(tmp_path, script: str, *, extra_rank: int = -1) -> tuple[Run, float]:
+def profiled(tmp_path, script: str, *, extra_rank: int = -1) -> tuple[RunData, float]:
     """Profile ``script`` on 2 ranks: the run and the seconds the extra rank slept."""
     path = tmp_path / "train.py"
     path.write_text(script)
@@ -104,7 +104,7 @@ def profiled(tmp_path, script: str, *, extra_rank: int = -1) -> tuple[Run, float
     )
     assert code == 0
     slept = sum(json.loads((tmp_path / f"t.{rank}").read_text())["slept_s"] for rank in (0, 1))
-    return Run.load(list_runs(tmp_path / "runs")["path"].iloc[0]), slept
+    return RunData.load(list_runs(tmp_path / "runs")["path"].iloc[0]), slept
 
 
 @pytest.mark.parametrize("script", [CUSTOM_LOOP, KERAS_FIT], ids=["tf_function_loop", "keras_fit"])

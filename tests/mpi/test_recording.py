@@ -13,7 +13,7 @@ import pytest
 from workbench.analysis import analyse_run
 from workbench.commands.profile import profile_command
 from workbench.formats import horovod_timeline, read_horovod_timeline
-from workbench.store import Run, list_runs
+from workbench.store import RunData, list_runs
 from workbench.text import format_analysis
 
 pytestmark = pytest.mark.mpi
@@ -71,7 +71,7 @@ def profiled_run(tmp_path_factory):
     script = root / "train.py"
     script.write_text(TRAIN_SCRIPT)
     assert profile_command(["python", str(script)], ranks=2, out=root / "runs") == 0
-    return Run.load(list_runs(root / "runs")["path"].iloc[0])
+    return RunData.load(list_runs(root / "runs")["path"].iloc[0])
 
 
 def test_profile_ends_with_the_answer_and_a_report(profiled_run):
@@ -146,11 +146,11 @@ HOROVOD_LOOP = LOOP_SCRIPT.format(
 )
 
 
-def _profile(tmp_path, script: str, capsys, **options) -> tuple[int, Run, str]:
+def _profile(tmp_path, script: str, capsys, **options) -> tuple[int, RunData, str]:
     path = tmp_path / "train.py"
     path.write_text(script)
     code = profile_command(["python", str(path)], ranks=2, out=tmp_path / "runs", report=False, **options)
-    return code, Run.load(list_runs(tmp_path / "runs")["path"].iloc[0]), capsys.readouterr().err
+    return code, RunData.load(list_runs(tmp_path / "runs")["path"].iloc[0]), capsys.readouterr().err
 
 
 def test_trace_steps_import_each_ranks_allreduce_waits_from_tf_profiler(tmp_path, capsys):

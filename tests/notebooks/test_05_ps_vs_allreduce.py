@@ -11,7 +11,7 @@ import json
 import pytest
 from notebook_run import check_saved
 
-from workbench.store import Run
+from workbench.store import RunData
 
 NOTEBOOK = "05_ps_vs_allreduce.ipynb"
 
@@ -38,11 +38,11 @@ def test_notebook_executes_and_compares_the_schemes(tmp_path, run_notebook):
     # every PS point ran with more threads than 2 cores: the finding must say so
     assert any("ps=1" in p["point"] for p in summary["oversubscribed_points"])
     # the PS job's workers each wrote a lane of spans from their own timestamps
-    events = Run.load(next((out / "runs").glob("*n2-scheme-ps-data-synthetic*"))).events
+    events = RunData.load(next((out / "runs").glob("*n2-scheme-ps-data-synthetic*"))).events
     assert sorted(events["rank"].unique()) == [0, 1]
     assert set(events["name"]) == {"next_batch", "train_step", "push_gradients"}
     # the real-data PS point ran after the allreduce points on the same engines: it found Horovod's idle
     # thread running there and stopped it on every rank before the PS job started
-    after_allreduce = Run.load(next((out / "runs").glob("*n2-scheme-ps-data-real*"))).meta["rank_results"]
+    after_allreduce = RunData.load(next((out / "runs").glob("*n2-scheme-ps-data-real*"))).meta["rank_results"]
     assert [r["horovod_stopped"] for r in after_allreduce] == [True, True]
     assert (out / "report.html").is_file()

@@ -8,18 +8,18 @@ import pytest
 from workbench import events as ev
 from workbench.analysis import findings, phase_breakdown, pop_metrics
 from workbench.bench.analysis import run, synthetic_events, write_run
-from workbench.store import Run
+from workbench.store import RunData
 
 
 def test_stored_run_loads_as_written_whole_or_in_part(tmp_path):
     events = synthetic_events(events=20_000, ranks=4)
     path = write_run(events, tmp_path, 4)
-    pd.testing.assert_frame_equal(Run.load(path).events, events)
-    categorical = Run.load(path, categorical=True).events
+    pd.testing.assert_frame_equal(RunData.load(path).events, events)
+    categorical = RunData.load(path, categorical=True).events
     assert isinstance(categorical["phase"].dtype, pd.CategoricalDtype)
     pd.testing.assert_frame_equal(phase_breakdown(categorical), phase_breakdown(events))
     low, high = int(events["start_ns"].quantile(0.4)), int(events["start_ns"].quantile(0.6))
-    part = Run.load(path, ranks=[1, 3], window_ns=(low, high))
+    part = RunData.load(path, ranks=[1, 3], window_ns=(low, high))
     expected = events[events["rank"].isin([1, 3]) & (events["end_ns"] >= low) & (events["start_ns"] <= high)]
     pd.testing.assert_frame_equal(part.events, expected.reset_index(drop=True))
     assert part.ranks == [1, 3]

@@ -19,14 +19,14 @@ from workbench.analysis import (
 from workbench.analysis.findings import EventFacts, event_facts
 from workbench.bench.analysis import synthetic_events, write_run, write_synthetic_run
 from workbench.rank_groups import analyse_split, close_group, rank_groups
-from workbench.store import Run, create_run, update_run_meta
+from workbench.store import RunData, create_run, update_run_meta
 
 JOB = {"ranks_per_node": 4, "slow_nodes": 1, "straggler_share": 0.02}
 
 
 def whole(path, ranks=None):
     """What the split analysis must equal: the run loaded at once through the same functions."""
-    run = Run.load(path)
+    run = RunData.load(path)
     events = run.events
     hosts = ev.rank_hosts(events)
     breakdown = phase_breakdown(events, by=("run_id", "rank"), ranks=ranks)

@@ -16,7 +16,7 @@ from workbench import autorecord
 from workbench.analysis.input import input_share, python_input_busy
 from workbench.analysis.keras_calls import keras_call_table
 from workbench.recorder import Recorder
-from workbench.store import Run, create_run
+from workbench.store import RunData, create_run
 
 tf = pytest.importorskip("tensorflow")
 
@@ -58,9 +58,9 @@ def recorded(tmp_path):
     recorder = Recorder(run_path, rank=0, flush_interval_s=3600, heartbeat_interval_s=None)
     autorecord.instrument(recorder)
 
-    def load() -> Run:
+    def load() -> RunData:
         autorecord.close()
-        return Run.load(run_path)
+        return RunData.load(run_path)
 
     yield load
     autorecord.close()

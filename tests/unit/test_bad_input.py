@@ -11,7 +11,7 @@ import pytest
 from workbench import cli
 from workbench.config import ClusterConfig, ConfigError, find_mpiexec, physical_cores
 from workbench.experiment import Experiment
-from workbench.store import NotARunError, Run, RunTail
+from workbench.store import NotARunError, RunData, RunTail
 
 
 @pytest.fixture
@@ -81,8 +81,8 @@ API_CASES = [
         r"would share cores .* or pass oversubscribe=True",
     ),
     (lambda d: ClusterConfig(mpi="intel"), ConfigError, r"mpi='intel' is unknown: use one of openmpi, mpich"),
-    (lambda d: Run.load(d["missing"]), NotARunError, r"does not exist"),
-    (lambda d: Run.load(d["empty"]), NotARunError, r"no run.json"),
+    (lambda d: RunData.load(d["missing"]), NotARunError, r"does not exist"),
+    (lambda d: RunData.load(d["empty"]), NotARunError, r"no run.json"),
     (lambda d: RunTail(d["foreign"]), NotARunError, r"no run_id"),
     (lambda d: ClusterConfig(hostfile=d["missing"]), ConfigError, r"hostfile .* does not exist"),
 ]

@@ -7,7 +7,7 @@ import pytest
 from workbench.allreduce import bus_bandwidth_factor, measure
 from workbench.bench.overhead import background_cost_share, hot_path_ns
 from workbench.recorder import Recorder
-from workbench.store import Run, create_run
+from workbench.store import RunData, create_run
 
 
 @pytest.mark.parametrize(("ranks", "factor"), [(1, 0.0), (2, 1.0), (4, 1.5), (8, 1.75), (64, 126 / 64)])
@@ -35,7 +35,7 @@ def test_hot_path_times_one_span_and_one_input_wait_per_step(recorder):
     cost = hot_path_ns(recorder, calls=500)
     assert 0 < cost < 1e9
     recorder.flush()
-    events = Run.load(recorder.run_path).events
+    events = RunData.load(recorder.run_path).events
     # exactly what a recorded training step adds: an input wait, then the step's compute span
     assert list(events["phase"]) == ["input", "compute"] * 500
     assert list(events.loc[events["phase"] == "compute", "step"]) == list(range(500))
@@ -46,9 +46,9 @@ def test_background_cost_flushes_one_intervals_rows_per_trial(recorder):
     share = background_cost_share(recorder, steps_per_s=40.0, trials=3)
     assert 0 < share < 1
     recorder.flush()
-    events = Run.load(recorder.run_path).events
+    events = RunData.load(recorder.run_path).events
     assert len(events) == 3 * 2 * 20  # trials x (span + input wait) x (40 steps/s x 0.5 s)
-    assert len(Run.load(recorder.run_path).memory) == 100  # the memory samples it timed
+    assert len(RunData.load(recorder.run_path).memory) == 100  # the memory samples it timed
 
 
 def test_allreduce_rows_are_read_plain_or_as_saved_and_bad_files_are_one_error(tmp_path):

@@ -6,7 +6,7 @@ import numpy as np
 
 from workbench.bench.live import STEP_SPANS, LiveSyntheticJob, marker_latencies, run
 from workbench.events import CHECKPOINT, NS_PER_S
-from workbench.store import Run, create_run
+from workbench.store import RunData, create_run
 
 
 def test_synthetic_job_writes_every_ranks_finished_steps_and_one_marker_per_second(tmp_path):
@@ -15,7 +15,7 @@ def test_synthetic_job_writes_every_ranks_finished_steps_and_one_marker_per_seco
     origin = job.clock[0]
     for k in range(1, 5):  # 2 s of flushes every 0.5 s
         job.flush(origin + k * NS_PER_S // 2)
-    events = Run.load(path).events
+    events = RunData.load(path).events
     assert set(events["rank"]) == {0, 1, 2, 3}
     steps = events[events["phase"] != CHECKPOINT]
     assert (steps.groupby("rank").size() % len(STEP_SPANS) == 0).all()  # whole steps only

@@ -6,7 +6,7 @@ import pytest
 
 from workbench.bench.overhead import SPANS_PER_STEP, median_interval, ratio_of_totals, recorder_costs
 from workbench.recorder import Recorder
-from workbench.store import Run, create_run
+from workbench.store import RunData, create_run
 
 
 def test_median_interval_uses_order_statistics():
@@ -48,4 +48,4 @@ def test_recorder_costs_cover_1_8_64_spans_per_step_and_write_the_rows(tmp_path)
         assert row["ns_per_span"] > 0 and row["ms_per_flush"] > 0
         assert row["cpu_ratio"] == pytest.approx(1 / (1 + row["cpu_share"]))
     # every flushed row reached the store: 20 000 timed spans + 7 flushes per spans-per-step setting
-    assert len(Run.load(recorder.run_path).events) == 20_000 + 7 * (10 + 80 + 640)
+    assert len(RunData.load(recorder.run_path).events) == 20_000 + 7 * (10 + 80 + 640)

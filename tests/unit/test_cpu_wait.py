@@ -17,7 +17,7 @@ from workbench.analysis import analyse_run, cpu_wait_finding, cpu_wait_table
 from workbench.cpu_probe import CpuWaitProbe, find_cpu_quota, thread_run_delays, throttled_periods
 from workbench.events import CPU_PERCENT, CPU_THROTTLED_PERCENT, CPU_WAIT_PERCENT, events_frame
 from workbench.recorder import Recorder
-from workbench.store import Run, create_run
+from workbench.store import RunData, create_run
 
 linux_only = pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="per-thread schedstat is Linux's")
 
@@ -113,7 +113,7 @@ def test_the_recorders_heartbeat_writes_the_wait_for_a_core_and_its_meta_the_cor
         until = rec.now_ns() + 700_000_000
         while rec.now_ns() < until:
             pass
-    run = Run.load(path)
+    run = RunData.load(path)
     waits = run.counters[run.counters["name"] == CPU_WAIT_PERCENT]["value"]
     assert len(waits) >= 2 and (waits >= 0).all()
     meta = run.rank_meta.iloc[0]
@@ -221,7 +221,7 @@ def test_a_run_analysed_in_rank_groups_names_the_same_wait(tmp_path):
 
     path = write_synthetic_run(tmp_path, 6_000, 6, chunk_ranks=3, ranks_per_node=3)
     run_id = read_run_meta(path)["run_id"]
-    first_ns = int(Run.load(path).events["start_ns"].min())
+    first_ns = int(RunData.load(path).events["start_ns"].min())
     for rank in range(6):  # ranks 3-5 waited half their ready time, the others not at all
         wait = 50.0 if rank >= 3 else 0.0
         rows = [
@@ -232,7 +232,7 @@ def test_a_run_analysed_in_rank_groups_names_the_same_wait(tmp_path):
         StreamWriter(path, "counters", rank).write_rows(
             rows, ("name", "time_ns", "value"), {"run_id": run_id, "rank": rank, "host": "h"}
         )
-    run = Run.load(path)
+    run = RunData.load(path)
     whole = analyse_run(run.events, run.memory, run.meta, rank_meta=run.rank_meta, counters=run.counters).findings
     split = analyse_split(path, group_ranks=2).findings
     expected, merged = whole[whole["kind"] == "cpu_wait"], split[split["kind"] == "cpu_wait"]

@@ -187,12 +187,12 @@ def _three_parts(tmp_path):
 
 
 def test_corrupt_and_half_written_parts_lose_only_themselves(tmp_path):
-    from workbench.store import Run, RunTail
+    from workbench.store import RunData, RunTail
 
     run_path, parts = _three_parts(tmp_path)
     parts[1].write_bytes(b"PAR1 not really parquet")  # corrupt part in place
     (parts[0].parent / ".00000004-00000004.parquet.tmp").write_bytes(parts[0].read_bytes()[:40])  # half-written
-    events = Run.load(run_path).events
+    events = RunData.load(run_path).events
     assert sorted(events["step"].unique()) == [0, 2]  # the two good batches, nothing from the broken files
     assert len(RunTail(run_path).poll()[0]) == 4
     assert last_events_of(run_path) == {0: 22}

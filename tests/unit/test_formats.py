@@ -326,7 +326,7 @@ def test_a_timeline_damaged_midway_keeps_every_batch_written_before_the_damage(t
 
     from workbench import profile
     from workbench.formats import horovod_timeline
-    from workbench.store import Run, create_run
+    from workbench.store import RunData, create_run
 
     run = create_run(tmp_path, "t", ranks=2)
     timeline = write_synthetic_timeline(run / profile.TIMELINE_FILE, 3.0)
@@ -339,7 +339,7 @@ def test_a_timeline_damaged_midway_keeps_every_batch_written_before_the_damage(t
     count, line = profile.import_timeline(run, enabled=True)
     assert line.startswith("Horovod timeline: not imported whole (") and f"the {count} spans before it" in line
     assert 5_000 <= count < whole
-    assert len(Run.load(run).events) == count  # every batch counted was written, none twice
+    assert len(RunData.load(run).events) == count  # every batch counted was written, none twice
 
 
 def test_profile_says_in_one_line_what_happened_to_the_timeline(tmp_path):
@@ -389,7 +389,7 @@ def test_imported_batches_are_written_as_dictionaries_and_read_back_as_strings(t
 
     from workbench.events import EVENT_SCHEMA, events_frame
     from workbench.profile import write_events
-    from workbench.store import Run, compact, create_run
+    from workbench.store import RunData, compact, create_run
 
     run = create_run(tmp_path, "t", ranks=3)
     timeline = write_synthetic_timeline(tmp_path / "t.json", 0.2)
@@ -403,7 +403,7 @@ def test_imported_batches_are_written_as_dictionaries_and_read_back_as_strings(t
     write_events(run, plain)  # object strings: a part with the Arrow schema, as before
     part = next((run / "events" / "rank-00000").glob("*.parquet"))
     assert pq.read_table(part).schema.field("name").type == EVENT_SCHEMA.field("name").type
-    loaded = Run.load(run).events
+    loaded = RunData.load(run).events
     expected = pd.concat([imported.astype({c: object for c in ("run_id", "host", "phase", "name", "detail")}), plain])
     key = ["rank", "start_ns", "end_ns", "name", "detail"]
     pd.testing.assert_frame_equal(
@@ -412,14 +412,14 @@ def test_imported_batches_are_written_as_dictionaries_and_read_back_as_strings(t
         check_dtype=False,
     )
     compact(run)  # a merge reads both kinds of part as the store's schema
-    assert len(Run.load(run).events) == len(expected)
+    assert len(RunData.load(run).events) == len(expected)
 
 
 def test_an_import_of_many_ranks_holds_small_parts_back_and_loses_nothing(tmp_path):
     """Rows of many ranks are held until a part is worth a file; every row lands once, in its rank's stream."""
     from workbench.events import events_frame
     from workbench.profile import ImportWriter
-    from workbench.store import Run, create_run
+    from workbench.store import RunData, create_run
 
     run = create_run(tmp_path, "t", ranks=16)
 
@@ -440,7 +440,7 @@ def test_an_import_of_many_ranks_holds_small_parts_back_and_loses_nothing(tmp_pa
     writer.flush()
     assert writer.written == 6 * 32
     assert len(list((run / "events").rglob("*.parquet"))) == 32
-    loaded = Run.load(run).events
+    loaded = RunData.load(run).events
     expected = pd.concat([frame.astype({c: object for c in ("run_id", "host", "phase", "name")}) for frame in batches])
     key = ["rank", "start_ns"]
     pd.testing.assert_frame_equal(
@@ -469,11 +469,11 @@ def test_a_batch_of_one_event_is_written(tmp_path):
     """Every column of a one-row batch holds one value: the row is still written, once."""
     from workbench.events import events_frame
     from workbench.profile import write_events
-    from workbench.store import Run, create_run
+    from workbench.store import RunData, create_run
 
     run = create_run(tmp_path, "t", ranks=1)
     one = events_frame([{"rank": 0, "phase": "in_flight", "name": "ALLREDUCE", "start_ns": 5, "end_ns": 9}])
     one = one.assign(run_id=run.name).astype({c: "category" for c in ("run_id", "host", "phase", "name", "detail")})
     assert write_events(run, one) == 1
-    loaded = Run.load(run).events
+    loaded = RunData.load(run).events
     assert loaded[["rank", "name", "start_ns", "end_ns"]].values.tolist() == [[0, "ALLREDUCE", 5, 9]]

@@ -24,7 +24,7 @@ from workbench.formats.gpu_trace import TraceFormatError, activity_kind, load_js
 from workbench.formats.horovod_timeline import TimelineError, iter_horovod_timeline
 from workbench.formats.trace_export import export_trace
 from workbench.importer import TraceImportError, import_traces
-from workbench.store import Run, RunTail
+from workbench.store import RunData, RunTail
 from workbench.widgets import Dashboard
 
 TRACES = Path(__file__).resolve().parents[2] / "data" / "traces"
@@ -32,7 +32,7 @@ STEP = MadeGpuStep(step_ns=16 * MS)  # the slow GPU's 12 ms of kernels + 2 ms al
 
 
 def _analysed(run_path: Path):
-    run = Run.load(run_path)
+    run = RunData.load(run_path)
     return run, analysis.analyse_run(
         run.events, run.memory, run.meta, rank_meta=run.rank_meta, counters=run.counters, devices=run.devices
     )
@@ -283,7 +283,7 @@ def test_a_timeline_and_profiles_of_one_job_are_one_run_on_one_clock(tmp_path):
         write_made_xplane(session / f"{host}.xplane.pb", host=host, gpus=2, steps=3, epoch_ns=epoch_ns)
     timeline = write_synthetic_timeline(tmp_path / "job" / "timeline.json", 0.02, ranks=4, origin_us=epoch_ns // 1000)
     result = import_traces([tmp_path / "job"], out=tmp_path / "runs")
-    run = Run.load(result.run_path)
+    run = RunData.load(result.run_path)
     assert result.ranks == 4 and run.meta["import"]["clocks"] == "aligned"
     collectives = run.events[run.events["phase"] == "in_flight"]
     negotiations = collectives[collectives["name"] == "NEGOTIATE_ALLREDUCE"]

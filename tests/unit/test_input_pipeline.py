@@ -16,7 +16,7 @@ from workbench.cases.input_pipeline import CASE, flattening
 from workbench.events import empty_events, events_frame
 from workbench.experiment import Experiment, parse_counts
 from workbench.recorder import Recorder
-from workbench.store import Run, RunTail, create_run
+from workbench.store import RunData, RunTail, create_run
 from workbench.workloads.contested_io import ContestedStorage, StorageModel, TokenBucket
 from workbench.workloads.input_pipeline import PipelineSettings
 
@@ -130,7 +130,7 @@ def test_counters_go_through_the_store_and_the_live_feed(tmp_path):
             recorder.counter("queue_depth", depth)
     assert tail.poll_counters()["value"].tolist() == [1.0, 2.0, 1.0, 0.0]
     assert tail.poll_counters().empty  # exactly once
-    counters = Run.load(path).counters
+    counters = RunData.load(path).counters
     assert counters["name"].unique().tolist() == ["queue_depth"] and (counters["time_ns"].diff().dropna() >= 0).all()
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from workbench.recorder import Recorder
-from workbench.store import Run, create_run
+from workbench.store import RunData, create_run
 
 tf = pytest.importorskip("tensorflow")
 
@@ -31,7 +31,7 @@ def test_fit_batches_are_numbered_compute_spans_and_validation_is_evaluation(tmp
     model.fit(x, y, batch_size=8, epochs=3, validation_split=1 / 3, verbose=0, callbacks=[recorder.keras_callback()])
     model.predict(x[:8], verbose=0, callbacks=[recorder.keras_callback()])
     recorder.close()
-    events = Run.load(run_path).events
+    events = RunData.load(run_path).events
     steps = events[events["name"] == "train_step"]
     assert (steps["phase"] == "compute").all()
     assert list(steps["step"]) == list(range(12))  # numbered across epochs, not per epoch
@@ -54,5 +54,5 @@ def test_record_batches_off_keeps_epochs_and_evaluation_only(tmp_path):
     _model().fit(x, y, batch_size=8, epochs=2, validation_split=1 / 3, verbose=0, callbacks=[callback])
     assert recorder.epoch == 1 and recorder.step == 7  # the recorder still knows where training is
     recorder.close()
-    events = Run.load(run_path).events
+    events = RunData.load(run_path).events
     assert list(events["name"]) == ["evaluate", "evaluate"]

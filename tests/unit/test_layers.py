@@ -22,7 +22,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("draw", ("figures",)),
     ("present", ("widgets", "text", "report")),
     ("run", ("cluster", "minicluster", "faults", "profile", "importer", "gradients", "rank_groups", "experiment",
-             "cases", "nodes")),
+             "cases", "node_sweep")),
     ("measure and commands", ("bench", "commands", "cli", "api", "__init__")),
 )  # fmt: skip
 LAYER_OF = {part: index for index, (_name, parts) in enumerate(LAYERS) for part in parts}

@@ -480,7 +480,7 @@ def test_run_on_the_minicluster_gives_the_sweep_its_nodes(capsys, monkeypatch):
 
 
 def test_slots_let_several_ranks_share_a_nodes_share():
-    from workbench.nodes import describe_nodes
+    from workbench.node_sweep import describe_nodes
 
     spec = MiniClusterSpec.make(2, cpus_per_node=0.8, link="1gbit", slots_per_node=2)
     assert [node.slurm_cpus for node in spec.nodes] == [2, 2]

@@ -8,7 +8,7 @@ import pytest
 
 from workbench.cases.pop_scaling import CASE
 from workbench.experiment import Experiment
-from workbench.store import Run, create_run, update_run_meta
+from workbench.store import RunData, create_run, update_run_meta
 from workbench.workloads.pop_scaling import PopSettings, resnet, train_on_rank
 
 
@@ -77,11 +77,11 @@ def test_workload_in_one_process_records_every_phase(tmp_path):
     settings = PopSettings(image_size=32, batch=8, epoch_samples=32, epochs=2, test_samples=16, patches=8)
     result = train_on_rank(str(path), asdict(settings))
     assert result["steps"] == 8 and len(result["history"]) == 2
-    events = Run.load(path).events
+    events = RunData.load(path).events
     counts = events.groupby(["phase", "name"]).size().to_dict()
     assert counts[("input", "next_batch")] == 8 and counts[("compute", "train_step")] == 8
     assert counts[("evaluation", "test")] == 2  # one sequential test phase per epoch
     update_run_meta(path, rank_results=[result])  # as the experiment runner stores them
     point = Experiment("pop-scaling", preset="ci", ranks=1).plan()[0]
-    row = CASE.row(Run.load(path), point, CASE.presets["ci"])
+    row = CASE.row(RunData.load(path), point, CASE.presets["ci"])
     assert 0 < row["test_fraction"] < 1 and row["load_balance"] == 1.0

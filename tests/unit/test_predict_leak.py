@@ -13,7 +13,7 @@ import pytest
 from workbench.cases import predict_leak as case
 from workbench.experiment import Experiment, Point, build_result, write_outputs
 from workbench.recorder import Recorder
-from workbench.store import Run, StreamWriter, create_run
+from workbench.store import RunData, StreamWriter, create_run
 from workbench.workloads.predict_leak import CONTROL, METHODS, kept_mb_per_call, method_order, run_methods
 
 RUN_ID = "synthetic"
@@ -38,7 +38,7 @@ def test_worst_verdict_over_ranks():
     assert case.worst_verdict(["no leak", "no leak"]) == "no leak"
 
 
-def _write_synthetic_run(root, slopes: dict[str, float], *, ranks: int = 2, calls: int = 30) -> Run:
+def _write_synthetic_run(root, slopes: dict[str, float], *, ranks: int = 2, calls: int = 30) -> RunData:
     """A run whose RSS grows exactly ``slope`` MB per call per method (plus 1 kB noise), 10 ms spans."""
     path = create_run(
         root,
@@ -69,10 +69,10 @@ def _write_synthetic_run(root, slopes: dict[str, float], *, ranks: int = 2, call
             StreamWriter(path, stream, rank).write(
                 {"run_id": [RUN_ID] * n, "rank": [rank] * n, "host": ["h"] * n, **columns}
             )
-    return Run.load(path)
+    return RunData.load(path)
 
 
-def _result(run: Run, out, methods, calls: int = 30):
+def _result(run: RunData, out, methods, calls: int = 30):
     """The case's result from one recorded run, through the same code the runner uses, written to ``out``."""
     settings = case.CASE.settings("ci", {"methods": tuple(methods), "iterations": calls, "warmup": 0})
     result = build_result(case.CASE, "ci", settings, {"n2": (Point.of(2), run)}, out=out)
@@ -163,7 +163,7 @@ def test_workload_in_one_process_lands_every_call_in_the_store(tmp_path):
     assert result["order"] == list(METHODS)
     assert set(result["timing"]) == set(METHODS)
     assert result["timing"][CONTROL]["kept_mb"] == pytest.approx(iterations * kept_mb_per_call(32))
-    run = Run.load(path)
+    run = RunData.load(path)
     calls = run.memory[run.memory["iteration"] >= 0]
     counts = calls.groupby("label")["iteration"].agg(["count", "min", "max"])
     assert set(counts.index) == set(METHODS)
@@ -195,7 +195,7 @@ def test_detector_catches_the_control_and_stays_quiet_on_flat_methods(tmp_path):
         f"    run_methods(recorder, methods={methods!r}, iterations=80, warmup=40)\n"
     )
     subprocess.run([sys.executable, "-c", script, str(path)], check=True, timeout=600)
-    samples = Run.load(path).memory
+    samples = RunData.load(path).memory
     growth = memory_growth(samples, leak_threshold_mb=0.05).set_index("label")
     assert growth.loc[CONTROL, "verdict"] == "leak"
     # what the control keeps, plus the allocator's own per-call growth (1.10x the kept bytes was seen)

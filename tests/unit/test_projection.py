@@ -498,7 +498,7 @@ def test_cli_parses_project_and_bench_projection():
 
 
 def test_validation_summary_is_median_and_max_of_absolute_errors():
-    from workbench.bench.projection import validation_summary
+    from workbench.bench.projection_check import validation_summary
 
     table = pd.DataFrame({"error": [0.10, -0.02, 0.04, float("nan")]})
     summary = validation_summary(table)
@@ -519,7 +519,7 @@ def _repeated_points(measured_each, predicted_each, repetitions=3, points=8):
 
 
 def test_noise_floor_is_zero_where_repetitions_agree_and_grows_with_their_scatter():
-    from workbench.bench.projection import noise_floor
+    from workbench.bench.projection_check import noise_floor
 
     agreeing = noise_floor(_repeated_points([2.0, 2.0, 2.0], [2.4, 2.4, 2.4]), draws=500)
     assert agreeing["median_error"] == 0.0 and agreeing["max_error"] == 0.0  # a biased model is not noise
@@ -603,8 +603,8 @@ def test_waiting_for_input_can_count_as_lost_in_the_pop_metrics():
 
 
 def test_validation_compares_medians_of_repetitions_and_keeps_each_ones_error(tmp_path):
-    from workbench.bench.projection import validation_table
-    from workbench.store import Run, StreamWriter, create_run, update_run_meta
+    from workbench.bench.projection_check import validation_table
+    from workbench.store import RunData, StreamWriter, create_run, update_run_meta
 
     def recorded(directory, name, ranks, threads, compute_ms):
         path = create_run(directory, name, ranks=ranks, config={"cluster": {"threads": threads}}, extra={"cores": 2})
@@ -645,7 +645,7 @@ def test_validation_compares_medians_of_repetitions_and_keeps_each_ones_error(tm
     predicted, model_steps = [], []
     for repetition in (0, 1):
         base = pd.read_parquet(tmp_path / f"sweep-1thread-r{repetition}" / "runs.parquet")["path"].iloc[0]
-        run = Run.load(base)
+        run = RunData.load(base)
         profile = pj.step_costs(run.events, run.meta, run.memory)
         no_horovod = pj.network(net, per_call_s=0.0, horovod_thread_cores=0.0)
         model = pj.project(profile, [2], no_horovod, bootstrap=0).table.iloc[0]
@@ -669,7 +669,7 @@ def test_validation_compares_medians_of_repetitions_and_keeps_each_ones_error(tm
 def test_parameter_server_points_are_projected_from_the_allreduce_run_and_the_rpcs_the_ps_run_added(tmp_path):
     """A ps-vs-allreduce sweep: the PS point on 2 workers is modelled from the 1-worker allreduce run's steps, plus
     what the 1-worker PS run's step took beyond it (the pulls and pushes through the local server)."""
-    from workbench.bench.projection import validation_table
+    from workbench.bench.projection_check import validation_table
     from workbench.store import StreamWriter, create_run, update_run_meta
 
     def recorded(name, workers):

@@ -310,7 +310,7 @@ def test_the_published_check_fits_nothing_and_gives_a_reason_for_each_row_off_by
 
 
 def test_a_node_row_counts_as_nodes_of_their_share_only_where_the_quota_bound_as_on_one_node():
-    from workbench.bench.projection import QUOTA_BINDING_SHARE, nodes_of_their_share, nodes_summary
+    from workbench.bench.projection_check import QUOTA_BINDING_SHARE, nodes_of_their_share, nodes_summary
 
     def row(bound: float, base: float = 1.0, error: float = 0.02, ranks: int = 2):
         return {"cpu_target": {"throttled_share": bound}, "cpu_base": {"throttled_share": base}, "error": error,

@@ -7,7 +7,7 @@ import pytest
 
 from workbench.events import UnknownPhaseError
 from workbench.recorder import Recorder, default_flush_interval, detect_rank
-from workbench.store import Run, create_run
+from workbench.store import RunData, create_run
 
 
 @pytest.fixture()
@@ -31,7 +31,7 @@ def test_context_manager_decorator_and_iterator(recorder):
             time.sleep(0.002 * item)
     assert evaluate() == 7
     recorder.close()
-    events = Run.load(recorder.run_path).events
+    events = RunData.load(recorder.run_path).events
     assert list(events["phase"]).count("input") == 3
     steps = events[events["name"] == "train_step"]
     assert list(steps["step"]) == [0, 1, 2]
@@ -59,7 +59,7 @@ def test_spans_with_a_detail_per_step_keep_every_row_and_a_bounded_cache(recorde
     # the prepared heads stop at the cap; spans past it are still recorded, each with its own detail
     assert len(recorder._heads) == recorder_module._MAX_CACHED_HEADS
     recorder.close()
-    events = Run.load(recorder.run_path).events
+    events = RunData.load(recorder.run_path).events
     assert len(events) == spans
     assert list(events["detail"][-2:]) == [f"batch {spans - 2}", f"batch {spans - 1}"]
     assert set(events["phase"]) == {"compute"} and list(events["step"][:3]) == [0, 1, 2]
@@ -79,9 +79,9 @@ def test_memory_samples_at_call_sites_and_interval(recorder):
     for i in range(5):
         recorder.sample_memory("predict", iteration=i)
     # the background thread samples every 0.02 s and flushes every 0.05 s: wait for three of its samples
-    _wait_until(lambda: (Run.load(recorder.run_path).memory["label"] == "interval").sum() >= 3)
+    _wait_until(lambda: (RunData.load(recorder.run_path).memory["label"] == "interval").sum() >= 3)
     recorder.close()
-    memory = Run.load(recorder.run_path).memory
+    memory = RunData.load(recorder.run_path).memory
     calls = memory[memory["label"] == "predict"]
     assert list(calls["iteration"]) == [0, 1, 2, 3, 4]
     assert (memory["rss_bytes"] > 10_000_000).all()
@@ -92,7 +92,7 @@ def test_flush_is_visible_while_running(recorder):
     with recorder.phase("compute"):
         pass
     # nobody calls flush(): only the background thread can make the span visible
-    _wait_until(lambda: len(Run.load(recorder.run_path).events) == 1)
+    _wait_until(lambda: len(RunData.load(recorder.run_path).events) == 1)
     assert recorder._thread.is_alive()
 
 
@@ -113,7 +113,7 @@ def test_a_clock_offset_is_taken_off_every_timestamp(tmp_path):
     recorder.record("communication", 10_000_000_000, 10_000_500_000, "already_aligned", aligned=True)
     assert before - offset <= recorder.now_ns() <= time.time_ns() - offset
     recorder.close()
-    run = Run.load(run_path)
+    run = RunData.load(run_path)
     spans = run.events.set_index("name")
     assert before - offset <= spans.loc["train_step", "start_ns"] <= spans.loc["train_step", "end_ns"] <= after - offset
     assert (spans.loc["local", "start_ns"], spans.loc["local", "end_ns"]) == (7_000_000_000, 7_000_500_000)
@@ -184,7 +184,7 @@ def test_memory_samples_do_not_add_flushes(tmp_path):
         with rec.phase("compute"):
             time.sleep(0.01)
     rec.close()
-    samples = int((Run.load(path).memory["label"] == "interval").sum())
+    samples = int((RunData.load(path).memory["label"] == "interval").sum())
     assert samples >= 15  # the sampler kept its own interval
     # spans every 0.1 s; the samples after 1 s and at close(): a file per sample would have made dozens
     assert len(written["events"]) >= 6

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from workbench.experiment import get_case
-from workbench.store import Run
+from workbench.store import RunData
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Calls that would run code or unpickle objects stored in a file.
@@ -50,7 +50,7 @@ def test_a_foreign_run_directory_is_read_as_data(tmp_path):
         "experiment": {"case": "os.system", "preset": "$(touch pwned)", "point": "n1", "params": {}},
     }
     (run / "run.json").write_text(json.dumps(meta))
-    loaded = Run.load(run)
+    loaded = RunData.load(run)
     assert loaded.meta["experiment"]["case"] == "os.system" and loaded.events.empty
     with pytest.raises(ValueError, match=r"unknown case 'os\.system'"):
         get_case(loaded.meta["experiment"]["case"])

@@ -14,7 +14,16 @@ import pytest
 
 from workbench.config import physical_cores
 from workbench.events import EVENT_COLUMNS, events_frame
-from workbench.store import NotARunError, Run, RunTail, StreamWriter, compact, create_run, list_runs, update_run_meta
+from workbench.store import (
+    NotARunError,
+    RunData,
+    RunTail,
+    StreamWriter,
+    compact,
+    create_run,
+    list_runs,
+    update_run_meta,
+)
 
 
 def _rows(rank: int, count: int, offset: int = 0) -> dict[str, list]:
@@ -64,7 +73,7 @@ def test_schema_round_trip(tmp_path):
     )
     for rank, rows in written.groupby("rank"):
         StreamWriter(run_path, "events", int(rank)).write(rows.to_dict(orient="list"))
-    run = Run.load(run_path)
+    run = RunData.load(run_path)
     assert list(run.events.columns) == list(EVENT_COLUMNS)
     expected = written.sort_values(["rank", "start_ns"], ignore_index=True)
     pd.testing.assert_frame_equal(run.events, expected)
@@ -77,13 +86,13 @@ def test_schema_round_trip(tmp_path):
 
 def test_not_a_run_is_one_clear_line(tmp_path):
     with pytest.raises(NotARunError, match=r"is not a workbench run \(no run.json\)"):
-        Run.load(tmp_path)
+        RunData.load(tmp_path)
     with pytest.raises(NotARunError, match="does not exist"):
-        Run.load(tmp_path / "missing")
+        RunData.load(tmp_path / "missing")
     broken = create_run(tmp_path, "broken")
     (broken / "run.json").write_text("{not json")
     with pytest.raises(NotARunError, match="is not valid JSON"):
-        Run.load(broken)
+        RunData.load(broken)
 
 
 def test_tail_delivers_every_row_exactly_once_across_compaction(tmp_path):
@@ -99,7 +108,7 @@ def test_tail_delivers_every_row_exactly_once_across_compaction(tmp_path):
     second, _ = tail.poll()
     assert sorted(second["step"]) == [3, 4, 5, 6]
     assert len(tail.poll()[0]) == 0
-    assert len(Run.load(run_path).events) == 9
+    assert len(RunData.load(run_path).events) == 9
     assert len(list((run_path / "events" / "rank-00000").glob("*.parquet"))) == 1
 
 
@@ -153,7 +162,7 @@ def _wait_for(predicate, ceiling_s: float = 30.0, what: str = "the condition"):
 
 
 def _count_if_at_least(run_path, least: int) -> int:
-    count = len(Run.load(run_path).events)
+    count = len(RunData.load(run_path).events)
     return count if count >= least else 0
 
 
@@ -179,7 +188,7 @@ def test_a_killed_rank_leaves_its_flushed_events_readable(tmp_path):
     finally:
         process.kill()
         process.wait(timeout=10)
-    events = Run.load(run_path).events
+    events = RunData.load(run_path).events
     assert len(events) >= seen
     assert list(events["step"]) == list(range(len(events)))  # a prefix, nothing torn or duplicated
     for part in _visible_parts(run_path):
@@ -215,7 +224,7 @@ def test_a_write_torn_by_a_kill_never_becomes_a_visible_part(tmp_path):
     )
     completed = subprocess.run([sys.executable, "-c", script], timeout=120, check=False)
     assert completed.returncode == -signal.SIGKILL
-    events = Run.load(run_path).events
+    events = RunData.load(run_path).events
     assert list(events["step"]) == list(range(20))
     assert [p.name for p in sorted(_visible_parts(run_path))] == [
         "00000001-00000001.parquet",
@@ -239,7 +248,7 @@ def test_a_crash_during_compaction_loses_and_doubles_nothing(tmp_path, crash_in,
     writer = StreamWriter(run_path, "events", 0)
     for batch in range(3):
         writer.write(_rows(0, 4, offset=4 * batch))
-    expected = Run.load(run_path).events
+    expected = RunData.load(run_path).events
     tail = RunTail(run_path)
     assert len(tail.poll()[0]) == 12
     script = textwrap.dedent(
@@ -264,11 +273,11 @@ def test_a_crash_during_compaction_loses_and_doubles_nothing(tmp_path, crash_in,
     )
     completed = subprocess.run([sys.executable, "-c", script], timeout=120, check=False)
     assert completed.returncode == -signal.SIGKILL
-    pd.testing.assert_frame_equal(Run.load(run_path).events, expected)
+    pd.testing.assert_frame_equal(RunData.load(run_path).events, expected)
     assert len(tail.poll()[0]) == 0  # a live reader gets no row twice
     compact(run_path)  # compaction run again finishes the job
     assert [p.name for p in _visible_parts(run_path)] == ["00000001-00000003.parquet"]
-    pd.testing.assert_frame_equal(Run.load(run_path).events, expected)
+    pd.testing.assert_frame_equal(RunData.load(run_path).events, expected)
     assert len(tail.poll()[0]) == 0
 
 

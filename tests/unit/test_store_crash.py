@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from workbench.store import Run, RunTail, StreamWriter, create_run
+from workbench.store import RunData, RunTail, StreamWriter, create_run
 
 ROWS = {
     "run_id": ["r"] * 3,
@@ -49,11 +49,11 @@ def test_a_write_killed_before_its_rename_leaves_no_rows_and_blocks_nothing(tmp_
     rows = {**ROWS, "step": [3, 4, 5], "start_ns": [30, 40, 50]}
     _killed_at(f"store.os.replace = die\nstore.StreamWriter(path, 'events', 0).write({rows!r})", path)
     assert list((path / "events" / "rank-00000").glob(".*.tmp"))  # the torn write really happened
-    assert list(Run.load(path).events["step"]) == [0, 1, 2]  # nothing half-written is read
+    assert list(RunData.load(path).events["step"]) == [0, 1, 2]  # nothing half-written is read
     assert tail.poll()[0].empty
     _write(path, [6, 7, 8])  # a restarted writer goes on; its rows arrive exactly once
     assert list(tail.poll()[0]["step"]) == [6, 7, 8]
-    assert list(Run.load(path).events["step"]) == [0, 1, 2, 6, 7, 8]
+    assert list(RunData.load(path).events["step"]) == [0, 1, 2, 6, 7, 8]
 
 
 def test_compaction_killed_before_removing_the_parts_duplicates_nothing(tmp_path):
@@ -71,7 +71,7 @@ def test_compaction_killed_before_removing_the_parts_duplicates_nothing(tmp_path
         "00000002-00000002.parquet",
         "00000003-00000003.parquet",
     ]
-    assert list(Run.load(path).events["step"]) == list(range(9))  # each row once
+    assert list(RunData.load(path).events["step"]) == list(range(9))  # each row once
     assert tail.poll()[0].empty
     _write(path, [9, 10, 11])
     assert list(tail.poll()[0]["step"]) == [9, 10, 11]

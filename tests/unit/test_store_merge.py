@@ -7,7 +7,7 @@ import threading
 import pytest
 from test_store_crash import ROWS, _killed_at
 
-from workbench.store import Run, RunTail, StreamWriter, _parts, create_run
+from workbench.store import RunData, RunTail, StreamWriter, _parts, create_run
 
 
 def _rows(step: int) -> dict:
@@ -30,7 +30,7 @@ def test_files_merge_by_size_class_and_every_row_stays_in_order(tmp_path):
         "00000081-00000096.parquet",
         "00000097-00000100.parquet",
     ]
-    steps = Run.load(path).events["step"].tolist()
+    steps = RunData.load(path).events["step"].tolist()
     assert steps == [step for step in range(100) for _ in range(3)]
 
 
@@ -95,13 +95,13 @@ def test_a_merge_killed_at_any_point_loses_and_doubles_nothing(tmp_path, kill):
         )
     _killed_at(code, path)
     expected = [step for step in range(4) for _ in range(3)]
-    assert Run.load(path).events["step"].tolist() == expected
+    assert RunData.load(path).events["step"].tolist() == expected
     assert tail.poll()[0]["step"].tolist() == [3, 3, 3]
     writer = StreamWriter(path, "events", 0, merge_fanout=4)  # a restarted writer goes on
     for step in range(4, 9):
         writer.write(_rows(step))
     assert tail.poll()[0]["step"].tolist() == [step for step in range(4, 9) for _ in range(3)]
-    assert Run.load(path).events["step"].tolist() == [step for step in range(9) for _ in range(3)]
+    assert RunData.load(path).events["step"].tolist() == [step for step in range(9) for _ in range(3)]
 
 
 def test_a_writer_merges_its_own_parts_from_memory_and_the_files_read_as_from_disk(tmp_path, monkeypatch):
@@ -128,4 +128,5 @@ def test_a_writer_merges_its_own_parts_from_memory_and_the_files_read_as_from_di
     for step in range(20):  # a new writer each batch holds nothing: every merge reads its parts from disk
         StreamWriter(from_disk, "events", 0, merge_fanout=4).write(_rows(step))
     assert _files(held) == _files(from_disk) == ["00000001-00000016.parquet", "00000017-00000020.parquet"]
-    assert Run.load(held).events.drop(columns="run_id").equals(Run.load(from_disk).events.drop(columns="run_id"))
+    held_events = RunData.load(held).events.drop(columns="run_id")
+    assert held_events.equals(RunData.load(from_disk).events.drop(columns="run_id"))

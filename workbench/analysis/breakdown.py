@@ -194,42 +194,11 @@ def lane_table(
     phase_codes, phase_labels = _phase_codes(frame)
     n_phases = len(phase_labels)
 
-    # Timeline pieces (epoch/step) as one integer code.
-    piece: np.ndarray | int = 0  # one piece (no epoch/step): a scalar, not a column of zeros
-    piece_values: list[np.ndarray] = []
-    n_pieces = 1
-    for column in timeline_columns:
-        codes, labels = _factorize_int(frame[column].to_numpy())
-        piece = piece * len(labels) + codes.astype(np.int64)
-        n_pieces *= len(labels)
-        piece_values.append(np.asarray(labels))
-    if timeline_columns:
-        piece, piece_labels = _factorize_int(np.asarray(piece))
-        piece = piece.astype(np.int64, copy=False)  # multiplied by the phase count below
-        n_pieces = len(piece_labels)
-    else:
-        piece_labels = np.zeros(1, dtype=np.int64)
-
+    piece, piece_labels, piece_values = _timeline_pieces(frame, timeline_columns)
+    n_pieces = len(piece_labels)
     start = frame["start_ns"].to_numpy(np.int64)
     end = frame["end_ns"].to_numpy(np.int64)
-
-    # Extent of every (run, piece) over all ranks: the wall time each lane is measured against.
-    if timeline_columns or len(run_labels) > 1:
-        run_piece = run_codes.astype(np.int64) * n_pieces + piece if timeline_columns else run_codes
-        rp_codes, rp_labels = _factorize_int(np.asarray(run_piece, dtype=np.int64))
-        extent_start = _group_reduce(np.minimum, rp_codes, len(rp_labels), start, np.iinfo(np.int64).max)
-        extent_end = _group_reduce(np.maximum, rp_codes, len(rp_labels), end, np.iinfo(np.int64).min)
-        del rp_codes
-    else:  # one run, one piece: no per-row codes to build
-        rp_labels = np.zeros(1, dtype=np.int64)
-        extent_start, extent_end = np.asarray([start.min()]), np.asarray([end.max()])
-    extent = pd.DataFrame(
-        {
-            "run": rp_labels // n_pieces,
-            "piece": rp_labels % n_pieces,
-            "extent_ns": (extent_end - extent_start),
-        }
-    )
+    extent = _piece_extents(run_codes, len(run_labels), piece, n_pieces, start, end)
 
     # Busy time per (lane, piece, phase), summed lane by lane.
     cell = piece * n_phases + phase_codes if timeline_columns else phase_codes
@@ -284,6 +253,41 @@ def lane_table(
     out["phase"] = np.asarray([*list(phase_labels), ev.IDLE], dtype=object)[cells["phase_code"].to_numpy()]
     out["ns"] = cells["ns"].to_numpy(dtype=np.float64)
     return out[columns]
+
+
+def _timeline_pieces(
+    frame: pd.DataFrame, timeline_columns: tuple[str, ...]
+) -> tuple[np.ndarray | int, np.ndarray, list[np.ndarray]]:
+    """Timeline pieces (epoch, step, or both) as one integer code per row, their labels in code order, and each
+    column's own labels; without timeline columns one piece, the scalar 0 (not a column of zeros)."""
+    if not timeline_columns:
+        return 0, np.zeros(1, dtype=np.int64), []
+    combined: np.ndarray | int = 0
+    piece_values: list[np.ndarray] = []
+    for column in timeline_columns:
+        codes, labels = _factorize_int(frame[column].to_numpy())
+        combined = combined * len(labels) + codes.astype(np.int64)
+        piece_values.append(np.asarray(labels))
+    piece, piece_labels = _factorize_int(np.asarray(combined))
+    return piece.astype(np.int64, copy=False), piece_labels, piece_values  # int64: multiplied by the phase count
+
+
+def _piece_extents(
+    run_codes: np.ndarray, n_runs: int, piece: np.ndarray | int, n_pieces: int, start: np.ndarray, end: np.ndarray
+) -> pd.DataFrame:
+    """``run, piece, extent_ns``: each (run, piece)'s first start to last end over all ranks, the wall time every
+    lane of it is measured against."""
+    if isinstance(piece, np.ndarray) or n_runs > 1:
+        run_piece = run_codes.astype(np.int64) * n_pieces + piece if isinstance(piece, np.ndarray) else run_codes
+        rp_codes, rp_labels = _factorize_int(np.asarray(run_piece, dtype=np.int64))
+        extent_start = _group_reduce(np.minimum, rp_codes, len(rp_labels), start, np.iinfo(np.int64).max)
+        extent_end = _group_reduce(np.maximum, rp_codes, len(rp_labels), end, np.iinfo(np.int64).min)
+    else:  # one run, one piece: no per-row codes to build
+        rp_labels = np.zeros(1, dtype=np.int64)
+        extent_start, extent_end = np.asarray([start.min()]), np.asarray([end.max()])
+    return pd.DataFrame(
+        {"run": rp_labels // n_pieces, "piece": rp_labels % n_pieces, "extent_ns": (extent_end - extent_start)}
+    )
 
 
 # --------------------------------------------------------------------------------------------

@@ -218,19 +218,9 @@ def analyse_run(
     hosts = run_hosts(events, memory, rank_meta)
     events = events.assign(run_id=run_id) if len(events) else events
     extra: list[pd.DataFrame] = []
-    backwards = (events["end_ns"] < events["start_ns"]).to_numpy() if len(events) else np.zeros(0, bool)
-    if backwards.any():
-        first = events[backwards].iloc[0]
-        extra.append(
-            backwards_finding(
-                int(backwards.sum()),
-                int(first["rank"]),
-                first.get("name", first["phase"]),
-                events.loc[backwards, "rank"],
-                hosts,
-            )
-        )
-        events = events[~backwards]
+    events, backwards = _without_backwards_spans(events, hosts)
+    if backwards is not None:
+        extra.append(backwards)
 
     if devices is not None and len(devices):
         # a GPU's spans already hold its idle time between kernels: nothing is derived from step lengths
@@ -264,30 +254,10 @@ def analyse_run(
         extra.append(combine_findings(pd.DataFrame(stragglers)))
     gpus = pd.DataFrame()
     if devices is not None and len(devices):
-        gpu_steps = device_step_table(devices)
-        gpus = device_summary(gpu_steps)
-        idle_devices = meta.get("devices_idle") if isinstance(meta.get("devices_idle"), Mapping) else None
-        gpu_found = device_findings(
-            gpus, gpu_steps, idle_devices=idle_devices, profile_s=wall_s, min_fraction=min_fraction
-        )
-        extra.append(combine_findings(pd.DataFrame(gpu_found)))
-        launch_found = launch_findings(
-            idle_by_cause(devices), launch_summary(kernel_launches(devices)), wall_s=wall_s, min_fraction=min_fraction
-        )
-        extra.append(combine_findings(pd.DataFrame(launch_found)))
+        gpus, gpu_found = _gpu_tables_and_findings(devices, meta, wall_s=wall_s, min_fraction=min_fraction)
+        extra += gpu_found
     if len(in_flight) and gpus.empty:
-        busiest = in_flight.sort_values("in_flight_s").iloc[-1]
-        share = f"{busiest['in_flight_s'] / wall_s:.0%} of wall time, " if wall_s else ""
-        extra.append(
-            missing_data_finding(
-                "collectives_in_flight",
-                f"Horovod had collectives in flight {share}{busiest['overlapped_share']:.0%} of it while"
-                f" {ev.ranks_with_hosts([int(busiest['rank'])], hosts)} was in its own spans: that is overlap with"
-                " compute, not time taken from"
-                " it; the time ranks really waited is derived from step lengths and readiness (communication_wait)",
-                ev.rank_list(in_flight["rank"]),
-            )
-        )
+        extra.append(_in_flight_finding(in_flight, wall_s, hosts))
     if meta:
         extra.append(oversubscription_finding_from_meta(meta, wall_s=wall_s))
         if isinstance(meta.get("links"), Mapping):
@@ -320,6 +290,47 @@ def analyse_run(
         in_flight=with_hosts(in_flight, hosts),
         keras_calls=with_hosts(keras_calls, hosts),
         devices=gpus,
+    )
+
+
+def _without_backwards_spans(
+    events: pd.DataFrame, hosts: Mapping[int, str]
+) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """The events without spans that end before they start, and the finding that counts them (None: none)."""
+    backwards = (events["end_ns"] < events["start_ns"]).to_numpy() if len(events) else np.zeros(0, bool)
+    if not backwards.any():
+        return events, None
+    first = events[backwards].iloc[0]
+    name = first.get("name", first["phase"])
+    found = backwards_finding(int(backwards.sum()), int(first["rank"]), name, events.loc[backwards, "rank"], hosts)
+    return events[~backwards], found
+
+
+def _gpu_tables_and_findings(
+    devices: pd.DataFrame, meta: Mapping[str, Any], *, wall_s: float | None, min_fraction: float
+) -> tuple[pd.DataFrame, list[pd.DataFrame]]:
+    """Per GPU busy, idle and communication (``device_summary``), and the findings on GPUs and on their launches."""
+    gpu_steps = device_step_table(devices)
+    gpus = device_summary(gpu_steps)
+    idle_devices = meta.get("devices_idle") if isinstance(meta.get("devices_idle"), Mapping) else None
+    gpu_found = device_findings(gpus, gpu_steps, idle_devices=idle_devices, profile_s=wall_s, min_fraction=min_fraction)
+    launch_found = launch_findings(
+        idle_by_cause(devices), launch_summary(kernel_launches(devices)), wall_s=wall_s, min_fraction=min_fraction
+    )
+    return gpus, [combine_findings(pd.DataFrame(gpu_found)), combine_findings(pd.DataFrame(launch_found))]
+
+
+def _in_flight_finding(in_flight: pd.DataFrame, wall_s: float | None, hosts: Mapping[int, str]) -> pd.DataFrame:
+    """Horovod's collectives in flight beside the ranks' own spans: overlap, said so, not time taken from compute."""
+    busiest = in_flight.sort_values("in_flight_s").iloc[-1]
+    share = f"{busiest['in_flight_s'] / wall_s:.0%} of wall time, " if wall_s else ""
+    return missing_data_finding(
+        "collectives_in_flight",
+        f"Horovod had collectives in flight {share}{busiest['overlapped_share']:.0%} of it while"
+        f" {ev.ranks_with_hosts([int(busiest['rank'])], hosts)} was in its own spans: that is overlap with"
+        " compute, not time taken from"
+        " it; the time ranks really waited is derived from step lengths and readiness (communication_wait)",
+        ev.rank_list(in_flight["rank"]),
     )
 
 

@@ -143,7 +143,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark(
         "projection",
         "scaling projection checked against saved sweeps (artifacts/), the seeds and published results",
-        "workbench.bench.projection",
+        "workbench.bench.projection_check",
         (
             option("--allreduce", default=None, metavar="FILE", help="bench allreduce --json to fit"),
             option(

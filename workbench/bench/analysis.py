@@ -238,10 +238,10 @@ import json, os, sys, time
 os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[-1]})  # one core
 from workbench.analysis import findings, phase_breakdown, pop_metrics
 from workbench.rank_groups import peak_rss  # VmHWM: starts afresh with exec, unlike ru_maxrss
-from workbench.store import Run
+from workbench.store import RunData
 cpu = time.process_time()
 started = time.perf_counter()
-run = Run.load(sys.argv[1], categorical=sys.argv[2] == "categorical")
+run = RunData.load(sys.argv[1], categorical=sys.argv[2] == "categorical")
 loaded = time.perf_counter()
 breakdown = phase_breakdown(run.events, by=("run_id", "rank"), ranks=run.ranks)
 broken = time.perf_counter()
@@ -338,10 +338,10 @@ import json, sys, time
 from workbench import events as ev
 from workbench.analysis import allreduce_lateness, findings, lateness_summary, phase_breakdown, pop_metrics
 from workbench.rank_groups import peak_rss
-from workbench.store import Run
+from workbench.store import RunData
 cpu = time.process_time()
 started = time.perf_counter()
-run = Run.load(sys.argv[1], categorical=True)
+run = RunData.load(sys.argv[1], categorical=True)
 breakdown = phase_breakdown(run.events, by=("run_id", "rank"), ranks=run.ranks)
 pop = pop_metrics(run.events, breakdown=breakdown)
 found = findings(run.events, pop=pop, ranks=run.ranks, breakdown=breakdown, hosts=ev.rank_hosts(run.events))

@@ -45,7 +45,7 @@ from workbench.markdown import (
     table,
     times,
 )
-from workbench.store import Run
+from workbench.store import RunData
 from workbench.workloads.sgan import SganSettings, train_on_rank
 
 #: Named sets of runtime settings: ClusterConfig fields each set changes (the seed's Figure 7).
@@ -216,6 +216,7 @@ class CpuTuning(Case):
     def docs_tables(self) -> dict[str, Callable[[Mapping[str, Any], SavedResults], str]]:
         """The docs' tables this case renders, by the name of the saved result each comes from."""
         return {"cpu-tuning-reduced": render_cpu_tuning, "cpu-tuning-nodes": render_cpu_tuning_nodes}
+
     def points(self, settings: CpuTuningSettings, max_ranks: int) -> list[Point]:
         if settings.nodes:  # on a cluster's nodes: the node's share fixed, split into ranks x threads
             return [
@@ -255,7 +256,7 @@ class CpuTuning(Case):
             fields["nodes"] = point["nodes"]  # the point's ranks on these nodes only, ranks_per_node each
         return fields
 
-    def row(self, run: Run, point: Point, settings: CpuTuningSettings) -> dict[str, Any]:
+    def row(self, run: RunData, point: Point, settings: CpuTuningSettings) -> dict[str, Any]:
         results = run.meta.get("rank_results") or []
         first = next((r for r in results if r.get("rank") == 0), results[0] if results else {})
         per_iteration = iteration_seconds(run.events, settings.warmup_iterations)
@@ -305,7 +306,7 @@ class CpuTuning(Case):
             "path": str(run.path),
         }
 
-    def tables(self, rows: pd.DataFrame, runs: Mapping[str, Run], settings: CpuTuningSettings) -> dict[str, Any]:
+    def tables(self, rows: pd.DataFrame, runs: Mapping[str, RunData], settings: CpuTuningSettings) -> dict[str, Any]:
         table = rows.sort_values(["ranks", "mpi", "set", "eval", "inter", "intra"]).reset_index(drop=True)
         table = table.reindex(columns=[*table.columns, *(c for c in POINT_CPU_COLUMNS if c not in table)])
         table["valid"] = table["horovod_size"] == table["ranks"]

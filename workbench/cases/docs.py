@@ -23,7 +23,7 @@ def case_text(saved: Mapping[str, Any]) -> str:
 def node_cluster(saved: Mapping[str, Any]) -> tuple[str, str]:
     """(the link, ``0.4 core per node``) of a node sweep: from its ``cluster``, else from its command's options."""
     from workbench.minicluster import format_link_rate, parse_rate
-    from workbench.nodes import describe_nodes
+    from workbench.node_sweep import describe_nodes
 
     nodes = saved["result"].get("cluster", {}).get("nodes")
     if nodes:

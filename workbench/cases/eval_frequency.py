@@ -35,7 +35,7 @@ from workbench.markdown import (
     times,
     varied,
 )
-from workbench.store import Run
+from workbench.store import RunData
 from workbench.workloads.eval_frequency import BACKENDS, TrainSettings, train_on_rank
 
 SEED_SPEEDUP_EVAL_FIX = 2.18
@@ -224,7 +224,8 @@ class EvalFrequency(Case):
     def docs_tables(self) -> dict[str, Callable[[Mapping[str, Any], SavedResults], str]]:
         """The docs' tables this case renders, by the name of the saved result each comes from."""
         return {"eval-frequency-reduced": render_eval_frequency, "eval-frequency-nodes": render_eval_frequency_nodes}
-    def projection_inputs(self, run: Run, row: Any) -> tuple[dict[str, Any], float, str]:
+
+    def projection_inputs(self, run: RunData, row: Any) -> tuple[dict[str, Any], float, str]:
         """The mpi4py backend calls MPI.Allreduce directly (no Horovod cost per call); the workload takes whole
         batches of each rank's shard, so the training set's size fixes its steps per epoch at every rank count;
         measured: the wall time."""
@@ -242,7 +243,7 @@ class EvalFrequency(Case):
     def workload_kwargs(self, settings: EvalFrequencySettings, point: Point) -> dict[str, Any]:
         return {"settings_dict": asdict(settings.train(point["backend"], point["eval_interval"]))}
 
-    def row(self, run: Run, point: Point, settings: EvalFrequencySettings) -> dict[str, Any]:
+    def row(self, run: RunData, point: Point, settings: EvalFrequencySettings) -> dict[str, Any]:
         results = run.meta.get("rank_results") or []
         events = run.events
         pop = analysis.pop_metrics(events).iloc[0]
@@ -272,7 +273,9 @@ class EvalFrequency(Case):
         row.update({f"fraction_{phase}": float(value) for phase, value in fractions.items()})
         return row
 
-    def tables(self, rows: pd.DataFrame, runs: Mapping[str, Run], settings: EvalFrequencySettings) -> dict[str, Any]:
+    def tables(
+        self, rows: pd.DataFrame, runs: Mapping[str, RunData], settings: EvalFrequencySettings
+    ) -> dict[str, Any]:
         table = add_speedups(
             rows, settings.intervals, {row.run_id: runs[row.point].events for row in rows.itertuples()}
         )
@@ -459,7 +462,7 @@ CASE = EvalFrequency()
 __all__ = ["CASE", "EvalFrequency", "EvalFrequencySettings", "add_speedups", "parse_backends", "parse_intervals"]
 
 
-def _ranks_on_busiest_host(run: Run) -> int:
+def _ranks_on_busiest_host(run: RunData) -> int:
     """How many of a run's ranks ran on its busiest host (0 when its ranks' hosts were not recorded)."""
     hosts = run.rank_meta["host"] if "host" in run.rank_meta else pd.Series(dtype=object)
     hosts = hosts[hosts.astype(str) != ""]

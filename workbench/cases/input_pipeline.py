@@ -38,7 +38,7 @@ from workbench.markdown import (
     times,
     varied,
 )
-from workbench.store import Run
+from workbench.store import RunData
 from workbench.workloads.contested_io import StorageModel
 from workbench.workloads.input_pipeline import PipelineSettings, train_on_rank
 
@@ -161,7 +161,8 @@ class InputPipeline(Case):
     def docs_tables(self) -> dict[str, Callable[[Mapping[str, Any], SavedResults], str]]:
         """The docs' tables this case renders, by the name of the saved result each comes from."""
         return {"input-pipeline-reduced": render_input_pipeline}
-    def projection_inputs(self, run: Run, row: Any) -> tuple[dict[str, Any], float, str]:
+
+    def projection_inputs(self, run: RunData, row: Any) -> tuple[dict[str, Any], float, str]:
         """LeNet-5's gradients, the batch, and the contested storage the workload reads (``SharedStorage``: a file
         system read fairly per request by every reader, this job's and the other jobs', through the node's link);
         measured: the step."""
@@ -203,7 +204,7 @@ class InputPipeline(Case):
     def workload_kwargs(self, settings: InputPipelineSettings, point: Point) -> dict[str, Any]:
         return {"settings_dict": asdict(settings.pipeline(point))}
 
-    def row(self, run: Run, point: Point, settings: InputPipelineSettings) -> dict[str, Any]:
+    def row(self, run: RunData, point: Point, settings: InputPipelineSettings) -> dict[str, Any]:
         results = run.meta.get("rank_results") or []
         params = point.as_dict()
         shares = analysis.input_share(run.events)
@@ -232,7 +233,9 @@ class InputPipeline(Case):
             "path": str(run.path),
         }
 
-    def tables(self, rows: pd.DataFrame, runs: Mapping[str, Run], settings: InputPipelineSettings) -> dict[str, Any]:
+    def tables(
+        self, rows: pd.DataFrame, runs: Mapping[str, RunData], settings: InputPipelineSettings
+    ) -> dict[str, Any]:
         table = rows.copy()
         memory = table[table["source"] == "memory"].set_index("ranks")["step_ms"]
         table["slowdown_vs_memory"] = [

@@ -37,7 +37,7 @@ from workbench.markdown import (
     times,
     varied,
 )
-from workbench.store import Run
+from workbench.store import RunData
 from workbench.workloads.pop_scaling import PopSettings, train_on_rank
 
 #: The seed's POP table (multiplicative model) at 48 and 64 GPUs.
@@ -158,7 +158,8 @@ class PopScaling(Case):
     def docs_tables(self) -> dict[str, Callable[[Mapping[str, Any], SavedResults], str]]:
         """The docs' tables this case renders, by the name of the saved result each comes from."""
         return {"pop-scaling-reduced": render_pop_scaling, "pop-scaling-nodes": render_pop_scaling_nodes}
-    def projection_inputs(self, run: Run, row: Any) -> tuple[dict[str, Any], float, str]:
+
+    def projection_inputs(self, run: RunData, row: Any) -> tuple[dict[str, Any], float, str]:
         """Strong scaling keeps the global batch (each rank's share of it shrinks), weak the batch per rank; the test
         phase runs on rank 0 alone unless sharded, and an epoch is whole batches of the run's samples; measured:
         the wall time."""
@@ -191,7 +192,7 @@ class PopScaling(Case):
         fusion = point.as_dict().get("fusion_mb")
         return {} if fusion is None else {"horovod_fusion_threshold_bytes": int(fusion * 1024 * 1024)}
 
-    def row(self, run: Run, point: Point, settings: PopScalingSettings) -> dict[str, Any]:
+    def row(self, run: RunData, point: Point, settings: PopScalingSettings) -> dict[str, Any]:
         results = run.meta.get("rank_results") or []
         params = point.as_dict()
         events = run.events
@@ -225,7 +226,7 @@ class PopScaling(Case):
             "path": str(run.path),
         }
 
-    def tables(self, rows: pd.DataFrame, runs: Mapping[str, Run], settings: Any) -> dict[str, Any]:
+    def tables(self, rows: pd.DataFrame, runs: Mapping[str, RunData], settings: Any) -> dict[str, Any]:
         table = rows.copy()
         baseline = table[
             (table["test"] == "rank0")
@@ -393,7 +394,7 @@ class PopScaling(Case):
         return sections
 
 
-def project_beyond(baseline: pd.DataFrame, runs: Mapping[str, Run]) -> pd.DataFrame:
+def project_beyond(baseline: pd.DataFrame, runs: Mapping[str, RunData]) -> pd.DataFrame:
     """The 1-rank strong-scaling run projected to ``PROJECTED_RANKS``, with the test phase sequential and sharded."""
     from workbench.analysis import projection
 

@@ -26,7 +26,7 @@ from workbench.analysis.memory import MIN_SAMPLES_FOR_VERDICT, memory_growth
 from workbench.events import EVALUATION
 from workbench.experiment import Case, CaseOption, ExperimentResult, Point
 from workbench.markdown import Measurement, SavedResults, number, small, source_line, table
-from workbench.store import Run
+from workbench.store import RunData
 from workbench.workloads.predict_leak import CONTROL, METHODS, kept_mb_per_call, run_on_rank
 
 #: Growth per call above which (with the whole 95 % interval above it) a method leaks: 10 kB per call
@@ -84,6 +84,7 @@ class PredictLeak(Case):
     def docs_tables(self) -> dict[str, Callable[[Mapping[str, Any], SavedResults], str]]:
         """The docs' tables this case renders, by the name of the saved result each comes from."""
         return {"predict-leak-reduced": render_predict_leak}
+
     def points(self, settings: PredictLeakSettings, max_ranks: int) -> list[Point]:
         return [Point.of(max_ranks)]
 
@@ -102,7 +103,7 @@ class PredictLeak(Case):
     def units_done(self, events: pd.DataFrame, memory: pd.DataFrame) -> int:
         return int((memory["iteration"] >= 0).sum()) if len(memory) else 0
 
-    def row(self, run: Run, point: Point, settings: PredictLeakSettings) -> dict[str, Any]:
+    def row(self, run: RunData, point: Point, settings: PredictLeakSettings) -> dict[str, Any]:
         per_rank = run.meta.get("rank_results") or []
         versions = run.meta.get("versions", {})
         return {
@@ -114,7 +115,7 @@ class PredictLeak(Case):
             "path": str(run.path),
         }
 
-    def tables(self, rows: pd.DataFrame, runs: Mapping[str, Run], settings: PredictLeakSettings) -> dict[str, Any]:
+    def tables(self, rows: pd.DataFrame, runs: Mapping[str, RunData], settings: PredictLeakSettings) -> dict[str, Any]:
         run = runs[rows["point"].iloc[-1]]
         methods = list(settings.methods)
         samples = run.memory[run.memory["label"].isin(methods) & (run.memory["iteration"] >= 0)]

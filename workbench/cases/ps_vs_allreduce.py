@@ -48,7 +48,7 @@ from workbench.markdown import (
     times,
     varied,
 )
-from workbench.store import Run
+from workbench.store import RunData
 from workbench.workloads.ps_vs_allreduce import InceptionSettings, train_on_rank
 
 #: The seed's scaling efficiency (InceptionV3, TF 1.1, parameter servers): (system, GPUs, data) -> efficiency.
@@ -248,13 +248,13 @@ class PsVsAllreduce(Case):
             return base, lambda run: {}
         twin = allreduce_twin(runs, base)
 
-        def exchange(run: Run) -> dict[str, Any]:
+        def exchange(run: RunData) -> dict[str, Any]:
             batch = int(((run.meta.get("config") or {}).get("settings") or {}).get("batch", 1))
             return {"server_exchange_s": max(round_seconds(base, batch) - round_seconds(twin, batch), 0.0)}
 
         return twin, exchange
 
-    def projection_inputs(self, run: Run, row: Any) -> tuple[dict[str, Any], float, str]:
+    def projection_inputs(self, run: RunData, row: Any) -> tuple[dict[str, Any], float, str]:
         """A step of every worker: workers x batch images at the measured images/s; the PS tasks sit on the workers'
         nodes (task j beside worker j mod workers, as the workload places them) holding the shares TensorFlow
         dealt; measured: the round."""
@@ -299,7 +299,7 @@ class PsVsAllreduce(Case):
     def workload_kwargs(self, settings: PsVsAllreduceSettings, point: Point) -> dict[str, Any]:
         return {"settings_dict": asdict(settings.workload(point))}
 
-    def row(self, run: Run, point: Point, settings: PsVsAllreduceSettings) -> dict[str, Any]:
+    def row(self, run: RunData, point: Point, settings: PsVsAllreduceSettings) -> dict[str, Any]:
         results = run.meta.get("rank_results") or []
         first = next((r for r in results if r.get("rank") == 0), results[0] if results else {})
         params = point.as_dict()
@@ -337,7 +337,9 @@ class PsVsAllreduce(Case):
             "path": str(run.path),
         }
 
-    def tables(self, rows: pd.DataFrame, runs: Mapping[str, Run], settings: PsVsAllreduceSettings) -> dict[str, Any]:
+    def tables(
+        self, rows: pd.DataFrame, runs: Mapping[str, RunData], settings: PsVsAllreduceSettings
+    ) -> dict[str, Any]:
         table = rows.sort_values(["scheme", "data", "ps", "placement", "workers"]).reset_index(drop=True)
         measured = table[np.isfinite(table["images_per_s"])]
         efficiency = analysis.scaling_efficiency(measured, by=EFFICIENCY_KEYS) if len(measured) else measured
@@ -726,7 +728,7 @@ def confirmed_on_real(efficiency: pd.DataFrame, best: pd.DataFrame) -> pd.DataFr
     return real.merge(best[keys], on=keys).sort_values(["scheme", "workers"]).reset_index(drop=True)
 
 
-def project_seed_systems(table: pd.DataFrame, runs: Mapping[str, Run]) -> pd.DataFrame:
+def project_seed_systems(table: pd.DataFrame, runs: Mapping[str, RunData]) -> pd.DataFrame:
     """The 1-worker allreduce run (pure compute) projected with the PS scheme onto the seed's networks."""
     from workbench.analysis import projection
 

@@ -17,7 +17,7 @@ import pandas as pd
 from workbench import analysis
 from workbench.analysis import RunAnalysis
 from workbench.events import host_count
-from workbench.store import Run
+from workbench.store import RunData
 from workbench.text import findings_lines, format_analysis, format_header
 
 
@@ -51,7 +51,7 @@ def analyse_command(
                 print(f"report: {path}")
         print(json.dumps(split.to_dict(), indent=2, allow_nan=False) if as_json else format_split_analysis(split))
         return 0
-    run = Run.load(run_dir)
+    run = RunData.load(run_dir)
     result = analysis.analyse_run(
         run.events, run.memory, run.meta, rank_meta=run.rank_meta, counters=run.counters, devices=run.devices
     )
@@ -117,7 +117,7 @@ def write_split_report(path: str | Path, split: Any, run_path: Path) -> Path:
     return write_report(path, title=title, sections=sections, metadata=run_metadata([run_path]))
 
 
-def write_analysis_report(path: str | Path, result: RunAnalysis, run: Run) -> Path:
+def write_analysis_report(path: str | Path, result: RunAnalysis, run: RunData) -> Path:
     """The analysis as one self-contained HTML file: header, POP table, findings, figures, tables."""
     from workbench import figures
     from workbench.report import run_metadata, write_report
@@ -157,7 +157,7 @@ def write_analysis_report(path: str | Path, result: RunAnalysis, run: Run) -> Pa
     return write_report(path, title=title, sections=sections, metadata=metadata)
 
 
-def _timeline_sections(run: Run, hosts: dict[int, str]) -> list[tuple[str, Any]]:
+def _timeline_sections(run: RunData, hosts: dict[int, str]) -> list[tuple[str, Any]]:
     """The timeline of every rank; past ``MAX_TIMELINE_RANKS``, the rank × time heatmap and the slowest's timeline."""
     from workbench import figures
     from workbench.analysis.activity import DEFAULT_SLOWEST, heatmap_marks, rank_activity, rank_time_grid

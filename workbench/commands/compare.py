@@ -16,7 +16,7 @@ import pandas as pd
 from workbench import analysis
 from workbench.analysis import json_ready, json_records
 from workbench.analysis.compare import SCOPE_RANK, SCOPE_TOTAL, SCOPE_WALL
-from workbench.store import Run
+from workbench.store import RunData
 from workbench.text import format_comparison, format_header
 
 
@@ -24,7 +24,7 @@ def compare_command(
     run_a: str | Path, run_b: str | Path, *, as_json: bool = False, html: str | Path | None = None
 ) -> int:
     """Compare two recorded runs per rank and phase: print text (or JSON), optionally the HTML report."""
-    first, second = Run.load(run_a), Run.load(run_b)
+    first, second = RunData.load(run_a), RunData.load(run_b)
     ranks_a, ranks_b = analysis.declared_ranks(first.meta), analysis.declared_ranks(second.meta)
     comparison = analysis.compare_runs(
         analysis.with_step_waits(first.events, ranks_a),  # waits derived as workbench analyse derives them

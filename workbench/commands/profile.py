@@ -107,20 +107,7 @@ def profile_command(
             "trace_steps": trace_steps,
         },
     )
-    environment = config.engine_environment()
-    environment["WORKBENCH_PROFILE_RUN"] = str(run_path.resolve())
-    environment["WORKBENCH_PIN_GPUS"] = gpu_pinning(pin_gpus, command)
-    python_path = [str(BOOT_DIR), os.environ.get("PYTHONPATH")]
-    if config.mpi == "mpich" and mpich_horovod_prefix().is_dir():
-        python_path.insert(1, str(mpich_horovod_prefix()))  # Horovod compiled against MPICH (make horovod-mpich)
-    environment["PYTHONPATH"] = os.pathsep.join(filter(None, python_path))
-    if timeline:
-        environment["HOROVOD_TIMELINE"] = str((run_path / TIMELINE_FILE).resolve())
-        if RESPONSE_CACHE not in environment and RESPONSE_CACHE not in os.environ:
-            # A cached response skips the negotiation, and with it the ranks' readiness marks.
-            environment[RESPONSE_CACHE] = "0"
-    if trace_steps:
-        environment["WORKBENCH_TRACE_STEPS"] = trace_steps
+    environment = ranks_environment(config, run_path, gpu_pinning(pin_gpus, command), timeline, trace_steps)
     full = placement.command(command, environment)
     print(f"workbench profile: run {run_path}", file=sys.stderr)
     print(f"workbench profile: {placement.describe()}", file=sys.stderr)
@@ -129,26 +116,15 @@ def profile_command(
     returncode, stopped_by = run_until_done_or_stopped(
         full, {**os.environ, **environment, **placement.environment}, stderr=launcher_output
     )
-    lines = []
-    ran = ranks_with_meta(run_path)
     refusal = None
+    ran = ranks_with_meta(run_path)
     if returncode != 0 and stopped_by is None and len(ran) < config.ranks:
         # the ranks' recorders start before the script's first line: a rank without one never ran the script
         launcher = config.mpiexec_command()[0]
         refusal = launcher_failure_line(launcher, launcher_output.text(), returncode, config.ranks, ran)
     refused = refusal is not None
-    if refusal is not None:
-        lines.append(refusal)
-    elif stopped_by is not None:
-        lines.append(
-            f"stopped by {stopped_by} after {format_seconds(time.monotonic() - started)}: the ranks were ended;"
-            " below is what they recorded until then"
-        )
-    elif returncode != 0:
-        lines.append(
-            f"the script failed (exit code {returncode} on at least one rank): below is what the ranks"
-            " recorded until then; the script's own output is above"
-        )
+    ending = refusal or ending_line(returncode, stopped_by, time.monotonic() - started)
+    lines = [ending] if ending else []
     imported = traced = 0
     if not refused:  # the script ran: what its timeline and traces hold (or why they hold nothing) is news
         imported, line = import_timeline(run_path, enabled=timeline)
@@ -177,6 +153,43 @@ def profile_command(
         return returncode
     print_answer(run_path, report=report)
     return 128 + signal.Signals[stopped_by].value if stopped_by else returncode
+
+
+def ranks_environment(
+    config: ClusterConfig, run_path: Path, pin_gpus: str, timeline: bool, trace_steps: str | None
+) -> dict[str, str]:
+    """What every rank's environment adds: the cluster's settings, the run it records into, the boot module that
+    starts its recorder (and MPICH's Horovod where that is the MPI), Horovod's timeline, steps to trace."""
+    environment = config.engine_environment()
+    environment["WORKBENCH_PROFILE_RUN"] = str(run_path.resolve())
+    environment["WORKBENCH_PIN_GPUS"] = pin_gpus
+    python_path = [str(BOOT_DIR), os.environ.get("PYTHONPATH")]
+    if config.mpi == "mpich" and mpich_horovod_prefix().is_dir():
+        python_path.insert(1, str(mpich_horovod_prefix()))  # Horovod compiled against MPICH (make horovod-mpich)
+    environment["PYTHONPATH"] = os.pathsep.join(filter(None, python_path))
+    if timeline:
+        environment["HOROVOD_TIMELINE"] = str((run_path / TIMELINE_FILE).resolve())
+        if RESPONSE_CACHE not in environment and RESPONSE_CACHE not in os.environ:
+            # A cached response skips the negotiation, and with it the ranks' readiness marks.
+            environment[RESPONSE_CACHE] = "0"
+    if trace_steps:
+        environment["WORKBENCH_TRACE_STEPS"] = trace_steps
+    return environment
+
+
+def ending_line(returncode: int, stopped_by: str | None, seconds: float) -> str | None:
+    """How the ranks ended when the launcher did start them: stopped by a signal, the script failed, or None."""
+    if stopped_by is not None:
+        return (
+            f"stopped by {stopped_by} after {format_seconds(seconds)}: the ranks were ended;"
+            " below is what they recorded until then"
+        )
+    if returncode != 0:
+        return (
+            f"the script failed (exit code {returncode} on at least one rank): below is what the ranks"
+            " recorded until then; the script's own output is above"
+        )
+    return None
 
 
 def gpu_pinning(choice: str, command: list[str]) -> str:
@@ -304,10 +317,10 @@ def print_answer(run_path: Path, *, report: bool = True) -> None:
     """What ``workbench analyse`` prints, plus the HTML report's path."""
     from workbench import analysis
     from workbench.commands.analyse import write_analysis_report
-    from workbench.store import Run
+    from workbench.store import RunData
     from workbench.text import format_analysis
 
-    run = Run.load(run_path)
+    run = RunData.load(run_path)
     result = analysis.analyse_run(run.events, run.memory, run.meta, rank_meta=run.rank_meta, counters=run.counters)
     print(format_analysis(result))
     if report:

@@ -22,7 +22,7 @@ from workbench.analysis import projection as pj
 from workbench.events import BYTES_PER_MB
 from workbench.formatting import format_rate, format_ratio, format_seconds, format_share, text_table
 from workbench.gradients import gradient_layout, read_layout_file
-from workbench.store import Run
+from workbench.store import RunData
 
 #: Network used when none is named: the commonest cluster link.
 DEFAULT_NETWORK = "10gbe"
@@ -181,7 +181,7 @@ def resolve_network(
     return pj.network(name or DEFAULT_NETWORK, **changes)
 
 
-def measured_points(runs: Sequence[Run]) -> pd.DataFrame:
+def measured_points(runs: Sequence[RunData]) -> pd.DataFrame:
     """One row per run: ranks, wall_s and mean step_s, to mark beside the projection."""
     rows = []
     for run in runs:
@@ -211,7 +211,7 @@ def project_runs(
     """
     if gradient_layout is not None and gradient_bytes is None:
         gradient_bytes = gradient_layout.total_bytes
-    runs = [Run.load(path) for path in run_dirs]
+    runs = [RunData.load(path) for path in run_dirs]
     if not runs:
         raise ValueError("name at least one run directory")
     points = measured_points(runs)

@@ -117,32 +117,12 @@ class StepCosts:
         }
 
 
-def step_costs(
-    events: pd.DataFrame,
-    meta: Mapping[str, Any] | None = None,
-    memory: pd.DataFrame | None = None,
-    *,
-    warmup_steps: int = WARMUP_STEPS,
-    gradient_bytes: float | None = None,
-    tensor_bytes: Sequence[int] | None = None,
-    batch_per_rank: int | None = None,
-) -> StepCosts:
-    """Reduce one recorded run to per-step phase costs (``StepCosts``); never raises on a real run.
-
-    Steps are the spans with ``step >= warmup_steps``: compute, input and communication seconds per
-    (rank, step). Evaluation and checkpoint spans are counted per epoch. Gradient bytes come from
-    the ``bytes`` of the communication spans (the largest per-step sum) unless ``gradient_bytes`` is
-    given. ``meta`` (``run.json``) gives threads per rank (``config.cluster.threads``) and the rank
-    count; ``memory`` samples (``cpu_percent``) say how many cores a rank really kept busy. What is
-    missing becomes a note that says what to record.
-    """
-    meta = dict(meta or {})
-    notes: list[str] = []
-    events = events if len(events) else ev.empty_events()
+def _span_costs(events: pd.DataFrame) -> pd.DataFrame:
+    """``rank, phase, name, step, epoch, seconds, bytes`` of every span (-1 where a column was not recorded)."""
     step_col = events["step"] if "step" in events else pd.Series(-1, index=events.index)
     epoch_col = events["epoch"] if "epoch" in events else pd.Series(-1, index=events.index)
     duration = (events["end_ns"] - events["start_ns"]).clip(lower=0).astype("float64") / NS_PER_S
-    frame = pd.DataFrame(
+    return pd.DataFrame(
         {
             "rank": events["rank"].astype("int64"),
             "phase": events["phase"].astype(str),
@@ -153,11 +133,13 @@ def step_costs(
             "bytes": events["bytes"].astype("int64") if "bytes" in events else -1,
         }
     )
-    declared = meta.get("ranks")
-    ranks = int(declared) if isinstance(declared, int) and declared > 0 else max(int(frame["rank"].nunique()), 1)
-    wall_s = float((events["end_ns"].max() - events["start_ns"].min()) / NS_PER_S) if len(events) else 0.0
 
-    in_step = frame[frame["step"] >= 0]
+
+def _measured_steps(
+    in_step: pd.DataFrame, warmup_steps: int, notes: list[str]
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The spans of the steps after warm-up (all steps, noted, when there are no more), and their seconds of
+    compute, input and communication per (rank, step)."""
     stepped = in_step[in_step["step"] >= warmup_steps]
     if stepped.empty and len(in_step):
         notes.append(
@@ -181,6 +163,38 @@ def step_costs(
         .pivot_table(index=["rank", "step"], columns="kind", values="seconds", aggfunc="sum", fill_value=0.0)
         .reindex(columns=["compute", "input", "communication"], fill_value=0.0)
     )
+    return stepped, per_step
+
+
+def step_costs(
+    events: pd.DataFrame,
+    meta: Mapping[str, Any] | None = None,
+    memory: pd.DataFrame | None = None,
+    *,
+    warmup_steps: int = WARMUP_STEPS,
+    gradient_bytes: float | None = None,
+    tensor_bytes: Sequence[int] | None = None,
+    batch_per_rank: int | None = None,
+) -> StepCosts:
+    """Reduce one recorded run to per-step phase costs (``StepCosts``); never raises on a real run.
+
+    Steps are the spans with ``step >= warmup_steps``: compute, input and communication seconds per
+    (rank, step). Evaluation and checkpoint spans are counted per epoch. Gradient bytes come from
+    the ``bytes`` of the communication spans (the largest per-step sum) unless ``gradient_bytes`` is
+    given. ``meta`` (``run.json``) gives threads per rank (``config.cluster.threads``) and the rank
+    count; ``memory`` samples (``cpu_percent``) say how many cores a rank really kept busy. What is
+    missing becomes a note that says what to record.
+    """
+    meta = dict(meta or {})
+    notes: list[str] = []
+    events = events if len(events) else ev.empty_events()
+    frame = _span_costs(events)
+    declared = meta.get("ranks")
+    ranks = int(declared) if isinstance(declared, int) and declared > 0 else max(int(frame["rank"].nunique()), 1)
+    wall_s = float((events["end_ns"].max() - events["start_ns"].min()) / NS_PER_S) if len(events) else 0.0
+
+    in_step = frame[frame["step"] >= 0]
+    stepped, per_step = _measured_steps(in_step, warmup_steps, notes)
     compute = per_step["compute"].to_numpy(dtype=float)
     wait = per_step["input"].to_numpy(dtype=float)
     communication = float(per_step["communication"].mean()) if len(per_step) else 0.0

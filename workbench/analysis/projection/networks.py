@@ -41,7 +41,7 @@ class Network:
     ``compute_factor_beside_collectives``: how much longer a rank's compute takes, from 2 ranks on, when
     collectives run between its compute (1: not at all). Waiting in MPI polls, and where a node's CPU is
     capped (a CPU quota, every core busy training) that polling takes CPU the compute then lacks; measured
-    on a miniature cluster's nodes (``workbench.nodes``), 1 elsewhere.
+    on a miniature cluster's nodes (``workbench.node_sweep``), 1 elsewhere.
     """
 
     name: str

@@ -235,8 +235,8 @@ def _validation_entries(sweeps: Sequence[tuple[str, str | Path]], net: pj.Networ
     is predicted with the network fitted to the link measured on that cluster, one rank per node.
     """
     from workbench.analysis.straggler import collective_intervals, collective_summary
-    from workbench.nodes import describe_sweep_cluster, read_nodes_file
-    from workbench.store import Run
+    from workbench.node_sweep import describe_sweep_cluster, read_nodes_file
+    from workbench.store import RunData
 
     entries = []
     loaded: dict[str, Any] = {}  # base run by path: a 1-node run predicts every larger count of its sweep
@@ -259,7 +259,7 @@ def _validation_entries(sweeps: Sequence[tuple[str, str | Path]], net: pj.Networ
             if base is None:
                 continue
             if base["path"] not in loaded:
-                loaded[base["path"]] = Run.load(base["path"])
+                loaded[base["path"]] = RunData.load(base["path"])
                 base_cpu[base["path"]] = ranks_cpu(loaded[base["path"]])
             run = loaded[base["path"]]
             kwargs, measured, quantity = get_case(case).projection_inputs(run, row)
@@ -288,7 +288,7 @@ def _validation_entries(sweeps: Sequence[tuple[str, str | Path]], net: pj.Networ
             kind = kwargs.pop("kind", "weak")
             if kwargs.pop("no_horovod", False):
                 network = replace(network, per_call_s=0.0, horovod_thread_cores=0.0)
-            target = Run.load(row.path)
+            target = RunData.load(row.path)
             threads = (_run_threads(run.meta), _run_threads(target.meta))
             # what the model holds constant, as the target ran it: a rank's compute per step (a real node's
             # stays; here the nodes share one machine's cores and kernel, and theirs can grow with the count)
@@ -506,7 +506,7 @@ def seed_000_table(ranks: int = 32) -> pd.DataFrame:
     The seed publishes no per-step times, so the model starts from this machine's own eval-frequency
     run on 1 rank (the seed's workload in miniature) and projects it to 32 nodes on 10 GbE.
     """
-    from workbench.store import Run
+    from workbench.store import RunData
 
     path = Path("artifacts/eval-frequency-reduced/runs.parquet")
     if not path.is_file():
@@ -517,7 +517,7 @@ def seed_000_table(ranks: int = 32) -> pd.DataFrame:
         slow = group[group["eval_interval"] == group["eval_interval"].min()]
         if slow.empty:
             continue
-        run = Run.load(slow["path"].iloc[0])
+        run = RunData.load(slow["path"].iloc[0])
         profile = pj.step_costs(run.events, run.meta)
         net = pj.network("10gbe")
         fixed = int(group["eval_interval"].max())
@@ -637,7 +637,7 @@ def run_nodes(sweeps: Sequence[tuple[str, str | Path]] | None = None) -> dict[st
 def ps_vs_allreduce_repetitions(sweeps: Sequence[tuple[str, str | Path]]) -> pd.DataFrame:
     """Efficiency and seconds per round of every ps-vs-allreduce point over the repeated node sweeps, per cluster."""
     from workbench.cases.ps_vs_allreduce import efficiency_over_repetitions
-    from workbench.nodes import describe_sweep_cluster, read_nodes_file
+    from workbench.node_sweep import describe_sweep_cluster, read_nodes_file
 
     found = []
     for _case, _pattern, out in _sweep_directories([(c, p) for c, p in sweeps if c == "ps-vs-allreduce"]):

@@ -197,13 +197,13 @@ def link_rows(mini: Any, view: Any) -> list[dict[str, Any]]:
 def one_node_step(runs: Any) -> tuple[float, float] | None:
     """(compute seconds per step, gradient bytes) of the sweep's 1-node run with the most steps (None: none)."""
     from workbench.analysis import projection as pj
-    from workbench.store import Run
+    from workbench.store import RunData
 
     ranks = next((runs[column] for column in ("ranks", "workers") if column in runs), None)  # ps-vs-allreduce: workers
     single = runs[ranks == 1] if len(runs) and ranks is not None else runs.iloc[:0]
     best: tuple[int, float, float] | None = None
     for path in single.get("path", []):
-        run = Run.load(path)
+        run = RunData.load(path)
         costs = pj.step_costs(run.events, run.meta)
         if len(costs.compute_s) and costs.gradient_bytes > 0 and (best is None or len(costs.compute_s) > best[0]):
             best = (len(costs.compute_s), float(costs.compute_s.mean()), float(costs.gradient_bytes))
