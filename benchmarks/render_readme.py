@@ -38,18 +38,17 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from workbench.cases.cpu_tuning import CPU_NODE_SWEEPS
-from workbench.cases.docs import case_text, node_cluster
+from workbench.cases.docs import case_text
 from workbench.cases.eval_frequency import EVAL_NODE_SWEEPS
-from workbench.cases.pop_scaling import POP_NODE_SWEEPS, pop_unchanged
-from workbench.cases.ps_vs_allreduce import PS_NODE_SWEEPS, PS_SEED_SYSTEMS, ps_link_traffic
+from workbench.cases.pop_scaling import POP_NODE_SWEEPS
+from workbench.cases.ps_vs_allreduce import PS_NODE_SWEEPS
 from workbench.markdown import (
+    ReadmeClause,
     SavedResults,
     cell,
     duration,
     fixed,
     number,
-    percent,
     rate_words,
     share,
     signed_share,
@@ -1376,71 +1375,18 @@ def render_clock_alignment(saved: Mapping[str, Any]) -> str:
     )
 
 
-def nodes_headline(pop: Mapping[str, Any], evaluation: Mapping[str, Any]) -> str:
-    """The README's line on the case studies run on nodes (fast link): speedups, CommE, the fixes."""
-    _link, shape = node_cluster(pop)
-    points = pop["result"]["headline"]
-    strong = {p["ranks"]: p for p in points if p["scaling"] == "strong" and pop_unchanged(p)}
-    most = max(strong)
-    sharded = next(p for p in points if p["ranks"] == most and p["scaling"] == "strong" and p["test"] != "rank0")
-    seed = max(pop["result"]["seed_pop"], key=lambda row: row["ranks"])
-    fix = max(
-        (r for r in evaluation["result"]["headline"] if times(r.get("speedup_eval_fix"))), key=lambda r: r["ranks"]
-    )
-    speedups = " and ".join(f"{times(strong[1]['wall_s'] / strong[n]['wall_s'])} on {n}" for n in sorted(strong)[1:])
-    return (
-        f"- **Case studies on nodes** ({shape}, the same at every count): the pop-scaling ResNet trained"
-        f" {speedups} nodes (strong scaling), its communication efficiency falling to"
-        f" {fixed(strong[most]['communication_efficiency'], 2)} on {most} (the seed:"
-        f" {fixed(seed['communication_efficiency'], 2)} on {seed['ranks']} GPUs); sharding its sequential test made"
-        f" {most} nodes {times(strong[most]['wall_s'] / sharded['wall_s'])} faster; evaluating every"
-        f" {max(evaluation['result']['intervals'])} epochs instead of every epoch, {times(fix['speedup_eval_fix'])} on"
-        f" {fix['ranks']} nodes (the seed: {evaluation['result']['seed_speedup_eval_fix']}×)."
-    )
+def case_lines() -> tuple[list[str], list[str]]:
+    """The README's headline lines the cases write (``Case.readme_clause``: a case's clause, joined with the others'
+    of its line), in the order of their cases, and the saved results they read."""
+    from workbench.experiment import case_names, get_case
 
-
-def schemes_headline(fast: Mapping[str, Any], slow: Mapping[str, Any], cpu: Mapping[str, Any]) -> str:
-    """The README's line on ps-vs-allreduce (a fast link against a slow one) and cpu-tuning on nodes."""
-
-    def at_most(saved: Mapping[str, Any], scheme: str) -> Mapping[str, Any]:
-        """The scheme's row at the most workers (the fewest PS tasks, round-robin)."""
-        rows = [r for r in saved["result"]["efficiency"] if r["scheme"] == scheme and r["data"] == "synthetic"]
-        most = [r for r in rows if r["workers"] == max(r["workers"] for r in rows) and r["placement"] != "sharded"]
-        return min(most, key=lambda r: r["ps"])
-
-    ps_fast, ps_slow = at_most(fast, "ps"), at_most(slow, "ps")
-    ring_fast, ring_slow = at_most(fast, "allreduce"), at_most(slow, "allreduce")
-    one_ps = next(
-        p
-        for p in slow["result"]["points"]
-        if (p["scheme"], p["workers"], p["ps"], p["data"]) == ("ps", ps_slow["workers"], 1, "synthetic")
-    )
-    counted, modelled = ps_link_traffic(slow["result"], one_ps)
-    seed = {
-        r["system"]: r["efficiency"]
-        for r in slow["result"]["seed_efficiency"]
-        if (r["gpus"], r["data"]) == (64, "synthetic")
-    }
-    per_node = cpu["result"]["per_node"]
-    rate = {(r["nodes"], r["ranks_per_node"]): r["images_per_s"] for r in per_node if r["eval"] == "fixed"}
-    most = max(r["nodes"] for r in per_node)
-    scaling = {r["eval"]: r["time_speedup"] for r in cpu["result"]["schedule_scaling"] if r["nodes"] == most}
-    every = max(r["eval_interval"] for r in per_node)
-    node = node_cluster(cpu)[1].split(" (")[0]
-    splits = {1: "1 rank × 2 threads", 2: "2 ranks × 1 thread"}  # ranks per node -> the split's words
-    faster = max(splits, key=lambda ranks: rate[(1, ranks)])
-    slower = 3 - faster
-    return (
-        f"- **Parameter servers and CPU tuning on nodes:** on {ps_slow['workers']} nodes the efficiency of parameter"
-        f" servers fell from {percent(ps_fast['efficiency'])} on fast links (unshaped) to"
-        f" {percent(ps_slow['efficiency'])} on 1 Gbit/s ones, allreduce's from {percent(ring_fast['efficiency'])} to"
-        f" {percent(ring_slow['efficiency'])} (the seed at 64 GPUs: {percent(seed[PS_SEED_SYSTEMS[0]])} on Piz"
-        f" Daint, {percent(seed[PS_SEED_SYSTEMS[1]])} on p2.xlarge); one PS task's node carried {number(counted)} MB"
-        f" a step each way ({number(modelled)} MB modelled); on a node of {node}, {splits[faster]} trained"
-        f" {times(rate[(1, faster)] / rate[(1, slower)])} the images/s of {splits[slower]}, and evaluating every"
-        f" {every} iterations kept {most} nodes' wall-time speedup with their images/s ({times(scaling['fixed'])},"
-        f" against {times(scaling['per_epoch'])} evaluating once per epoch)."
-    )
+    by_line: dict[str, list[ReadmeClause]] = {}
+    for name in case_names():
+        clause = get_case(name).readme_clause(SavedResults(RESULTS))
+        if clause is not None:
+            by_line.setdefault(clause.line, []).append(clause)
+    lines = [f"- **{line}:** {'; '.join(c.text for c in clauses)}." for line, clauses in by_line.items()]
+    return lines, [source for clauses in by_line.values() for clause in clauses for source in clause.sources]
 
 
 def projection_nodes_headline(saved: Mapping[str, Any]) -> str:
@@ -1541,8 +1487,10 @@ def render_headline(saved: Mapping[str, Any]) -> str:
         f"{number(mini_link['mpi_busbw_mbps']['4'])} MB/s beside {number(mini_link['tcp_stream_mbps'])} MB/s of one "
         f"TCP stream ({number(mini_link['mpi_busbw_mbps']['1'])} MB/s with Open MPI's default of one TCP socket per "
         "peer, hence the workbench's 4).",
-        nodes_headline(load(POP_NODE_SWEEPS[1]), load(EVAL_NODE_SWEEPS[1])),
-        schemes_headline(load(PS_NODE_SWEEPS[1]), load(PS_NODE_SWEEPS[0]), load(CPU_NODE_SWEEPS[0])),
+    ]
+    cases, case_sources = case_lines()
+    lines += [
+        *cases,
         projection_nodes_headline(load("projection-nodes-sleeping")),
         published_headline(load("projection-published")),
     ]
@@ -1552,8 +1500,7 @@ def render_headline(saved: Mapping[str, Any]) -> str:
         " browser, live, live-1024, dashboard-cost,"
         " eval-frequency-reduced,"
         " input-pipeline-reduced,"
-        f" projection, minicluster, {POP_NODE_SWEEPS[1]}, {EVAL_NODE_SWEEPS[1]}, {', '.join(PS_NODE_SWEEPS)},"
-        f" {CPU_NODE_SWEEPS[0]}, projection-nodes-sleeping, projection-published"
+        f" projection, minicluster, {', '.join(case_sources)}, projection-nodes-sleeping, projection-published"
     )
     return (
         "\n".join(lines)

@@ -35,7 +35,7 @@ import pandas as pd
 
 from workbench.config import ClusterConfig, physical_cores
 from workbench.faults import Failure, RankFailedError
-from workbench.markdown import Measurement
+from workbench.markdown import Measurement, ReadmeClause, SavedResults
 from workbench.store import (
     NotARunError,
     RunData,
@@ -232,6 +232,11 @@ class Case:
         result each comes from (``benchmarks/results/NAME.json``); a case without any gets the generic table of
         its ``headline()`` and ``text()``."""
         return {}
+
+    def readme_clause(self, results: SavedResults) -> ReadmeClause | None:
+        """This case's clause in one of the README's headline lines (cases of one line are joined by "; "), from
+        its saved results; None: it has none, or its results are not saved."""
+        return None
 
     def report_sections(self, result: ExperimentResult) -> list[tuple[str, Any]]:
         return [("Summary", result.text()), ("Runs", result.rows)]

@@ -16,13 +16,14 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from workbench.formatting import format_amount as number
 
 __all__ = [
     "REPETITIONS",
     "Measurement",
+    "ReadmeClause",
     "SavedResults",
     "cell",
     "duration",
@@ -55,6 +56,14 @@ class SavedResults:
         if not path.is_file():
             raise SystemExit(f"{path} is missing: save the command's --json output there (render_readme.py save)")
         return json.loads(path.read_text())
+
+
+class ReadmeClause(NamedTuple):
+    """A case's part of one of the README's headline lines: the line's title, the clause, the saved results read."""
+
+    line: str
+    text: str
+    sources: tuple[str, ...]
 
 
 #: The repetitions of a sweep the projection's node rows take the median of.

@@ -120,7 +120,9 @@ def test_number_formats():
         "1 234",
         "–",
     ]
-    assert module.percent(0.499) == "50 %"
+    from workbench.markdown import percent
+
+    assert percent(0.499) == "50 %"
     with pytest.raises(SystemExit, match="is missing"):
         module.load("no-such-result")
 
@@ -197,3 +199,31 @@ def test_measure_runs_the_registered_commands_saves_each_and_says_what_failed(tm
     assert module.measure(["tiny"]) == 0
     with pytest.raises(SystemExit, match="no measurement 'nope'"):
         module.measure(["nope"])
+
+
+def test_a_case_writes_its_clause_of_the_readme_headline(monkeypatch):
+    """The README's lines on the case studies are the cases' own clauses (``Case.readme_clause``), joined per line in
+    the cases' order; a case whose results are not saved writes none."""
+    from workbench.experiment import get_case
+    from workbench.markdown import ReadmeClause
+
+    module = renderer()
+    lines, sources = module.case_lines()
+    assert [line.split(":**")[0] for line in lines] == [
+        "- **Case studies on nodes",
+        "- **Parameter servers and CPU tuning on nodes",
+    ]
+    assert sources == [
+        "eval-frequency-nodes-1gbit",
+        "pop-scaling-nodes-1gbit",
+        "ps-vs-allreduce-nodes-1gbit",
+        "ps-vs-allreduce-nodes-unshaped",
+        "cpu-tuning-nodes",
+    ]
+    leak = type(get_case("predict-leak"))
+    monkeypatch.setattr(leak, "readme_clause", lambda self, results: ReadmeClause("Leaks", "none found", ("x",)))
+    monkeypatch.setattr(type(get_case("cpu-tuning")), "readme_clause", lambda self, results: None)
+    lines, sources = module.case_lines()
+    assert lines[1] == "- **Leaks:** none found." and sources[2] == "x" and "cpu-tuning-nodes" not in sources
+    assert lines[2].startswith("- **Parameter servers and CPU tuning on nodes:** on ")
+    assert lines[2].endswith("modelled).")

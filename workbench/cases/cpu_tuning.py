@@ -35,6 +35,7 @@ from workbench.experiment import Case, CaseOption, ExperimentResult, Point, pars
 from workbench.formatting import format_amount, format_interval
 from workbench.markdown import (
     Measurement,
+    ReadmeClause,
     SavedResults,
     fixed,
     number,
@@ -216,6 +217,31 @@ class CpuTuning(Case):
     def docs_tables(self) -> dict[str, Callable[[Mapping[str, Any], SavedResults], str]]:
         """The docs' tables this case renders, by the name of the saved result each comes from."""
         return {"cpu-tuning-reduced": render_cpu_tuning, "cpu-tuning-nodes": render_cpu_tuning_nodes}
+
+    def readme_clause(self, results: SavedResults) -> ReadmeClause | None:
+        """The README's line on the schemes and CPU tuning on nodes: the faster split of a node's cores into ranks x
+        threads, and what evaluating less often kept of the node count's speedup."""
+        name = CPU_NODE_SWEEPS[0]
+        if not results.has(name):
+            return None
+        saved = results.load(name)
+        per_node = saved["result"]["per_node"]
+        rate = {(r["nodes"], r["ranks_per_node"]): r["images_per_s"] for r in per_node if r["eval"] == "fixed"}
+        most = max(r["nodes"] for r in per_node)
+        scaling = {r["eval"]: r["time_speedup"] for r in saved["result"]["schedule_scaling"] if r["nodes"] == most}
+        every = max(r["eval_interval"] for r in per_node)
+        node = node_cluster(saved)[1].split(" (")[0]
+        splits = {1: "1 rank × 2 threads", 2: "2 ranks × 1 thread"}  # ranks per node -> the split's words
+        faster = max(splits, key=lambda ranks: rate[(1, ranks)])
+        slower = 3 - faster
+        return ReadmeClause(
+            "Parameter servers and CPU tuning on nodes",
+            f"on a node of {node}, {splits[faster]} trained {times(rate[(1, faster)] / rate[(1, slower)])} the images/s"
+            f" of {splits[slower]}, and evaluating every {every} iterations kept {most} nodes' wall-time speedup with"
+            f" their images/s ({times(scaling['fixed'])}, against {times(scaling['per_epoch'])} evaluating once per"
+            " epoch)",
+            (name,),
+        )
 
     def points(self, settings: CpuTuningSettings, max_ranks: int) -> list[Point]:
         if settings.nodes:  # on a cluster's nodes: the node's share fixed, split into ranks x threads

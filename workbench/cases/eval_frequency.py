@@ -26,6 +26,7 @@ from workbench.experiment import Case, CaseOption, ExperimentResult, Point, pars
 from workbench.markdown import (
     REPETITIONS,
     Measurement,
+    ReadmeClause,
     SavedResults,
     fixed,
     number,
@@ -224,6 +225,22 @@ class EvalFrequency(Case):
     def docs_tables(self) -> dict[str, Callable[[Mapping[str, Any], SavedResults], str]]:
         """The docs' tables this case renders, by the name of the saved result each comes from."""
         return {"eval-frequency-reduced": render_eval_frequency, "eval-frequency-nodes": render_eval_frequency_nodes}
+
+    def readme_clause(self, results: SavedResults) -> ReadmeClause | None:
+        """The README's line on the case studies on nodes: what evaluating less often did on the fast link's nodes."""
+        name = EVAL_NODE_SWEEPS[1]
+        if not results.has(name):
+            return None
+        saved = results.load(name)
+        result = saved["result"]
+        fix = max((r for r in result["headline"] if times(r.get("speedup_eval_fix"))), key=lambda r: r["ranks"])
+        return ReadmeClause(
+            "Case studies on nodes",
+            f"evaluating every {max(result['intervals'])} epochs instead of every epoch made {fix['ranks']} nodes"
+            f" ({node_cluster(saved)[1]}) train {times(fix['speedup_eval_fix'])} faster (the seed:"
+            f" {result['seed_speedup_eval_fix']}×)",
+            (name,),
+        )
 
     def projection_inputs(self, run: RunData, row: Any) -> tuple[dict[str, Any], float, str]:
         """The mpi4py backend calls MPI.Allreduce directly (no Horovod cost per call); the workload takes whole

@@ -28,6 +28,7 @@ from workbench.experiment import Case, CaseOption, ExperimentResult, Point
 from workbench.markdown import (
     REPETITIONS,
     Measurement,
+    ReadmeClause,
     SavedResults,
     fixed,
     share,
@@ -158,6 +159,31 @@ class PopScaling(Case):
     def docs_tables(self) -> dict[str, Callable[[Mapping[str, Any], SavedResults], str]]:
         """The docs' tables this case renders, by the name of the saved result each comes from."""
         return {"pop-scaling-reduced": render_pop_scaling, "pop-scaling-nodes": render_pop_scaling_nodes}
+
+    def readme_clause(self, results: SavedResults) -> ReadmeClause | None:
+        """The README's line on the case studies on nodes: strong scaling on the fast link's nodes, its
+        communication efficiency beside the seed's, what sharding the test did."""
+        name = POP_NODE_SWEEPS[1]
+        if not results.has(name):
+            return None
+        saved = results.load(name)
+        points = saved["result"]["headline"]
+        strong = {p["ranks"]: p for p in points if p["scaling"] == "strong" and pop_unchanged(p)}
+        most = max(strong)
+        sharded = next(p for p in points if p["ranks"] == most and p["scaling"] == "strong" and p["test"] != "rank0")
+        seed = max(saved["result"]["seed_pop"], key=lambda row: row["ranks"])
+        speedups = " and ".join(
+            f"{times(strong[1]['wall_s'] / strong[n]['wall_s'])} on {n}" for n in sorted(strong)[1:]
+        )
+        return ReadmeClause(
+            "Case studies on nodes",
+            f"the pop-scaling ResNet trained {speedups} nodes ({node_cluster(saved)[1]}; strong scaling, the same"
+            " nodes at every count), its communication efficiency falling to"
+            f" {fixed(strong[most]['communication_efficiency'], 2)} on {most} (the seed:"
+            f" {fixed(seed['communication_efficiency'], 2)} on {seed['ranks']} GPUs); sharding its sequential test"
+            f" made {most} nodes {times(strong[most]['wall_s'] / sharded['wall_s'])} faster",
+            (name,),
+        )
 
     def projection_inputs(self, run: RunData, row: Any) -> tuple[dict[str, Any], float, str]:
         """Strong scaling keeps the global batch (each rank's share of it shrinks), weak the batch per rank; the test

@@ -36,6 +36,7 @@ from workbench.formatting import format_interval
 from workbench.markdown import (
     REPETITIONS,
     Measurement,
+    ReadmeClause,
     SavedResults,
     duration,
     number,
@@ -253,6 +254,34 @@ class PsVsAllreduce(Case):
             return {"server_exchange_s": max(round_seconds(base, batch) - round_seconds(twin, batch), 0.0)}
 
         return twin, exchange
+
+    def readme_clause(self, results: SavedResults) -> ReadmeClause | None:
+        """The README's line on the schemes on nodes: each scheme's efficiency on fast and slow links at the most
+        workers beside the seed's, and one PS task's traffic counted against the model's."""
+        slow_name, fast_name = PS_NODE_SWEEPS
+        if not (results.has(slow_name) and results.has(fast_name)):
+            return None
+        slow, fast = results.load(slow_name)["result"], results.load(fast_name)["result"]
+        ps_fast, ps_slow = _at_most_workers(fast, "ps"), _at_most_workers(slow, "ps")
+        ring_fast, ring_slow = _at_most_workers(fast, "allreduce"), _at_most_workers(slow, "allreduce")
+        one_ps = next(
+            p
+            for p in slow["points"]
+            if (p["scheme"], p["workers"], p["ps"], p["data"]) == ("ps", ps_slow["workers"], 1, "synthetic")
+        )
+        counted, modelled = ps_link_traffic(slow, one_ps)
+        seeds = slow["seed_efficiency"]
+        seed = {r["system"]: r["efficiency"] for r in seeds if (r["gpus"], r["data"]) == (64, "synthetic")}
+        return ReadmeClause(
+            "Parameter servers and CPU tuning on nodes",
+            f"on {ps_slow['workers']} nodes the efficiency of parameter servers fell from"
+            f" {percent(ps_fast['efficiency'])} on fast links (unshaped) to {percent(ps_slow['efficiency'])} on"
+            " 1 Gbit/s ones, allreduce's from"
+            f" {percent(ring_fast['efficiency'])} to {percent(ring_slow['efficiency'])} (the seed at 64 GPUs:"
+            f" {percent(seed[PS_SEED_SYSTEMS[0]])} on Piz Daint, {percent(seed[PS_SEED_SYSTEMS[1]])} on p2.xlarge);"
+            f" one PS task's node carried {number(counted)} MB a step each way ({number(modelled)} MB modelled)",
+            (slow_name, fast_name),
+        )
 
     def projection_inputs(self, run: RunData, row: Any) -> tuple[dict[str, Any], float, str]:
         """A step of every worker: workers x batch images at the measured images/s; the PS tasks sit on the workers'
@@ -825,6 +854,13 @@ PS_NODE_SWEEPS = ("ps-vs-allreduce-nodes-1gbit", "ps-vs-allreduce-nodes-unshaped
 
 #: The seed's systems with one GPU per node, like a node here: its fast network and its slow one.
 PS_SEED_SYSTEMS = ("Piz Daint (P100, Aries)", "p2.xlarge (K80, 1 per node)")
+
+
+def _at_most_workers(result: Mapping[str, Any], scheme: str) -> Mapping[str, Any]:
+    """The scheme's row of a node sweep at the most workers on synthetic data (the fewest PS tasks, round-robin)."""
+    rows = [r for r in result["efficiency"] if r["scheme"] == scheme and r["data"] == "synthetic"]
+    most = [r for r in rows if r["workers"] == max(r["workers"] for r in rows) and r["placement"] != "sharded"]
+    return min(most, key=lambda r: r["ps"])
 
 
 def ps_link_traffic(result: Mapping[str, Any], point: Mapping[str, Any]) -> tuple[float | None, float]:
