@@ -1,12 +1,13 @@
 """What the cases' docs tables share: a case's own text from its saved summary, a node sweep's cluster in words,
-and a node sweep with its sibling sweeps (the same case at another link)."""
+a node sweep with its sibling sweeps (the same case at another link), and the repeated sweeps on a miniature
+cluster's nodes that the projection's node rows are measured again from."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from workbench.markdown import SavedResults
+from workbench.markdown import REPETITIONS, Measurement, SavedResults, varied
 
 
 def case_text(saved: Mapping[str, Any]) -> str:
@@ -36,3 +37,22 @@ def node_cluster(saved: Mapping[str, Any]) -> tuple[str, str]:
 def node_sweeps(saved: Mapping[str, Any], names: Sequence[str], results: SavedResults) -> list[Mapping[str, Any]]:
     """``saved`` (the first of ``names``) and those of the others measured so far."""
     return [saved] + [results.load(name) for name in names[1:] if results.has(name)]
+
+
+def node_sweep_runs(
+    group: str,
+    case_options: str,
+    out: str,
+    nodes: str,
+    cpus_per_node: float,
+    links: Sequence[str],
+    about: str,
+    repetitions: Sequence[str] = REPETITIONS,
+) -> tuple[Measurement, ...]:
+    """The sweep ``group``'s runs of ``workbench run CASE_OPTIONS`` on ``nodes`` of a miniature cluster (root), one per
+    repetition and link (``{repetition}`` and ``{link}`` in ``out``, under ``artifacts/``), repetitions outermost."""
+    command = (
+        f"workbench run {case_options} --nodes {nodes} --cpus-per-node {cpus_per_node:g} --link {{link}}"
+        f" --out artifacts/{out} --json"
+    )
+    return varied(Measurement(group, command, about, sweep=True, root=True), repetition=repetitions, link=links)

@@ -21,10 +21,9 @@ import pandas as pd
 
 from workbench import analysis
 from workbench.analysis.caveats import sweep_caveats
-from workbench.cases.docs import case_text, node_cluster, node_sweeps
+from workbench.cases.docs import case_text, node_cluster, node_sweep_runs, node_sweeps
 from workbench.experiment import Case, CaseOption, ExperimentResult, Point, parse_counts
 from workbench.markdown import (
-    REPETITIONS,
     Measurement,
     ReadmeClause,
     SavedResults,
@@ -129,96 +128,68 @@ class EvalFrequency(Case):
             ),
             link=("50mbit", "1gbit"),
         ),
-        *varied(
-            Measurement(
-                "projection-nodes-sweeps",
-                "workbench run eval-frequency --preset ci --backend mpi4py"
-                " --nodes 1,2,4,8 --cpus-per-node 0.2 --link {link}"
-                " --out artifacts/nodes-eval-frequency-{link}-r{repetition} --json",
-                "the projection across nodes: 1-8 nodes of 0.2 core",
-                sweep=True,
-                root=True,
-            ),
-            repetition=REPETITIONS,
-            link=('1gbit', '50mbit'),
+        *node_sweep_runs(
+            "projection-nodes-sweeps",
+            "eval-frequency --preset ci --backend mpi4py",
+            "nodes-eval-frequency-{link}-r{repetition}",
+            "1,2,4,8",
+            0.2,
+            ("1gbit", "50mbit"),
+            "the projection across nodes: 1-8 nodes of 0.2 core",
         ),
-        *varied(
-            Measurement(
-                "projection-nodes-sleeping-sweeps",
-                "workbench run eval-frequency --preset ci --backend mpi4py"
-                " --nodes 1,2,4,8 --cpus-per-node 0.2 --link {link}"
-                " --out artifacts/sleepbatch/nodes-eval-frequency-{link}-r{repetition} --json",
-                "ranks waiting in MPI asleep",
-                sweep=True,
-                root=True,
-            ),
-            repetition=REPETITIONS,
-            link=('1gbit', '50mbit'),
+        *node_sweep_runs(
+            "projection-nodes-sleeping-sweeps",
+            "eval-frequency --preset ci --backend mpi4py",
+            "sleepbatch/nodes-eval-frequency-{link}-r{repetition}",
+            "1,2,4,8",
+            0.2,
+            ("1gbit", "50mbit"),
+            "ranks waiting in MPI asleep",
         ),
-        *varied(
-            Measurement(
-                "projection-nodes-sleeping-sweeps",
-                "workbench run eval-frequency --preset ci --backend mpi4py"
-                " --nodes 1,2,4 --cpus-per-node 0.4 --link {link}"
-                " --out artifacts/sleepbatch/nodes-eval-frequency-0.4core-{link}-r{repetition} --json",
-                "ranks waiting in MPI asleep, nodes of 0.4 core",
-                sweep=True,
-                root=True,
-            ),
-            repetition=REPETITIONS,
-            link=('1gbit', '50mbit'),
+        *node_sweep_runs(
+            "projection-nodes-sleeping-sweeps",
+            "eval-frequency --preset ci --backend mpi4py",
+            "sleepbatch/nodes-eval-frequency-0.4core-{link}-r{repetition}",
+            "1,2,4",
+            0.4,
+            ("1gbit", "50mbit"),
+            "ranks waiting in MPI asleep, nodes of 0.4 core",
         ),
-        *varied(
-            Measurement(
-                "projection-nodes-sleeping-sweeps",
-                "workbench run eval-frequency --preset ci --backend mpi4py"
-                " --nodes 1,2,4,8 --cpus-per-node 0.2 --link {link}"
-                " --out artifacts/lightrec/nodes-eval-frequency-{link}-r{repetition} --json",
-                "the lighter recorder",
-                sweep=True,
-                root=True,
-            ),
-            repetition=REPETITIONS,
-            link=('1gbit',),
+        *node_sweep_runs(
+            "projection-nodes-sleeping-sweeps",
+            "eval-frequency --preset ci --backend mpi4py",
+            "lightrec/nodes-eval-frequency-{link}-r{repetition}",
+            "1,2,4,8",
+            0.2,
+            ("1gbit",),
+            "the lighter recorder",
         ),
-        *varied(
-            Measurement(
-                "projection-nodes-sleeping-sweeps",
-                "workbench run eval-frequency --preset ci --backend mpi4py"
-                " --nodes 1,2,4 --cpus-per-node 0.4 --link {link}"
-                " --out artifacts/lightrec/nodes-eval-frequency-0.4core-{link}-r{repetition} --json",
-                "the lighter recorder, nodes of 0.4 core",
-                sweep=True,
-                root=True,
-            ),
-            repetition=REPETITIONS,
-            link=('1gbit', '50mbit'),
+        *node_sweep_runs(
+            "projection-nodes-sleeping-sweeps",
+            "eval-frequency --preset ci --backend mpi4py",
+            "lightrec/nodes-eval-frequency-0.4core-{link}-r{repetition}",
+            "1,2,4",
+            0.4,
+            ("1gbit", "50mbit"),
+            "the lighter recorder, nodes of 0.4 core",
         ),
-        *varied(
-            Measurement(
-                "projection-nodes-reduced-preset-sweeps",
-                "workbench run eval-frequency --preset reduced --backend mpi4py"
-                " --nodes 1,2,4 --cpus-per-node 0.4 --link {link}"
-                " --out artifacts/lightrec/nodes-eval-frequency-reduced-0.4core-{link}-r{repetition} --json",
-                "does a longer run narrow the repetitions' scatter?",
-                sweep=True,
-                root=True,
-            ),
-            repetition=REPETITIONS,
-            link=('1gbit',),
+        *node_sweep_runs(
+            "projection-nodes-reduced-preset-sweeps",
+            "eval-frequency --preset reduced --backend mpi4py",
+            "lightrec/nodes-eval-frequency-reduced-0.4core-{link}-r{repetition}",
+            "1,2,4",
+            0.4,
+            ("1gbit",),
+            "does a longer run narrow the repetitions' scatter?",
         ),
-        *varied(
-            Measurement(
-                "projection-nodes-cpu-wait-sweeps",
-                "workbench run eval-frequency --preset ci --backend mpi4py"
-                " --nodes 1,2,4,8 --cpus-per-node 0.2 --link {link}"
-                " --out artifacts/cpuwait/nodes-eval-frequency-{link}-r{repetition} --json",
-                "each rank's threads' wait for a core read with its heartbeat",
-                sweep=True,
-                root=True,
-            ),
-            repetition=REPETITIONS,
-            link=('1gbit',),
+        *node_sweep_runs(
+            "projection-nodes-cpu-wait-sweeps",
+            "eval-frequency --preset ci --backend mpi4py",
+            "cpuwait/nodes-eval-frequency-{link}-r{repetition}",
+            "1,2,4,8",
+            0.2,
+            ("1gbit",),
+            "each rank's threads' wait for a core read with its heartbeat",
         ),
     )
 

@@ -23,11 +23,10 @@ import pandas as pd
 
 from workbench import analysis
 from workbench.analysis import projection as pj
-from workbench.cases.docs import case_text
+from workbench.cases.docs import case_text, node_sweep_runs
 from workbench.events import BYTES_PER_MB
 from workbench.experiment import Case, CaseOption, ExperimentResult, Point, parse_counts
 from workbench.markdown import (
-    REPETITIONS,
     Measurement,
     SavedResults,
     fixed,
@@ -117,44 +116,32 @@ class InputPipeline(Case):
             ),
             repetition=("", "-r2", "-r3"),
         ),
-        *varied(
-            Measurement(
-                "projection-nodes-sweeps",
-                "workbench run input-pipeline --preset reduced --threads 1 --intervals 1,8 --seconds 5"
-                " --nodes 1,2,4,8 --cpus-per-node 0.2 --link {link}"
-                " --out artifacts/nodes-input-pipeline-{link}-r{repetition} --json",
-                "contested storage shared by every node, a link each",
-                sweep=True,
-                root=True,
-            ),
-            repetition=REPETITIONS,
-            link=('1gbit', '50mbit'),
+        *node_sweep_runs(
+            "projection-nodes-sweeps",
+            "input-pipeline --preset reduced --threads 1 --intervals 1,8 --seconds 5",
+            "nodes-input-pipeline-{link}-r{repetition}",
+            "1,2,4,8",
+            0.2,
+            ("1gbit", "50mbit"),
+            "contested storage shared by every node, a link each",
         ),
-        *varied(
-            Measurement(
-                "projection-nodes-sleeping-sweeps",
-                "workbench run input-pipeline --preset reduced --threads 1 --intervals 1,8 --seconds 5"
-                " --nodes 1,2,4,8 --cpus-per-node 0.2 --link {link}"
-                " --out artifacts/sleepbatch/nodes-input-pipeline-{link}-r{repetition} --json",
-                "ranks waiting in MPI asleep",
-                sweep=True,
-                root=True,
-            ),
-            repetition=REPETITIONS,
-            link=('1gbit',),
+        *node_sweep_runs(
+            "projection-nodes-sleeping-sweeps",
+            "input-pipeline --preset reduced --threads 1 --intervals 1,8 --seconds 5",
+            "sleepbatch/nodes-input-pipeline-{link}-r{repetition}",
+            "1,2,4,8",
+            0.2,
+            ("1gbit",),
+            "ranks waiting in MPI asleep",
         ),
-        *varied(
-            Measurement(
-                "projection-nodes-sleeping-sweeps",
-                "workbench run input-pipeline --preset reduced --threads 1 --intervals 1,8 --seconds 5"
-                " --nodes 1,2,4,8 --cpus-per-node 0.2 --link {link}"
-                " --out artifacts/lightrec/nodes-input-pipeline-{link}-r{repetition} --json",
-                "the lighter recorder",
-                sweep=True,
-                root=True,
-            ),
-            repetition=REPETITIONS,
-            link=('1gbit',),
+        *node_sweep_runs(
+            "projection-nodes-sleeping-sweeps",
+            "input-pipeline --preset reduced --threads 1 --intervals 1,8 --seconds 5",
+            "lightrec/nodes-input-pipeline-{link}-r{repetition}",
+            "1,2,4,8",
+            0.2,
+            ("1gbit",),
+            "the lighter recorder",
         ),
     )
 

@@ -22,11 +22,10 @@ import numpy as np
 import pandas as pd
 
 from workbench import analysis
-from workbench.cases.docs import case_text, node_cluster, node_sweeps
+from workbench.cases.docs import case_text, node_cluster, node_sweep_runs, node_sweeps
 from workbench.events import EVALUATION, INPUT
 from workbench.experiment import Case, CaseOption, ExperimentResult, Point
 from workbench.markdown import (
-    REPETITIONS,
     Measurement,
     ReadmeClause,
     SavedResults,
@@ -115,44 +114,32 @@ class PopScaling(Case):
             ),
             link=("50mbit", "1gbit"),
         ),
-        *varied(
-            Measurement(
-                "projection-nodes-sweeps",
-                "workbench run pop-scaling --preset reduced"
-                " --nodes 1,2,4 --cpus-per-node 0.4 --link {link}"
-                " --out artifacts/nodes-pop-scaling-{link}-r{repetition} --json",
-                "the projection's two more repetitions",
-                sweep=True,
-                root=True,
-            ),
-            repetition=("2", "3"),
-            link=("50mbit", "1gbit"),
+        *node_sweep_runs(
+            "projection-nodes-sweeps",
+            "pop-scaling --preset reduced",
+            "nodes-pop-scaling-{link}-r{repetition}",
+            "1,2,4",
+            0.4,
+            ("50mbit", "1gbit"),
+            "the projection's two more repetitions", repetitions=("2", "3"),
         ),
-        *varied(
-            Measurement(
-                "projection-nodes-sleeping-sweeps",
-                "workbench run pop-scaling --preset reduced"
-                " --nodes 1,2,4 --cpus-per-node 0.4 --link {link}"
-                " --out artifacts/sleepbatch/nodes-pop-scaling-{link}-r{repetition} --json",
-                "ranks waiting in MPI asleep",
-                sweep=True,
-                root=True,
-            ),
-            repetition=REPETITIONS,
-            link=('1gbit', '50mbit'),
+        *node_sweep_runs(
+            "projection-nodes-sleeping-sweeps",
+            "pop-scaling --preset reduced",
+            "sleepbatch/nodes-pop-scaling-{link}-r{repetition}",
+            "1,2,4",
+            0.4,
+            ("1gbit", "50mbit"),
+            "ranks waiting in MPI asleep",
         ),
-        *varied(
-            Measurement(
-                "projection-nodes-sleeping-sweeps",
-                "workbench run pop-scaling --preset reduced"
-                " --nodes 1,2,4 --cpus-per-node 0.4 --link {link}"
-                " --out artifacts/lightrec/nodes-pop-scaling-{link}-r{repetition} --json",
-                "the lighter recorder",
-                sweep=True,
-                root=True,
-            ),
-            repetition=REPETITIONS,
-            link=('1gbit',),
+        *node_sweep_runs(
+            "projection-nodes-sleeping-sweeps",
+            "pop-scaling --preset reduced",
+            "lightrec/nodes-pop-scaling-{link}-r{repetition}",
+            "1,2,4",
+            0.4,
+            ("1gbit",),
+            "the lighter recorder",
         ),
     )
 

@@ -28,13 +28,12 @@ import pandas as pd
 from workbench import analysis
 from workbench.analysis import ps_load
 from workbench.analysis.benchmark_method import BenchmarkMethod
-from workbench.cases.docs import node_cluster, node_sweeps
+from workbench.cases.docs import node_cluster, node_sweep_runs, node_sweeps
 from workbench.config import physical_cores
 from workbench.events import BYTES_PER_MB, NS_PER_S
 from workbench.experiment import Case, CaseOption, ExperimentResult, Point, parse_counts, parse_yes_no
 from workbench.formatting import format_interval
 from workbench.markdown import (
-    REPETITIONS,
     Measurement,
     ReadmeClause,
     SavedResults,
@@ -189,47 +188,32 @@ class PsVsAllreduce(Case):
             ),
             link=("1gbit", "unshaped"),
         ),
-        *varied(
-            Measurement(
-                "projection-nodes-sweeps",
-                "workbench run ps-vs-allreduce --preset ci --data synthetic --ps 1 --sharded no --measured-steps 6"
-                " --repetitions 2"
-                " --nodes 1,2,4 --cpus-per-node 0.4 --link {link}"
-                " --out artifacts/nodes-ps-vs-allreduce-{link}-r{repetition} --json",
-                "allreduce and one PS task for the projection",
-                sweep=True,
-                root=True,
-            ),
-            repetition=REPETITIONS,
-            link=('1gbit', 'unshaped'),
+        *node_sweep_runs(
+            "projection-nodes-sweeps",
+            "ps-vs-allreduce --preset ci --data synthetic --ps 1 --sharded no --measured-steps 6 --repetitions 2",
+            "nodes-ps-vs-allreduce-{link}-r{repetition}",
+            "1,2,4",
+            0.4,
+            ("1gbit", "unshaped"),
+            "allreduce and one PS task for the projection",
         ),
-        *varied(
-            Measurement(
-                "projection-nodes-sleeping-sweeps",
-                "workbench run ps-vs-allreduce --preset ci --data synthetic --ps 1 --sharded no --measured-steps 6"
-                " --repetitions 2"
-                " --nodes 1,2,4 --cpus-per-node 0.4 --link {link}"
-                " --out artifacts/sleepbatch/nodes-ps-vs-allreduce-{link}-r{repetition} --json",
-                "ranks waiting in MPI asleep",
-                sweep=True,
-                root=True,
-            ),
-            repetition=REPETITIONS,
-            link=('unshaped', '1gbit'),
+        *node_sweep_runs(
+            "projection-nodes-sleeping-sweeps",
+            "ps-vs-allreduce --preset ci --data synthetic --ps 1 --sharded no --measured-steps 6 --repetitions 2",
+            "sleepbatch/nodes-ps-vs-allreduce-{link}-r{repetition}",
+            "1,2,4",
+            0.4,
+            ("unshaped", "1gbit"),
+            "ranks waiting in MPI asleep",
         ),
-        *varied(
-            Measurement(
-                "projection-nodes-sleeping-sweeps",
-                "workbench run ps-vs-allreduce --preset ci --data synthetic --ps 1 --sharded no --measured-steps 6"
-                " --repetitions 2"
-                " --nodes 1,2,4 --cpus-per-node 0.4 --link {link}"
-                " --out artifacts/lightrec/nodes-ps-vs-allreduce-{link}-r{repetition} --json",
-                "the lighter recorder",
-                sweep=True,
-                root=True,
-            ),
-            repetition=REPETITIONS,
-            link=('unshaped',),
+        *node_sweep_runs(
+            "projection-nodes-sleeping-sweeps",
+            "ps-vs-allreduce --preset ci --data synthetic --ps 1 --sharded no --measured-steps 6 --repetitions 2",
+            "lightrec/nodes-ps-vs-allreduce-{link}-r{repetition}",
+            "1,2,4",
+            0.4,
+            ("unshaped",),
+            "the lighter recorder",
         ),
     )
 
