@@ -157,44 +157,10 @@ def rank_time_figure(
         hovertemplate="%{customdata[0]}: %{customdata[1]:.0%} of its time in own work (waits least)<extra></extra>",
         showlegend=bool(shown),
     )
-    # one trace for all the lines between hosts: 128 hosts as shapes took plotly 0.3 s to validate
-    between = [
-        (position[ranks[index - 1]] + position[ranks[index]]) / 2
-        for index in range(1, len(ranks))
-        if row_hosts[index] != row_hosts[index - 1]
-    ]
-    fig.add_scatter(
-        x=np.tile(np.asarray([0.0, right, np.nan], dtype=np.float32), len(between)),
-        y=np.repeat(np.asarray(between, dtype=np.float32), 3),
-        mode="lines",
-        line={"width": 1, "color": "rgba(0, 0, 0, 0.35)"},
-        hoverinfo="skip",
-        showlegend=False,
-        name="hosts",
-    )
+    _add_host_lines(fig, [position[r] for r in ranks], row_hosts, right)
     framed = [position[r] for r in ranks if several and marked_host is not None and hosts.get(r, "") == marked_host]
     if framed:
-        fig.add_shape(
-            type="rect",
-            xref="paper",
-            x0=0,
-            x1=1,
-            y0=min(framed) - 0.5,
-            y1=max(framed) + 0.5,
-            line={"width": 2, "color": MARK_COLOUR},
-            fillcolor="rgba(0, 0, 0, 0)",
-        )
-        fig.add_annotation(
-            text=f"slowest host {marked_host}",
-            xref="paper",
-            x=0,
-            xanchor="left",
-            y=min(framed) - 0.5,
-            yanchor="bottom",
-            showarrow=False,
-            font={"size": 11, "color": MARK_COLOUR},
-            bgcolor="rgba(255, 255, 255, 0.7)",
-        )
+        _frame_rows(fig, min(framed), max(framed), f"slowest host {marked_host}")
     ticks = _row_ticks(row_hosts, several)
     top, bottom = (min(ys) - 0.5, max(ys) + 0.5) if len(ys) else (-0.5, 0.5)
     fig.update_yaxes(
@@ -215,6 +181,48 @@ def rank_time_figure(
         meta={"value": value, "bin_s": width, "rank_order": in_rank_order},
     )
     return fig
+
+
+def _add_host_lines(fig: go.Figure, rows: list[float], row_hosts: list[str], right: float) -> None:
+    """A line between each two rows of different hosts: one trace for all (128 hosts as shapes took plotly 0.3 s to
+    validate)."""
+    between = [
+        (rows[index - 1] + rows[index]) / 2 for index in range(1, len(rows)) if row_hosts[index] != row_hosts[index - 1]
+    ]
+    fig.add_scatter(
+        x=np.tile(np.asarray([0.0, right, np.nan], dtype=np.float32), len(between)),
+        y=np.repeat(np.asarray(between, dtype=np.float32), 3),
+        mode="lines",
+        line={"width": 1, "color": "rgba(0, 0, 0, 0.35)"},
+        hoverinfo="skip",
+        showlegend=False,
+        name="hosts",
+    )
+
+
+def _frame_rows(fig: go.Figure, low: float, high: float, text: str) -> None:
+    """A frame around rows ``low``..``high`` across the whole width, ``text`` at its corner."""
+    fig.add_shape(
+        type="rect",
+        xref="paper",
+        x0=0,
+        x1=1,
+        y0=low - 0.5,
+        y1=high + 0.5,
+        line={"width": 2, "color": MARK_COLOUR},
+        fillcolor="rgba(0, 0, 0, 0)",
+    )
+    fig.add_annotation(
+        text=text,
+        xref="paper",
+        x=0,
+        xanchor="left",
+        y=low - 0.5,
+        yanchor="bottom",
+        showarrow=False,
+        font={"size": 11, "color": MARK_COLOUR},
+        bgcolor="rgba(255, 255, 255, 0.7)",
+    )
 
 
 def _row_ticks(row_hosts: list[str], several: bool) -> list[int]:

@@ -342,14 +342,7 @@ def timeline_figure(
     several_hosts = host_count({r: hosts.get(r, "") for r in row_ranks}) > 1
     if several_hosts:
         row_ranks = sorted(row_ranks, key=lambda rank: (*host_sort_key(hosts.get(rank, "")), rank))
-    rows: list[int | str] = []
-    labels: list[str] = []
-    lane_hosts: list[str] = []
-    for rank in row_ranks:
-        lanes = [rank, in_flight_lane(rank)] if rank in in_flight else [rank]
-        rows += lanes
-        labels += [_lane_label(lane, hosts.get(rank, ""), several_hosts) for lane in lanes]
-        lane_hosts += [hosts.get(rank, "")] * len(lanes)
+    rows, labels, lane_hosts = _lanes(row_ranks, in_flight, hosts, several_hosts)
     fig = go.Figure(data=traces)
     fig.update_layout(
         title=title,
@@ -382,21 +375,43 @@ def timeline_figure(
     if len(spans) == 0:
         fig.add_annotation(text="no events", showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
     elif label_blocks:
-        own = visible_spans[~visible_spans["phase"].isin(OVERLAP_PHASES)]
-        # an annotation's number on a category axis is a lane's position, not its name: place by position
-        position = {lane: index for index, lane in enumerate(rows) if not isinstance(lane, str)}
-        for block in name_blocks(own, window=window):
-            if block["rank"] not in position:
-                continue
-            fig.add_annotation(
-                x=block["middle_s"],
-                y=position[block["rank"]],
-                text=block["name"],
-                showarrow=False,
-                font={"size": 10, "color": "#222222"},
-                bgcolor="rgba(255,255,255,0.6)",
-            )
+        _label_blocks(fig, visible_spans[~visible_spans["phase"].isin(OVERLAP_PHASES)], rows, window)
     return fig
+
+
+def _lanes(
+    row_ranks: list[int], in_flight: set[int], hosts: Mapping[int, str], several_hosts: bool
+) -> tuple[list[int | str], list[str], list[str]]:
+    """The y lanes top down (each rank, and below it its collectives in flight where it has them), their labels
+    and their hosts."""
+    rows: list[int | str] = []
+    labels: list[str] = []
+    lane_hosts: list[str] = []
+    for rank in row_ranks:
+        lanes = [rank, in_flight_lane(rank)] if rank in in_flight else [rank]
+        rows += lanes
+        labels += [_lane_label(lane, hosts.get(rank, ""), several_hosts) for lane in lanes]
+        lane_hosts += [hosts.get(rank, "")] * len(lanes)
+    return rows, labels, lane_hosts
+
+
+def _label_blocks(
+    fig: go.Figure, own: pd.DataFrame, rows: list[int | str], window: tuple[float, float] | None
+) -> None:
+    """Each run of spans of one name on a rank (``name_blocks``) labelled on its bar."""
+    # an annotation's number on a category axis is a lane's position, not its name: place by position
+    position = {lane: index for index, lane in enumerate(rows) if not isinstance(lane, str)}
+    for block in name_blocks(own, window=window):
+        if block["rank"] not in position:
+            continue
+        fig.add_annotation(
+            x=block["middle_s"],
+            y=position[block["rank"]],
+            text=block["name"],
+            showarrow=False,
+            font={"size": 10, "color": "#222222"},
+            bgcolor="rgba(255,255,255,0.6)",
+        )
 
 
 #: Every other host's lanes lie on this band, so the hosts of a multi-host run read as groups.
