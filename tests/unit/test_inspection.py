@@ -19,7 +19,7 @@ from workbench.formatting import (
     format_share,
     text_table,
 )
-from workbench.store import StreamWriter, create_run, update_run_meta
+from workbench.store import StreamWriter, create_run, stream_rows, update_run_meta
 
 S = 1_000_000_000
 MB = 1_000_000
@@ -160,6 +160,11 @@ def test_a_run_too_large_for_the_free_memory_is_analysed_in_rank_groups(tmp_path
     assert fits and line == ""
     fits, line = analyse.whole_run_fits(path, available=1_000)
     assert not fits and "in rank groups" in line and "GB free" in line
+    # workers: one per core while the free memory holds a group each (2 ranks: one group of the run's events)
+    group_bytes = stream_rows(path, "events") * analyse.BYTES_PER_EVENT_IN_GROUP
+    assert analyse.split_workers(path, available=10**12, cores=8) == 8
+    assert analyse.split_workers(path, available=int(3.5 * group_bytes / analyse.MEMORY_SHARE), cores=8) == 3
+    assert analyse.split_workers(path, available=1_000, cores=8) == 1 and "on 1 worker (" in line
     monkeypatch.setattr(analyse, "BYTES_PER_EVENT_WHOLE_RUN", 10**15)  # every run is too large now
     assert main(["analyse", str(path), "--json"]) == 0
     captured = capsys.readouterr()

@@ -7,7 +7,6 @@ loads the run, picks the output and prints.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -39,7 +38,7 @@ def analyse_command(
         fits, line = whole_run_fits(run_dir)
         if not fits:
             print(line, file=sys.stderr)
-            workers = max(1, min(2, os.cpu_count() or 1))
+            workers = split_workers(run_dir)
     if workers is not None or group_ranks is not None:
         from workbench.rank_groups import DEFAULT_GROUP_RANKS, analyse_split
         from workbench.text import format_split_analysis
@@ -69,6 +68,9 @@ def analyse_command(
 BYTES_PER_EVENT_WHOLE_RUN = 300
 #: Share of the free memory the whole-run analysis may take before rank groups are chosen instead.
 MEMORY_SHARE = 0.6
+#: Memory one event of a rank group takes in its worker: 3.1 M events (32 ranks of a 100 M-event, 1 024-rank run)
+#: peaked at 0.71 GB a worker (``benchmarks/results/analysis-split-100m.json``).
+BYTES_PER_EVENT_IN_GROUP = 250
 
 
 def whole_run_fits(run_dir: str | Path, *, available: int | None = None) -> tuple[bool, str]:
@@ -82,11 +84,29 @@ def whole_run_fits(run_dir: str | Path, *, available: int | None = None) -> tupl
     free = psutil.virtual_memory().available if available is None else available
     if needed <= MEMORY_SHARE * free:
         return True, ""
+    workers = split_workers(run_dir, available=free)
     return False, (
         f"workbench analyse: {events / 1e6:.3g} M events need about {needed / 1e9:.3g} GB in one process and this"
-        f" machine has {free / 1e9:.3g} GB free: analysing the run in rank groups on 2 workers"
-        " (--workers N and --group-ranks R choose)"
+        f" machine has {free / 1e9:.3g} GB free: analysing the run in rank groups on {workers}"
+        f" worker{'s' if workers > 1 else ''} (--workers N and --group-ranks R choose)"
     )
+
+
+def split_workers(run_dir: str | Path, *, available: int | None = None, cores: int | None = None) -> int:
+    """Local workers for a run analysed in rank groups: one per core, as many as the free memory holds (a worker
+    holds one group at a time), at least one."""
+    import psutil
+
+    from workbench.config import physical_cores
+    from workbench.rank_groups import DEFAULT_GROUP_RANKS, stored_ranks
+    from workbench.store import stream_rows
+
+    ranks = max(1, len(stored_ranks(run_dir)))
+    per_worker = stream_rows(run_dir, "events") * min(DEFAULT_GROUP_RANKS, ranks) / ranks * BYTES_PER_EVENT_IN_GROUP
+    free = psutil.virtual_memory().available if available is None else available
+    cores = physical_cores() if cores is None else cores
+    held = int(MEMORY_SHARE * free // per_worker) if per_worker else cores
+    return max(1, min(cores, held))
 
 
 def write_split_report(path: str | Path, split: Any, run_path: Path) -> Path:
