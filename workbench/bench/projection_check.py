@@ -228,6 +228,31 @@ def ranks_cpu(run: Any) -> dict[str, float] | None:
     return {part: _median_or_nan(table[part]) for part in CPU_PARTS}
 
 
+def _row_network(
+    nodes: Mapping[str, Any] | None,
+    cluster: str,
+    ranks: int,
+    profile: pj.StepCosts,
+    meta: Mapping[str, Any],
+    net: pj.Network | None,
+) -> pj.Network:
+    """The network a row is predicted on: on a miniature cluster's nodes the link as the step uses it, else this
+    machine's allreduce (or ``net``)."""
+    if not nodes:
+        return net or pj.fit_network(pj.here_allreduce_rows(), cores_per_node=int(meta.get("cores") or 2))
+    # β at the gradient bytes the 1-node run sends per step, measured at this count where the sweep did (the
+    # nodes' shared kernel path slows a ring as nodes join). nodes.json's compute_beside_collectives (a spin split
+    # around an allreduce) is not applied: it measures where the CFS periods fall for that spin (0.73 at 1 Gbit/s,
+    # 1.00 at 50 Mbit/s), and the workload's own compute beside its collectives did not follow it (docs/projection.md)
+    at_count = (nodes.get("allreduce_by_nodes") or {}).get(str(ranks))
+    return pj.fit_network(
+        at_count or nodes["allreduce"],
+        name=f"measured on the miniature cluster ({cluster}) at {ranks if at_count else 2} nodes",
+        ranks_per_node=1,
+        at_bytes=profile.gradient_bytes or None,
+    )
+
+
 def _validation_entries(sweeps: Sequence[tuple[str, str | Path]], net: pj.Network | None) -> list[dict[str, Any]]:
     """Each ≥ 2-rank run with the profile of its same-parameter run on the fewest ranks, loaded once.
 
@@ -269,22 +294,7 @@ def _validation_entries(sweeps: Sequence[tuple[str, str | Path]], net: pj.Networ
             if key not in profiles:
                 profiles[key] = pj.step_costs(run.events, run.meta, run.memory, **inputs)
             profile = profiles[key]
-            if nodes:
-                # the link as the step uses it: β at the gradient bytes the 1-node run sends per step, measured
-                # at this count where the sweep did (the nodes' shared kernel path slows a ring as nodes join)
-                at_count = (nodes.get("allreduce_by_nodes") or {}).get(str(int(row.ranks)))
-                network = pj.fit_network(
-                    at_count or nodes["allreduce"],
-                    name=f"measured on the miniature cluster ({cluster}) at {int(row.ranks) if at_count else 2} nodes",
-                    ranks_per_node=1,
-                    at_bytes=profile.gradient_bytes or None,
-                )
-                # nodes.json's compute_beside_collectives (a spin split around an allreduce) is not applied: it
-                # measures where the CFS periods fall for that spin (0.73 at 1 Gbit/s, 1.00 at 50 Mbit/s), and the
-                # workload's own compute beside its collectives did not follow it (docs/projection.md)
-            else:
-                cores = run.meta.get("cores") or 2
-                network = net or pj.fit_network(pj.here_allreduce_rows(), cores_per_node=int(cores))
+            network = _row_network(nodes, cluster, int(row.ranks), profile, run.meta, net)
             kind = kwargs.pop("kind", "weak")
             if kwargs.pop("no_horovod", False):
                 network = replace(network, per_call_s=0.0, horovod_thread_cores=0.0)
