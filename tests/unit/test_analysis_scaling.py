@@ -189,3 +189,14 @@ def test_steps_per_rank_without_steps_is_empty_and_names_are_configurable():
     # input spans as "steps": 2 spans of 0.5 s from 1.5 s to 4 s
     custom = steps_per_rank(events, step_name="input", step_phase="input").iloc[0]
     assert (custom["steps"], custom["seconds"], custom["mean_step_s"]) == (2, 2.5, 0.5)
+
+
+def test_steps_per_rank_is_the_same_whether_rows_come_rank_by_rank_or_mixed():
+    """The store's rank-by-rank order takes array segments, any other order a group-by: the same table."""
+    events = pd.concat([steps_run(7, ranks=3), steps_run(4, ranks=2)], ignore_index=True)
+    events.loc[events.index[-1], "end_ns"] += 3 * 1_000_000_000  # an odd step: the median and mean tell apart
+    in_order = events.sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
+    mixed = events.sample(frac=1.0, random_state=3).reset_index(drop=True)
+    segments, grouped = steps_per_rank(in_order, ranks=[0, 1, 2, 5]), steps_per_rank(mixed, ranks=[0, 1, 2, 5])
+    pd.testing.assert_frame_equal(segments, grouped)
+    assert segments["steps"].tolist() == [11, 11, 7, 0]

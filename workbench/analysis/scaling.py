@@ -18,6 +18,7 @@ come from (and therefore how to read them), and is kept in the output.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -130,22 +131,8 @@ def steps_per_rank(
         dtypes = {c: "int64" if c in ("rank", "steps") else "float64" for c in STEP_COLUMNS}
         return pd.DataFrame({c: pd.Series(dtype=dtype) for c, dtype in dtypes.items()})
     # only the step rows' columns, not whole rows of events (millions on a large run)
-    start_ns, end_ns = events["start_ns"].to_numpy()[rows], events["end_ns"].to_numpy()[rows]
-    steps = pd.DataFrame(
-        {
-            "rank": events["rank"].to_numpy()[rows],
-            "start_ns": start_ns,
-            "end_ns": end_ns,
-            "duration_ns": end_ns - start_ns,
-        },
-        copy=False,  # fresh arrays: no assign, which copies every column again
-    )
-    per_rank = steps.groupby("rank", sort=True).agg(
-        steps=("start_ns", "size"),
-        first_ns=("start_ns", "min"),
-        last_ns=("end_ns", "max"),
-        busy_ns=("duration_ns", "sum"),
-        median_ns=("duration_ns", "median"),
+    per_rank = _step_totals(
+        events["rank"].to_numpy()[rows], events["start_ns"].to_numpy()[rows], events["end_ns"].to_numpy()[rows]
     )
     all_ranks = sorted(set(int(r) for r in per_rank.index) | set(listed))
     per_rank = per_rank.reindex(all_ranks)
@@ -163,6 +150,33 @@ def steps_per_rank(
             "mean_step_s": np.asarray(mean_step, dtype=np.float64),
             "median_step_s": (per_rank["median_ns"] / NS_PER_S).to_numpy(dtype=np.float64),
         }
+    )
+
+
+def _step_totals(rank: np.ndarray, start_ns: np.ndarray, end_ns: np.ndarray) -> pd.DataFrame:
+    """Per rank (the index): ``steps``, ``first_ns``, ``last_ns``, ``busy_ns`` and ``median_ns`` of its step spans; by
+    array segments when the rows come rank by rank (as the store returns them), else by a group-by."""
+    duration = end_ns - start_ns
+    if len(rank) and (rank[1:] >= rank[:-1]).all():
+        first = np.flatnonzero(np.concatenate([[True], rank[1:] != rank[:-1]]))
+        bounds = np.append(first, len(rank))
+        return pd.DataFrame(
+            {
+                "steps": np.diff(bounds),
+                "first_ns": np.minimum.reduceat(start_ns, first),
+                "last_ns": np.maximum.reduceat(end_ns, first),
+                "busy_ns": np.add.reduceat(duration, first),
+                "median_ns": [float(np.median(duration[a:b])) for a, b in itertools.pairwise(bounds)],
+            },
+            index=pd.Index(rank[first], name="rank"),
+        )
+    steps = pd.DataFrame({"rank": rank, "start_ns": start_ns, "end_ns": end_ns, "duration_ns": duration}, copy=False)
+    return steps.groupby("rank", sort=True).agg(
+        steps=("start_ns", "size"),
+        first_ns=("start_ns", "min"),
+        last_ns=("end_ns", "max"),
+        busy_ns=("duration_ns", "sum"),
+        median_ns=("duration_ns", "median"),
     )
 
 
