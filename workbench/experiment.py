@@ -267,8 +267,9 @@ class Case:
 #: Where a package outside this one declares its cases: an entry point ``name = "module"`` (its ``CASE``) or
 #: ``name = "module:attribute"`` in this group (``[project.entry-points."workbench.cases"]`` of its pyproject).
 ENTRY_POINT_GROUP = "workbench.cases"
-#: Cases registered in this process (``register_case``), by name.
-_REGISTERED: dict[str, Case] = {}
+#: Cases registered in this process (``register_case``), by name: the case, or the path of the module whose
+#: ``CASE`` it is (imported when first asked for).
+_REGISTERED: dict[str, Case | str] = {}
 
 
 def register_case(case: Case | type[Case] | str, name: str | None = None) -> str:
@@ -279,7 +280,7 @@ def register_case(case: Case | type[Case] | str, name: str | None = None) -> str
     if isinstance(case, str):
         if not name:
             raise ValueError(f"register_case({case!r}): give the case's name with a module path")
-        CASE_MODULES[name] = case
+        _REGISTERED[name] = case
         return name
     instance = case() if isinstance(case, type) else case
     if not isinstance(instance, Case):
@@ -311,8 +312,11 @@ def get_case(name: str | Case) -> Case:
     """The case registered under ``name`` (or ``name`` itself when it already is a ``Case``)."""
     if isinstance(name, Case):
         return name
-    if name in _REGISTERED:
-        return _REGISTERED[name]
+    registered = _REGISTERED.get(name)
+    if isinstance(registered, Case):
+        return registered
+    if isinstance(registered, str):
+        return importlib.import_module(registered).CASE
     if name in CASE_MODULES:
         return importlib.import_module(CASE_MODULES[name]).CASE
     points = _entry_points()

@@ -169,3 +169,16 @@ def test_a_package_declares_its_case_as_an_entry_point(monkeypatch):
     assert case_names()[-1] == "outside" and get_case("outside") is base
     with pytest.raises(ValueError, match=r"choose one of .*outside"):
         get_case("elsewhere")
+
+
+def test_a_case_registered_by_its_module_path_is_found_and_forgotten():
+    from workbench.experiment import CASE_MODULES, register_case, unregister_case
+
+    package_cases = dict(CASE_MODULES)
+    assert register_case("workbench.cases.predict_leak", name="leak-again") == "leak-again"
+    try:
+        assert "leak-again" in case_names() and get_case("leak-again") is get_case("predict-leak")
+        assert package_cases == CASE_MODULES  # the package's own list is not where outside cases go
+    finally:
+        unregister_case("leak-again")
+    assert "leak-again" not in case_names()
