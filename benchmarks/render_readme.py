@@ -32,7 +32,6 @@ import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -1616,8 +1615,13 @@ def render_files(paths: Sequence[Path]) -> dict[Path, tuple[str, list[str]]]:
 
 
 def save(name: str, output: Path, command: str, seconds: float | None = None) -> Path:
-    """Wrap a command's ``--json`` output with the command, the date and the machine, as ``results/NAME.json``."""
-    result = json.loads(output.read_text())
+    """Wrap a command's ``--json`` output (the file ``output``) with the command, the date and the machine, as
+    ``results/NAME.json``."""
+    return save_result(name, json.loads(output.read_text()), command, seconds)
+
+
+def save_result(name: str, result: Any, command: str, seconds: float | None = None) -> Path:
+    """``result`` (a command's ``--json`` output, parsed) saved as ``save`` saves it."""
     from workbench.config import physical_cores
 
     saved = {
@@ -1671,21 +1675,28 @@ def measure(names: Sequence[str]) -> int:
                 failed = 1
             continue
         try:
-            json.loads(done.stdout)
+            result = json.loads(done.stdout)
         except ValueError:
             print(f"   {entry.name} failed: no JSON on its output (exit code {done.returncode})", file=sys.stderr)
             failed = 1
             continue
         if done.returncode:  # a case whose result cannot be trusted exits 1 but still prints its JSON
             print(f"   {entry.name} exited non-zero; its JSON is saved (read its caveats)", file=sys.stderr)
-        with tempfile.NamedTemporaryFile("w", suffix=".json") as output:
-            output.write(done.stdout)
-            output.flush()
-            save(entry.name, Path(output.name), entry.command, seconds)
-    for path, (new, changed) in render_files(documents()).items():
-        if changed:
-            path.write_text(new)
+        save_result(entry.name, result, entry.command, seconds)
+    stale_tables(write=True)
     return failed
+
+
+def stale_tables(*, write: bool) -> list[str]:
+    """``FILE: blocks`` of every document whose tables differ from their saved results; ``write``: rewrite them."""
+    stale: list[str] = []
+    for path, (new, changed) in render_files(documents()).items():
+        if not changed:
+            continue
+        stale.append(f"{path.relative_to(ROOT)}: {', '.join(changed)}")
+        if write:
+            path.write_text(new)
+    return stale
 
 
 def list_measurements() -> str:
@@ -1725,13 +1736,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.action == "list":
         print(list_measurements())
         return 0
-    stale: list[str] = []
-    for path, (new, changed) in render_files(documents()).items():
-        if not changed:
-            continue
-        stale.append(f"{path.relative_to(ROOT)}: {', '.join(changed)}")
-        if args.write:
-            path.write_text(new)
+    stale = stale_tables(write=args.write)
     if stale:
         print(("rewrote " if args.write else "out of date: ") + "; ".join(stale))
         return 0 if args.write else 1

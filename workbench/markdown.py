@@ -108,10 +108,10 @@ def varied(template: Measurement, **choices: Sequence[str]) -> tuple[Measurement
     """``template`` once per combination of ``choices`` (``{name}`` in its name and command filled in), the first
     choice outermost; a ``repetition`` choice also sets each one's ``round``."""
     keys = list(choices)
+    rounds = list(choices.get("repetition", [""]))
     out = []
     for values in itertools.product(*(choices[k] for k in keys)):
         filled = dict(zip(keys, values))
-        rounds = list(choices.get("repetition", [""]))
         out.append(
             replace(
                 template,

@@ -354,5 +354,4 @@ def measurements() -> list[Measurement]:
     found = [*MEASUREMENTS]
     for name in case_names():
         found += [m if m.stage else replace(m, stage=1) for m in get_case(name).measurements]
-    order = {id(m): i for i, m in enumerate(found)}
-    return sorted(found, key=lambda m: (m.stage, m.round, order[id(m)]))
+    return sorted(found, key=lambda m: (m.stage, m.round))  # a stable sort: as registered within a round

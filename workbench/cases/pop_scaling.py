@@ -121,7 +121,8 @@ class PopScaling(Case):
             "1,2,4",
             0.4,
             ("50mbit", "1gbit"),
-            "the projection's two more repetitions", repetitions=("2", "3"),
+            "the projection's two more repetitions",
+            repetitions=("2", "3"),
         ),
         *node_sweep_runs(
             "projection-nodes-sleeping-sweeps",
