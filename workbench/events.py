@@ -41,6 +41,7 @@ value      float64 the value
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import zlib
@@ -396,6 +397,20 @@ def empty_counters() -> pd.DataFrame:
 def natural_order(text: str) -> tuple:
     """A sort key that puts ``node2`` before ``node10`` (numbers in names compared as numbers)."""
     return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))
+
+
+def ascending_runs(keys: np.ndarray) -> np.ndarray | None:
+    """Where each run of equal ``keys`` starts, when the keys ascend (rows rank by rank, as the store returns them);
+    None when they do not (or there are none): per-key reductions then go by segment instead of a group-by."""
+    if len(keys) == 0 or not (keys[1:] >= keys[:-1]).all():
+        return None
+    return np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]]))
+
+
+def run_medians(values: np.ndarray, starts: np.ndarray) -> list[float]:
+    """The median of each run of ``values`` that begins at ``starts`` (``ascending_runs``)."""
+    bounds = np.append(starts, len(values))
+    return [float(np.median(values[a:b])) for a, b in itertools.pairwise(bounds)]
 
 
 def labelled_codes(codes: np.ndarray, labels: Sequence[object]) -> pd.Categorical:

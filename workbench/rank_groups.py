@@ -110,7 +110,7 @@ class GroupPart:
     backwards: int = 0
     backwards_ranks: list[int] = field(default_factory=list)
     backwards_first: tuple[int, str] | None = None
-    #: ``step_spans`` of the group's lowest rank with steps (empty when none has steps).
+    #: ``step_spans`` of the group's lowest rank with steps (empty when none has steps, or the caller gave the run's).
     reference: pd.DataFrame = field(default_factory=pd.DataFrame)
     #: ``cpu_wait_table`` of the group's ranks (their heartbeats' wait for a core).
     cpu_wait: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -211,8 +211,10 @@ def open_group(
     own = ~events["phase"].isin(ev.OVERLAP_PHASES).to_numpy()  # a mask: indexing would copy every column
     first_ns = int(events["start_ns"].to_numpy()[own].min()) if own.any() else -1
     last_ns = int(events["end_ns"].to_numpy()[own].max()) if own.any() else -1
-    steps = step_spans(events)
-    reference = steps[steps["rank"] == steps["rank"].min()] if len(steps) else steps
+    reference = pd.DataFrame()  # a candidate for the run's reference steps, needed only when the caller has none
+    if run_reference is None:
+        steps = step_spans(events)
+        reference = steps[steps["rank"] == steps["rank"].min()] if len(steps) else steps
     _HELD[token] = negotiation_spans(events)
     arrivals = mark_group(token, run_reference) if run_reference is not None else None
     return GroupPart(

@@ -9,7 +9,6 @@ is missing and what to record instead of an exception.
 
 from __future__ import annotations
 
-import itertools
 import math
 import time
 from collections.abc import Mapping
@@ -128,15 +127,14 @@ def lateness_summary(lateness: pd.DataFrame, hosts: Mapping[int, str] | None = N
     if lateness.empty:
         return with_hosts(_empty(tuple(columns)), hosts) if hosts is not None else _empty(tuple(columns))
     rank = lateness["rank"].to_numpy(np.int64)
-    if (rank[1:] >= rank[:-1]).all():  # each rank's rows together (rank groups' rows are): segment by segment
-        starts = np.flatnonzero(np.concatenate([[True], rank[1:] != rank[:-1]]))
-        bounds = np.append(starts, len(rank))
+    starts = ev.ascending_runs(rank)
+    if starts is not None:  # each rank's rows together (rank groups' rows are): segment by segment
         late = lateness["lateness_s"].to_numpy(np.float64)
         summary = pd.DataFrame(
             {
-                "steps": np.diff(bounds),
+                "steps": np.diff(np.append(starts, len(rank))),
                 "last_in_steps": np.add.reduceat(lateness["last"].to_numpy(np.int64), starts),
-                "median_lateness_s": [float(np.median(late[a:b])) for a, b in itertools.pairwise(bounds)],
+                "median_lateness_s": ev.run_medians(late, starts),
                 "max_lateness_s": np.maximum.reduceat(late, starts),
             },
             index=pd.Index(rank[starts], name="rank"),

@@ -18,7 +18,6 @@ come from (and therefore how to read them), and is kept in the output.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -157,16 +156,15 @@ def _step_totals(rank: np.ndarray, start_ns: np.ndarray, end_ns: np.ndarray) -> 
     """Per rank (the index): ``steps``, ``first_ns``, ``last_ns``, ``busy_ns`` and ``median_ns`` of its step spans; by
     array segments when the rows come rank by rank (as the store returns them), else by a group-by."""
     duration = end_ns - start_ns
-    if len(rank) and (rank[1:] >= rank[:-1]).all():
-        first = np.flatnonzero(np.concatenate([[True], rank[1:] != rank[:-1]]))
-        bounds = np.append(first, len(rank))
+    first = ev.ascending_runs(rank)
+    if first is not None:
         return pd.DataFrame(
             {
-                "steps": np.diff(bounds),
+                "steps": np.diff(np.append(first, len(rank))),
                 "first_ns": np.minimum.reduceat(start_ns, first),
                 "last_ns": np.maximum.reduceat(end_ns, first),
                 "busy_ns": np.add.reduceat(duration, first),
-                "median_ns": [float(np.median(duration[a:b])) for a, b in itertools.pairwise(bounds)],
+                "median_ns": ev.run_medians(duration, first),
             },
             index=pd.Index(rank[first], name="rank"),
         )

@@ -35,10 +35,10 @@ def analyse_command(
     machine's free memory (``whole_run_fits``) is analysed in rank groups anyway, said in one line.
     """
     if workers is None and group_ranks is None:
-        fits, line = whole_run_fits(run_dir)
+        fits, line, chosen = _whole_run_plan(run_dir)
         if not fits:
             print(line, file=sys.stderr)
-            workers = split_workers(run_dir)
+            workers = chosen
     if workers is not None or group_ranks is not None:
         from workbench.rank_groups import DEFAULT_GROUP_RANKS, analyse_split
         from workbench.text import format_split_analysis
@@ -75,35 +75,51 @@ BYTES_PER_EVENT_IN_GROUP = 250
 
 def whole_run_fits(run_dir: str | Path, *, available: int | None = None) -> tuple[bool, str]:
     """Whether analysing the run in one process fits this machine's free memory, and the line that says why not."""
-    import psutil
-
-    from workbench.store import stream_rows
-
-    events = stream_rows(run_dir, "events")
-    needed = events * BYTES_PER_EVENT_WHOLE_RUN
-    free = psutil.virtual_memory().available if available is None else available
-    if needed <= MEMORY_SHARE * free:
-        return True, ""
-    workers = split_workers(run_dir, available=free)
-    return False, (
-        f"workbench analyse: {events / 1e6:.3g} M events need about {needed / 1e9:.3g} GB in one process and this"
-        f" machine has {free / 1e9:.3g} GB free: analysing the run in rank groups on {workers}"
-        f" worker{'s' if workers > 1 else ''} (--workers N and --group-ranks R choose)"
-    )
+    fits, line, _workers = _whole_run_plan(run_dir, available=available)
+    return fits, line
 
 
 def split_workers(run_dir: str | Path, *, available: int | None = None, cores: int | None = None) -> int:
     """Local workers for a run analysed in rank groups: one per core, as many as the free memory holds (a worker
     holds one group at a time), at least one."""
-    import psutil
-
-    from workbench.config import physical_cores
-    from workbench.rank_groups import DEFAULT_GROUP_RANKS, stored_ranks
+    from workbench.rank_groups import stored_ranks
     from workbench.store import stream_rows
 
-    ranks = max(1, len(stored_ranks(run_dir)))
-    per_worker = stream_rows(run_dir, "events") * min(DEFAULT_GROUP_RANKS, ranks) / ranks * BYTES_PER_EVENT_IN_GROUP
-    free = psutil.virtual_memory().available if available is None else available
+    return _workers_for(stream_rows(run_dir, "events"), len(stored_ranks(run_dir)), _free(available), cores)
+
+
+def _whole_run_plan(run_dir: str | Path, *, available: int | None = None) -> tuple[bool, str, int]:
+    """``whole_run_fits``' answer and line, and the workers of the rank groups when it does not fit: the run's
+    part-file footers read once."""
+    from workbench.rank_groups import stored_ranks
+    from workbench.store import stream_rows
+
+    events = stream_rows(run_dir, "events")
+    needed = events * BYTES_PER_EVENT_WHOLE_RUN
+    free = _free(available)
+    if needed <= MEMORY_SHARE * free:
+        return True, "", 0
+    workers = _workers_for(events, len(stored_ranks(run_dir)), free)
+    return False, (
+        f"workbench analyse: {events / 1e6:.3g} M events need about {needed / 1e9:.3g} GB in one process and this"
+        f" machine has {free / 1e9:.3g} GB free: analysing the run in rank groups on {workers}"
+        f" worker{'s' if workers > 1 else ''} (--workers N and --group-ranks R choose)"
+    ), workers
+
+
+def _free(available: int | None) -> int:
+    import psutil
+
+    return psutil.virtual_memory().available if available is None else available
+
+
+def _workers_for(events: int, ranks: int, free: int, cores: int | None = None) -> int:
+    """One worker per core while ``free`` memory holds a group of ``DEFAULT_GROUP_RANKS`` of the run's ranks each."""
+    from workbench.config import physical_cores
+    from workbench.rank_groups import DEFAULT_GROUP_RANKS
+
+    ranks = max(1, ranks)
+    per_worker = events * min(DEFAULT_GROUP_RANKS, ranks) / ranks * BYTES_PER_EVENT_IN_GROUP
     cores = physical_cores() if cores is None else cores
     held = int(MEMORY_SHARE * free // per_worker) if per_worker else cores
     return max(1, min(cores, held))
