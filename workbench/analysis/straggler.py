@@ -225,8 +225,10 @@ def merge_step_arrivals(parts: list[pd.DataFrame]) -> pd.DataFrame:
     parts = [p for p in parts if len(p)]
     if not parts:
         return step_arrivals(pd.DataFrame({c: pd.Series(dtype="int64") for c in ("step", "rank", "arrival_ns")}))
-    merged = pd.concat(parts).groupby("step").agg(
-        ranks=("ranks", "sum"), first_ns=("first_ns", "min"), latest_ns=("latest_ns", "max")
+    merged = (
+        pd.concat(parts)
+        .groupby("step")
+        .agg(ranks=("ranks", "sum"), first_ns=("first_ns", "min"), latest_ns=("latest_ns", "max"))
     )
     table = merged.reset_index()[list(STEP_ARRIVAL_COLUMNS)]
     table.attrs["ranks"] = int(sum(p.attrs.get("ranks", 0) for p in parts))
@@ -459,8 +461,12 @@ def step_correlation(intervals: pd.DataFrame) -> float:
     table = intervals.pivot_table(index=["epoch", "step"], columns="rank", values="between_s")
     if table.shape[1] < 2 or len(table) < 3:
         return float("nan")
-    with np.errstate(invalid="ignore", divide="ignore"):  # a rank whose steps never varied: NaN, left out
-        matrix = np.corrcoef(table.to_numpy().T)
+    values = table.to_numpy(dtype=float, copy=True).T
+    # a rank whose steps never varied (by less than the 1 ns the times are recorded in: rounding, whose
+    # correlation numpy 2 computes as ~1) has no correlation: NaN, left out
+    values[np.ptp(values, axis=1) < 1e-9] = np.nan
+    with np.errstate(invalid="ignore", divide="ignore"):
+        matrix = np.corrcoef(values)
     pairs = matrix[np.triu_indices(table.shape[1], 1)]
     pairs = pairs[np.isfinite(pairs)]
     return float(pairs.mean()) if pairs.size else float("nan")

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import IO
 
 from workbench.config import ClusterConfig, mpich_horovod_prefix
+from workbench.extras import keras_3_line
 from workbench.faults import launcher_refusal
 from workbench.formatting import format_seconds
 from workbench.placement import PIN_GPUS, Placement, place, script_pins_gpus
@@ -95,6 +96,9 @@ def profile_command(
     if placement is None:
         placement = Placement("local", config) if config is not None else place(ranks=ranks)
     config = placement.config
+    keras_3 = keras_3_line({**os.environ, **config.env})
+    if keras_3:
+        print(f"workbench: note: {keras_3}", file=sys.stderr)
     label = name or run_label(command)
     run_path = create_run(
         out,

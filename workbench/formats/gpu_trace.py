@@ -140,10 +140,21 @@ def concat_activity(parts: list[pd.DataFrame]) -> pd.DataFrame:
     for column in parts[0].columns:
         values = [part[column] for part in parts]
         if isinstance(values[0].dtype, pd.CategoricalDtype):
-            out[column] = union_categoricals([pd.Categorical(v) for v in values])
+            out[column] = union_categoricals(same_category_dtype([pd.Categorical(v) for v in values]))
         else:
             out[column] = np.concatenate([v.to_numpy() for v in values])
     return pd.DataFrame(out, columns=list(parts[0].columns))
+
+
+def same_category_dtype(categoricals: list[pd.Categorical]) -> list[pd.Categorical]:
+    """Categoricals whose labels share one dtype, as ``union_categoricals`` needs.
+
+    pandas 3 infers the ``str`` dtype for labels given as strings but keeps ``object`` for an object array, so
+    frames of one trace can differ; their labels become the default string dtype (``object`` on pandas 2).
+    """
+    if len({str(c.categories.dtype) for c in categoricals}) <= 1:
+        return categoricals
+    return [pd.Categorical.from_codes(c.codes, categories=pd.Index(c.categories.astype(str))) for c in categoricals]
 
 
 def _host_of(path: Path, suffixes: tuple[str, ...]) -> str:

@@ -292,15 +292,25 @@ def _columns(data: Any, start: int, end: int, wanted: set[int]) -> XLineData | N
         offsets = np.r_[np.int64(0), offsets]
     if len(offsets) != count or (wanted and np.isin(ids, list(wanted)).any()):
         return None
-    base_ps = line.timestamp_ns * 1000
+    start_ns, end_ns = _event_times_ns(line.timestamp_ns, offsets, durations)
     return XLineData(
         name=line.name,
         display_name=line.display_name or line.name,
         line_id=line.id,
         metadata_id=ids,
-        start_ns=(base_ps + offsets) // 1000,
-        end_ns=(base_ps + offsets + np.maximum(durations, 0)) // 1000,
+        start_ns=start_ns,
+        end_ns=end_ns,
     )
+
+
+def _event_times_ns(timestamp_ns: int, offset_ps: np.ndarray, duration_ps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Events' start and end in ns since the epoch, exact in int64.
+
+    The line's timestamp in picoseconds (~1.7e21) is past int64: numpy 1 made such sums Python objects, numpy 2
+    refuses them (OverflowError). The timestamp is whole nanoseconds, so ``(T*1000 + o) // 1000 == T + o // 1000``.
+    """
+    timestamp = np.int64(timestamp_ns)
+    return timestamp + offset_ps // 1000, timestamp + (offset_ps + np.maximum(duration_ps, 0)) // 1000
 
 
 def _read_line(
@@ -334,7 +344,6 @@ def _read_line(
     if end - start <= LINE_SLICE_BYTES:
         head_line = XLINE.FromString(data[start:end])
     line = head_line
-    base_ps = line.timestamp_ns * 1000
     ids, starts, durations = [], [], []
     stats: dict[int, dict[str, Any]] = {}
     counted = 0
@@ -357,14 +366,14 @@ def _read_line(
         del events
     offset = np.concatenate(starts) if starts else np.zeros(0, np.int64)
     duration = np.concatenate(durations) if durations else np.zeros(0, np.int64)
-    start_ns = (base_ps + offset) // 1000
+    start_ns, end_ns = _event_times_ns(line.timestamp_ns, offset, duration)
     return XLineData(
         name=line.name,
         display_name=line.display_name or line.name,
         line_id=line.id,
         metadata_id=np.concatenate(ids) if ids else np.zeros(0, np.int64),
         start_ns=start_ns,
-        end_ns=(base_ps + offset + np.maximum(duration, 0)) // 1000,
+        end_ns=end_ns,
         stats=stats,
     )
 

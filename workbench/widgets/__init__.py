@@ -2,33 +2,30 @@
 
 Widgets hold figures, controls and an ``update()``; data and numbers come in through injected
 callables (a source with ``poll()``, an ``analyse`` function), never computed here.
+
+Progress works everywhere (a text line outside a notebook); the dashboard and its figure widgets need the
+``notebook`` extra (ipywidgets, anywidget) and load on first use, so a missing one is one line naming it.
 """
 
 from __future__ import annotations
 
-from workbench.widgets.dashboard import (
-    TAB_BREAKDOWN,
-    TAB_COUNTERS,
-    TAB_MEMORY,
-    TAB_TIMELINE,
-    WAITING,
-    Dashboard,
-    default_analyse,
-    sync_figure,
-)
+import importlib
+from typing import Any
+
+from workbench.extras import require
 from workbench.widgets.progress import ProgressBar, ProgressState, in_notebook, progress
 
-__all__ = [
-    "TAB_BREAKDOWN",
-    "TAB_COUNTERS",
-    "TAB_MEMORY",
-    "TAB_TIMELINE",
-    "WAITING",
-    "Dashboard",
-    "ProgressBar",
-    "ProgressState",
-    "default_analyse",
-    "in_notebook",
-    "progress",
-    "sync_figure",
-]
+#: The dashboard's names, loaded from ``workbench.widgets.dashboard`` when first used.
+_DASHBOARD = ("TAB_BREAKDOWN", "TAB_COUNTERS", "TAB_MEMORY", "TAB_TIMELINE", "WAITING", "Dashboard")
+_DASHBOARD_HELPERS = ("default_analyse", "sync_figure")
+
+__all__ = [*_DASHBOARD, *_DASHBOARD_HELPERS, "ProgressBar", "ProgressState", "in_notebook", "progress"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in (*_DASHBOARD, *_DASHBOARD_HELPERS):
+        raise AttributeError(f"module 'workbench.widgets' has no attribute {name!r}")
+    require("notebook", for_what="the live dashboard (workbench.Dashboard)")
+    value = getattr(importlib.import_module("workbench.widgets.dashboard"), name)
+    globals()[name] = value
+    return value

@@ -20,9 +20,16 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-import ipywidgets as w
 import pandas as pd
 import plotly.graph_objects as go
+
+from workbench.extras import require
+
+try:
+    import ipywidgets as w
+except ImportError:  # the notebook extra is not installed: one line naming it
+    require("notebook", for_what="the live dashboard (workbench.Dashboard)")
+    raise
 
 from workbench.events import NS_PER_S, host_count, hosts_summary, rank_hosts, rank_list, ranks_with_hosts
 from workbench.figures import (
