@@ -121,6 +121,14 @@ class CaseOption:
     choices: tuple[str, ...] | None = None
 
 
+def add_note(error: BaseException, note: str) -> None:
+    """``error.add_note(note)``, also on Python 3.10, which has ``__notes__`` but not the method."""
+    if hasattr(error, "add_note"):
+        error.add_note(note)
+    else:
+        error.__notes__ = [*getattr(error, "__notes__", ()), note]  # type: ignore[attr-defined]
+
+
 def parse_yes_no(text: str) -> bool:
     """A case option's yes or no (``--sharded yes``)."""
     answer = text.strip().lower()
@@ -405,7 +413,7 @@ class PointRun:
             if failure is not None and not isinstance(error, RankFailedError):
                 named = RankFailedError(failure, self.run_path)
                 for note in getattr(error, "__notes__", []):
-                    named.add_note(note)
+                    add_note(named, note)
                 raise named from error
             raise
         return self.experiment.mark_finished(self, results)
@@ -692,7 +700,7 @@ class Experiment:
         try:
             self._record_point(point_run, status="failed", error=reason[:2000], **extra)
         except OSError as manifest_error:  # e.g. the disk that filled up: the rank's error is what the user needs
-            error.add_note(f"workbench: the sweep manifest could not record this failure ({manifest_error})")
+            add_note(error, f"workbench: the sweep manifest could not record this failure ({manifest_error})")
 
     def run(
         self,

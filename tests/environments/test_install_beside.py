@@ -178,19 +178,52 @@ def test_core_install_into_the_newest_stack_changes_nothing_and_analyses_as_our_
     assert re.search(r"unused_gpu: 5 GPUs of \S+ \(GPU:0, GPU:2, GPU:3, GPU:5, GPU:7\) ran nothing", text), text
     assert re.search(r"^lagging_gpu: rank 1 \(node1 GPU:1\)", text, re.M), text
 
-    # the analysis' own unit tests (hand-computed tables, readers, store, report) on their stack, against the
-    # installed wheel (-P: not the checkout's copy on sys.path)
+    _core_unit_tests_pass(user, tmp_path)
+
+
+def _core_unit_tests_pass(user: Venv, elsewhere: Path) -> None:
+    """The analysis' own unit tests (hand-computed tables, readers, store, report) on the user's stack, against
+    the installed wheel: run from ``elsewhere``, so the checkout's copy is not on sys.path."""
     user.pip("pytest", "pytest-timeout")
-    tests = [str(p.relative_to(ROOT)) for pattern in UNIT_TESTS_ON_THEIR_STACK for p in sorted(ROOT.glob(pattern))]
-    command = [str(user.path / "bin/python"), "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests]
-    completed = run(command, env=user.env, cwd=ROOT, check=False)
+    code = "import workbench; print(workbench.__file__)"
+    where = run([str(user.path / "bin/python"), "-c", code], env=user.env, cwd=elsewhere).stdout
+    assert where.startswith(str(user.path)), f"the tests would import {where}, not the installed wheel"
+    tests = [str(p) for pattern in UNIT_TESTS_ON_THEIR_STACK for p in sorted(ROOT.glob(pattern))]
+    command = [str(user.path / "bin/python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests]
+    completed = run(command, env=user.env, cwd=elsewhere, check=False)
     assert completed.returncode == 0, completed.stdout[-5000:]
-    where = run(
-        [str(user.path / "bin/python"), "-P", "-c", "import workbench; print(workbench.__file__)"],
-        env=user.env,
-        cwd=ROOT,
-    )
-    assert where.stdout.startswith(str(user.path)), f"the tests would import {where.stdout}, not the installed wheel"
+
+
+#: The lowest version of each core requirement (pyproject.toml's lower bounds), as an older stack holds them.
+OLDEST_STACK = {
+    "numpy": "1.23.2",
+    "pandas": "2.2.0",
+    "pyarrow": "12.0.0",
+    "plotly": "5.15.0",
+    "scipy": "1.9.0",
+    "psutil": "5.9.0",
+    "protobuf": "3.20.0",
+    "jinja2": "3.1.2",
+    "pyyaml": "6.0",
+}
+
+
+def test_core_install_on_python_3_10_with_the_oldest_versions_it_declares(wheel, tmp_path):
+    """The lower bounds are checked, not guessed: each installed at exactly that version, on the oldest Python."""
+    import tomllib
+    from packaging.version import Version
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    bounds = {item.split(">=")[0].strip().lower(): item.split(">=")[1].strip() for item in declared}
+    assert {name: Version(bound) for name, bound in bounds.items()} == {
+        name: Version(version) for name, version in OLDEST_STACK.items()
+    }, "pyproject.toml's lower bounds and the versions tested here differ"
+    user = Venv(tmp_path / "old", find_python("3.10"))
+    user.pip(*(f"{name}=={version}" for name, version in OLDEST_STACK.items()))
+    before = user.packages()
+    user.pip(str(wheel))
+    assert _changed(before, user.packages()) == {}, "the core install changed the older stack"
+    _core_unit_tests_pass(user, tmp_path)
 
 
 #: The unit tests that need only the core install: the analysis, the readers, the store, figures and report.

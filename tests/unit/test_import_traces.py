@@ -7,6 +7,7 @@ Made files have a known truth (``bench.xplane``, ``bench.timeline``); the shippe
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
 import subprocess
 import sys
@@ -25,7 +26,6 @@ from workbench.formats.horovod_timeline import TimelineError, iter_horovod_timel
 from workbench.formats.trace_export import export_trace
 from workbench.importer import TraceImportError, import_traces
 from workbench.store import RunData, RunTail
-from workbench.widgets import Dashboard
 
 TRACES = Path(__file__).resolve().parents[2] / "data" / "traces"
 STEP = MadeGpuStep(step_ns=16 * MS)  # the slow GPU's 12 ms of kernels + 2 ms allreduce fit each step
@@ -292,4 +292,7 @@ def test_a_timeline_and_profiles_of_one_job_are_one_run_on_one_clock(tmp_path):
     gpu_start = int(run.devices["start_ns"].min())
     assert abs(int(negotiations["start_ns"].min()) - gpu_start) < 1_000_000_000
     assert timeline.exists()
-    Dashboard(RunTail(result.run_path)).update()  # the dashboard replays an imported run
+    if importlib.util.find_spec("ipywidgets") and importlib.util.find_spec("anywidget"):  # the notebook extra
+        from workbench.widgets import Dashboard
+
+        Dashboard(RunTail(result.run_path)).update()  # the dashboard replays an imported run

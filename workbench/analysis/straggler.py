@@ -340,7 +340,8 @@ def _take_gap_waits(steps: pd.DataFrame, events: pd.DataFrame) -> None:
     )
     merged = steps.merge(gaps, on=["step", "rank"], how="left")
     covered = merged["wait_from_gap"].notna().to_numpy()
-    after_step = covered & (merged["gap_end_ns"].to_numpy() > merged["end_ns"].to_numpy())
+    # NA where no gap covers the step (masked by covered): filled, so the comparison stays in int64 ns
+    after_step = covered & (merged["gap_end_ns"].fillna(0).to_numpy(np.int64) > merged["end_ns"].to_numpy())
     if not after_step.any():
         return  # the collectives lie inside the steps: arrivals and step lengths hold there
     steps["wait_s"] = np.where(covered, merged["wait_from_gap"].to_numpy(), 0.0)

@@ -111,9 +111,10 @@ def _message_classes() -> dict[str, Any]:
                 entry.type_name = f".workbench.xplane.{type_name}"
     pool = descriptor_pool.DescriptorPool()
     pool.Add(proto)
-    return {
-        name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"workbench.xplane.{name}")) for name in layout
-    }
+    # GetMessageClass since protobuf 4.22 (7.x has only it); GetPrototype before, for the protobuf 3.20-4.21 that
+    # TensorFlow 2.13-2.15 environments hold
+    get_class = getattr(message_factory, "GetMessageClass", None) or message_factory.MessageFactory(pool).GetPrototype
+    return {name: get_class(pool.FindMessageTypeByName(f"workbench.xplane.{name}")) for name in layout}
 
 
 _CLASSES = _message_classes()
