@@ -15,7 +15,9 @@ makes the second run quick); the Horovod wheel is the one `make venv` compiled.
 
 from __future__ import annotations
 
+import contextlib
 import glob
+import io
 import json
 import math
 import os
@@ -23,7 +25,6 @@ import re
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -141,7 +142,13 @@ def test_core_install_into_the_newest_stack_changes_nothing_and_analyses_as_our_
     theirs = _import_and_analyse(user.workbench, tmp_path / "theirs")
 
     def ours_cli(*arguments: str):
-        return run([sys.executable, "-m", "workbench.cli", *arguments])
+        """The same command in this process (the project's venv): what it printed."""
+        from workbench.cli import main
+
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            assert main(list(arguments)) == 0, arguments
+        return subprocess.CompletedProcess(arguments, 0, printed.getvalue(), "")
 
     ours = _import_and_analyse(ours_cli, tmp_path / "ours")
     for name, analysis in ours.items():
@@ -274,34 +281,8 @@ def _run_notebook_07(user: Venv, tmp_path: Path) -> str:
     return "\n".join(output.get("text", "") for output in outputs if output.output_type == "stream")
 
 
-PLAIN_HOROVOD = textwrap.dedent(
-    """
-    import numpy as np
-    import tensorflow as tf
-    import horovod.tensorflow as hvd
-
-    hvd.init()
-    rng = np.random.default_rng(hvd.rank())
-    x, y = rng.random((32, 64), dtype=np.float32), rng.integers(0, 10, 32)
-    model = tf.keras.Sequential([tf.keras.layers.Dense(64, activation="relu"), tf.keras.layers.Dense(10)])
-    loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    opt = tf.keras.optimizers.SGD(0.01)
-
-    @tf.function
-    def train_step(first):
-        with tf.GradientTape() as tape:
-            loss = loss_fn(y, model(x, training=True))
-        tape = hvd.DistributedGradientTape(tape)
-        grads = tape.gradient(loss, model.trainable_variables)
-        opt.apply_gradients(zip(grads, model.trainable_variables))
-        if first:
-            hvd.broadcast_variables(model.variables, root_rank=0)
-        return loss
-
-    for step in range(12):
-        train_step(step == 0)
-    """
-)
+#: A plain Horovod TF2 script, as Horovod's examples write one (no workbench import): STEPS, then a slow rank's ms.
+PLAIN_HOROVOD = ROOT / "tests/minicluster/scripts/train_slow_rank.py"
 
 
 def test_recording_extras_beside_a_gpu_tensorflow_and_its_horovod_change_neither(wheel, tmp_path):
@@ -339,12 +320,21 @@ def test_recording_extras_beside_a_gpu_tensorflow_and_its_horovod_change_neither
     assert doctor["tensorflow"]["distributions"] == ["tensorflow"]
     assert doctor["horovod"]["built_for_tensorflow"] == doctor["tensorflow"]["version"] == "2.15.1"
 
-    script = tmp_path / "train.py"
-    script.write_text(PLAIN_HOROVOD)
     runs = tmp_path / "runs"
-    user.workbench(
-        "profile", "--ranks", "2", "--out", str(runs), "--no-report", "--", "python", str(script), cwd=tmp_path
+    command = (
+        "profile",
+        "--ranks",
+        "2",
+        "--out",
+        str(runs),
+        "--no-report",
+        "--",
+        "python",
+        str(PLAIN_HOROVOD),
+        "12",
+        "0",
     )
+    user.workbench(*command, cwd=tmp_path)
     (path,) = [p for p in runs.iterdir() if p.is_dir()]
     analysed = json.loads(user.workbench("analyse", str(path), "--json").stdout)
     steps = {row["rank"]: row["steps"] for row in analysed["steps"]}
