@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -93,16 +94,21 @@ def installed(module: str) -> bool:
         return False
 
 
-def missing(part: str) -> list[Requirement]:
-    """The requirements of ``part`` that are not installed here."""
-    return [need for need in PARTS[part].needs if not installed(need.module)]
+def missing(part: str, is_installed: Callable[[str], bool | None] | None = None) -> list[Requirement]:
+    """The requirements of ``part`` that are not installed (``is_installed(module)``: here, by default)."""
+    is_installed = is_installed or installed
+    return [need for need in PARTS[part].needs if not is_installed(need.module)]
+
+
+def _install_extra(extra: str) -> str:
+    return f"pip install 'workbench[{extra}]'"
 
 
 def hint(need: Requirement) -> str:
     """What to type to get ``need``."""
     if not need.extra:
         return _OWN_BUILD.get(need.package, f"pip install {need.package}")
-    return f"pip install 'workbench[{need.extra}]'"
+    return _install_extra(need.extra)
 
 
 def require(part: str, *, for_what: str | None = None) -> None:
@@ -126,7 +132,7 @@ def needs_line(lacking: list[Requirement], part: str = "") -> str:
     extras = list(dict.fromkeys(need.extra for need in lacking if need.extra))
     if len(extras) > 1 and part in PARTS:
         extras = [part]  # each part is also the extra that installs all it needs
-    fixes = [*own, *(f"pip install 'workbench[{extra}]'" for extra in extras)]
+    fixes = [*own, *map(_install_extra, extras)]
     return f"needs {names}, which {verb} not installed here: {'; '.join(fixes)}"
 
 
@@ -158,6 +164,13 @@ def keras_3_line(environment: dict[str, str] | None = None) -> str | None:
         return None
     return (
         f"TensorFlow {version} gives Keras 3 as tf.keras: Keras fit/predict calls and epochs are not recorded, and "
-        f"Horovod's Keras DistributedOptimizer does not allreduce under Keras 3; pip install "
-        f"'tf_keras~={major}.{minor}.0' and set TF_USE_LEGACY_KERAS=1"
+        f"Horovod's Keras DistributedOptimizer does not allreduce under Keras 3; {legacy_keras_fix(version)}"
     )
+
+
+def legacy_keras_fix(tensorflow_version: str, *, tf_keras_installed: bool = False) -> str:
+    """How to get Keras 2 as ``tf.keras`` on TensorFlow 2.16+: tf_keras of the same minor version, and the switch."""
+    if tf_keras_installed:
+        return "set TF_USE_LEGACY_KERAS=1 before TensorFlow is imported (tf_keras is installed)"
+    minor = ".".join(tensorflow_version.split(".")[:2])
+    return f"pip install 'tf_keras~={minor}.0' and set TF_USE_LEGACY_KERAS=1 before TensorFlow is imported"

@@ -225,10 +225,8 @@ def merge_step_arrivals(parts: list[pd.DataFrame]) -> pd.DataFrame:
     parts = [p for p in parts if len(p)]
     if not parts:
         return step_arrivals(pd.DataFrame({c: pd.Series(dtype="int64") for c in ("step", "rank", "arrival_ns")}))
-    merged = (
-        pd.concat(parts)
-        .groupby("step")
-        .agg(ranks=("ranks", "sum"), first_ns=("first_ns", "min"), latest_ns=("latest_ns", "max"))
+    merged = pd.concat(parts).groupby("step").agg(
+        ranks=("ranks", "sum"), first_ns=("first_ns", "min"), latest_ns=("latest_ns", "max")
     )
     table = merged.reset_index()[list(STEP_ARRIVAL_COLUMNS)]
     table.attrs["ranks"] = int(sum(p.attrs.get("ranks", 0) for p in parts))

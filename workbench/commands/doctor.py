@@ -22,7 +22,7 @@ from typing import Any
 import psutil
 
 from workbench.config import ConfigError, find_mpiexec, physical_cores
-from workbench.extras import PARTS, Requirement, installed, needs_line
+from workbench.extras import PARTS, Requirement, installed, legacy_keras_fix, missing, needs_line
 
 
 @dataclass(frozen=True)
@@ -249,11 +249,11 @@ def _keras_2(tf: dict[str, Any]) -> bool:
     return tf.get("installed", False) and tf.get("keras", {}).get("major") == 2
 
 
-def _keras_fix(tf: dict[str, Any]) -> str:
-    version = ".".join(str(tf.get("version", "2.16")).split(".")[:2])
-    if tf.get("keras", {}).get("tf_keras"):
-        return "set TF_USE_LEGACY_KERAS=1 before TensorFlow is imported (tf_keras is installed)"
-    return f"pip install 'tf_keras~={version}.0' and set TF_USE_LEGACY_KERAS=1 before TensorFlow is imported"
+def _keras_3(tf: dict[str, Any]) -> Problem:
+    """``tf.keras`` is not Keras 2, and how to make it so."""
+    keras = tf.get("keras", {})
+    fix = legacy_keras_fix(str(tf.get("version", "2.16")), tf_keras_installed=bool(keras.get("tf_keras")))
+    return Problem(f"tf.keras is Keras {keras.get('version') or '3'}", fix)
 
 
 def _horovod_ok(facts: dict[str, Any]) -> bool:
@@ -268,8 +268,7 @@ def _has_mpiexec(facts: dict[str, Any]) -> bool:
 
 def _missing_modules(facts: dict[str, Any], part: str) -> str:
     """What a part lacks among the packages an extra installs (TensorFlow is judged apart), from the facts."""
-    modules = facts.get("modules", {})
-    lacking = [need for need in PARTS[part].needs if need.extra and not modules.get(need.module, False)]
+    lacking = [need for need in missing(part, facts.get("modules", {}).get) if need.extra]
     return needs_line(lacking, part) if lacking else ""
 
 
@@ -281,9 +280,7 @@ def parts(facts: dict[str, Any]) -> list[PartStatus]:
     def tf_lacking() -> str:
         if not tf.get("installed"):
             return needs_line([Requirement("tensorflow", "tensorflow")])
-        if not _keras_2(tf):
-            return f"tf.keras is Keras {tf['keras'].get('version') or '3'}: {_keras_fix(tf)}"
-        return ""
+        return "" if _keras_2(tf) else str(_keras_3(tf))
 
     mpiexec = (
         ""
@@ -340,7 +337,7 @@ def diagnose(facts: dict[str, Any]) -> list[Problem]:
                 )
             )
         if not _keras_2(tf):
-            problems.append(Problem(f"tf.keras is Keras {tf['keras'].get('version') or '3'}", _keras_fix(tf)))
+            problems.append(_keras_3(tf))
     hvd = facts["horovod"]
     rebuild = (
         "rebuild it against this TensorFlow with HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_MPI=1 "
