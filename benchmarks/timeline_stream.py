@@ -43,17 +43,19 @@ print(json.dumps({"seconds": seconds, "events": imported, "line": line, "rss_bef
 """
 _LATENESS = """
 import json, sys, time
+from workbench.analysis import lateness_summary
 from workbench.rank_groups import analyse_split, peak_rss
 start = time.perf_counter()
 result = analyse_split(sys.argv[1], group_ranks=32, workers=2)
 seconds = time.perf_counter() - start
-late = result.lateness.sort_values(["median_lateness_s", "rank"], ascending=[False, True])
+summary = lateness_summary(result.lateness)
+late = summary.sort_values(["median_lateness_s", "rank"], ascending=[False, True])
 print(json.dumps({
     "seconds": seconds,
     "events": result.events,
     "peak_rss": peak_rss() + sum(result.worker_peak_rss.values()),
-    "ranks": int(len(result.lateness)),
-    "steps": int(len(result.step_arrivals)),
+    "ranks": int(len(summary)),
+    "steps": int(result.lateness["step"].nunique()),
     "latest": late.head(int(sys.argv[2])).to_dict("records"),
 }))
 """

@@ -277,10 +277,21 @@ def _cmd_analyse(args: argparse.Namespace) -> int:
         raise ValueError(f"--workers {args.workers}: give 0 (rank groups one at a time here) or more processes")
     if args.group_ranks is not None and args.group_ranks < 1:
         raise ValueError(f"--group-ranks {args.group_ranks}: give at least 1 rank per group")
-    if args.group_ranks is not None and args.workers is None:
-        raise ValueError("--group-ranks sizes the rank groups of --workers: add --workers N (0: one group at a time)")
+    if args.group_ranks is not None and args.workers is None and not (args.hostfile or args.minicluster):
+        raise ValueError(
+            "--group-ranks sizes the rank groups of --workers, --hostfile or --minicluster: add one of them"
+            " (--workers 0: one group at a time here)"
+        )
     return analyse_command(
-        args.run_dir, as_json=args.json, html=args.html, workers=args.workers, group_ranks=args.group_ranks
+        args.run_dir,
+        as_json=args.json,
+        html=args.html,
+        workers=args.workers,
+        group_ranks=args.group_ranks,
+        hostfile=args.hostfile,
+        minicluster=args.minicluster,
+        per_node=args.per_node,
+        launch_agent=args.launch_agent,
     )
 
 
@@ -463,8 +474,16 @@ def _add_analyse_command(sub: Any) -> None:
         metavar="N",
         help="analyse in rank groups on N local processes (0: one group at a time here): runs of hundreds of ranks",
     )
-    analyse.add_argument(
-        "--group-ranks", type=int, default=None, metavar="G", help="ranks per group with --workers (default 32)"
+    analyse.add_argument("--group-ranks", type=int, default=None, metavar="G", help="ranks per group (default 32)")
+    nodes = analyse.add_argument_group(
+        "rank groups on the cluster's nodes (inside a Slurm allocation of several nodes: its nodes, when the run"
+        " does not fit here); each node reads its groups' ranks from the run directory, which every node must see"
+    )
+    nodes.add_argument("--hostfile", default=None, help="an MPI hostfile: an engine on each of its hosts")
+    nodes.add_argument("--minicluster", action="store_true", help="an engine on each node of the miniature cluster")
+    nodes.add_argument("--per-node", type=int, default=1, metavar="N", help="engines on each node (default 1)")
+    nodes.add_argument(
+        "--launch-agent", default=None, metavar="CMD", help="what starts the launcher on other hosts instead of ssh"
     )
     analyse.set_defaults(handler=_cmd_analyse)
 

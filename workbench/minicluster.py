@@ -46,7 +46,9 @@ BRIDGE = "wbmc0"
 NETNS_PREFIX = "wbmc-"
 CGROUP_NAME = "workbench-minicluster"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-CONTROLLERS = ("cpu", "cpuset", "freezer")
+CONTROLLERS = ("cpu", "cpuset", "freezer", "memory")
+#: What each controller gives the nodes (named when a host lacks it).
+CONTROLLER_USES = {"cpu": "CPU shares", "cpuset": "CPU shares", "freezer": "freezes", "memory": "memory limits"}
 #: CFS period: short enough that a 10 ms training step is throttled in small slices, not 100 ms lumps.
 CPU_PERIOD_US = 5_000
 #: CFS weight of each node's cgroup (the machine's other processes weigh 1024): nodes get their share first.
@@ -129,6 +131,32 @@ class MiniClusterError(RuntimeError):
 # -- what a cluster is ------------------------------------------------------------------------------
 
 
+#: Sizes as ``--memory-per-node`` takes them: bytes per unit (binary, as the kernel and Slurm count memory).
+SIZE_UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 2**10, "m": 2**20, "mb": 2**20, "g": 2**30, "gb": 2**30}
+#: Below this a node cannot hold a Python process with the workbench imported.
+MIN_NODE_MEMORY = 64 * 2**20
+
+
+def parse_size(text: str | int | None) -> int | None:
+    """Bytes from ``512m``, ``2g``, ``1.5gb`` or a number of bytes; None (or "none"): no limit."""
+    if text is None or str(text).strip().lower() in ("", "none"):
+        return None
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*", str(text).lower())
+    if not match or match.group(2) not in SIZE_UNITS:
+        raise MiniClusterError(f"memory {text!r} is not a size: write it as 512m, 2g or a number of bytes")
+    size = int(float(match.group(1)) * SIZE_UNITS[match.group(2)])
+    if size < MIN_NODE_MEMORY:
+        raise MiniClusterError(f"memory {text!r} is below {format_size(MIN_NODE_MEMORY)}: a node's Python needs more")
+    return size
+
+
+def format_size(size: int | None) -> str:
+    """``512 MiB``, ``2 GiB``; "unlimited" for None."""
+    if size is None:
+        return "unlimited"
+    return f"{size / 2**30:.3g} GiB" if size >= 2**30 else f"{size / 2**20:.3g} MiB"
+
+
 def parse_rate(text: str | None) -> int | None:
     """Bits per second from tc's notation ("800mbit", "1gbit", "50mbps" = megabytes); None = unshaped."""
     if text is None or str(text).strip().lower() in ("", "none", "unshaped"):
@@ -165,13 +193,15 @@ def _share(name: str, value: Any) -> float:
 
 @dataclass(frozen=True)
 class NodeSpec:
-    """One node: its name, its share of a core (0.4 = 40 % of one core), its link rate in bit/s, and the
-    CPUs Slurm offers on it (``slots``; None: one per started core share)."""
+    """One node: its name, its share of a core (0.4 = 40 % of one core), its link rate in bit/s, the
+    CPUs Slurm offers on it (``slots``; None: one per started core share) and the memory its processes may
+    hold together (``memory_bytes``; None: the machine's)."""
 
     name: str
     cpus: float
     link_bits_per_s: int | None = None
     slots: int | None = None
+    memory_bytes: int | None = None
 
     @property
     def slurm_cpus(self) -> int:
@@ -184,7 +214,8 @@ class NodeSpec:
 
     def describe(self) -> str:
         slots = f", {self.slots} slots" if self.slots else ""
-        return f"{self.name}: {self.cpus:g} core{slots}, link {format_link_rate(self.link_bits_per_s)}"
+        memory = f", {format_size(self.memory_bytes)} memory" if self.memory_bytes else ""
+        return f"{self.name}: {self.cpus:g} core{slots}{memory}, link {format_link_rate(self.link_bits_per_s)}"
 
 
 @dataclass(frozen=True)
@@ -203,6 +234,7 @@ class MiniClusterSpec:
         node_cpus: dict[str, float | str] | None = None,
         node_links: dict[str, str | None] | None = None,
         slots_per_node: int | None = None,
+        memory_per_node: str | int | None = None,
     ) -> MiniClusterSpec:
         """``nodes`` alike, then per-node changes by name (``node_cpus={"node2": 0.2}``: one slower node).
 
@@ -228,7 +260,7 @@ class MiniClusterSpec:
                     f"{name} with {cpus:g} cores: use a share between 0.01 and this machine's {physical_cores()} cores"
                 )
             rate = parse_rate(node_links[name]) if node_links and name in node_links else default_rate
-            specs.append(NodeSpec(name, cpus, rate, slots_per_node))
+            specs.append(NodeSpec(name, cpus, rate, slots_per_node, parse_size(memory_per_node)))
         spec = cls(tuple(specs))
         total = sum(node.cpus for node in spec.nodes)
         if total > physical_cores() - LOGIN_SHARE + 1e-9:
@@ -448,6 +480,7 @@ class MiniCluster:
                 "name": node.name,
                 "ip": self.node_ips[node.name],
                 "cpus": node.cpus,
+                "memory_bytes": node.memory_bytes,
                 "cpuset": self.cpusets[node.name],
                 "link": format_link_rate(node.link_bits_per_s),
                 "slurm_state": states.get(node.name, "unknown"),
@@ -481,7 +514,8 @@ class MiniCluster:
             frozen = ", FROZEN" if node["frozen"] else ""
             lines.append(
                 f"  {node['name']:<7} {node['ip']:<13} {node['cpus']:g} core (cpus {node['cpuset']}), "
-                f"link {node['link']}, slurm {node['slurm_state']}, {node['processes']} processes{frozen}"
+                f"memory {format_size(node['memory_bytes'])}, link {node['link']}, slurm {node['slurm_state']}, "
+                f"{node['processes']} processes{frozen}"
             )
         dead = [name for name, alive in status["daemons"].items() if not alive]
         if dead:
@@ -586,6 +620,14 @@ class MiniCluster:
         self.spec = MiniClusterSpec(nodes)
         self._write_state()
 
+    def set_memory(self, node: str, size: str | int | None) -> None:
+        """Change the memory the node's processes may hold together (None: no limit) while it runs."""
+        limit = parse_size(size)
+        _set_memory(self._node(node), limit)
+        nodes = tuple(replace(spec, memory_bytes=limit) if spec.name == node else spec for spec in self.spec.nodes)
+        self.spec = MiniClusterSpec(nodes)
+        self._write_state()
+
     def _node(self, node: str) -> str:
         if node not in self.node_names:
             raise MiniClusterError(f"there is no node {node!r}: this cluster has {', '.join(self.node_names)}")
@@ -668,7 +710,7 @@ def check_host() -> None:
         root = CGROUP_ROOT / controller
         if not (root / "cgroup.procs").is_file():
             raise MiniClusterError(
-                f"no cgroup v1 `{controller}` controller at {root}: the nodes' CPU shares need it "
+                f"no cgroup v1 `{controller}` controller at {root}: the nodes' {CONTROLLER_USES[controller]} need it "
                 "(a cgroup v2-only host is not supported yet)"
             )
     if not (CGROUP_ROOT / "cpu" / "cpu.cfs_quota_us").is_file():
@@ -861,6 +903,12 @@ def _make_cgroups(node: NodeSpec, cpuset: str) -> None:
     _write(_cgroup("cpuset", node.name) / "cpuset.cpus", cpuset)
     _write(_cgroup("cpuset", node.name) / "cpuset.mems", (parent / "cpuset.mems").read_text().strip())
     _set_quota(node.name, node.cpus)
+    _set_memory(node.name, node.memory_bytes)
+
+
+def _set_memory(node: str, size: int | None) -> None:
+    """What the node's processes may hold together; past it the kernel kills one of them (as on a real node)."""
+    _write(_cgroup("memory", node) / "memory.limit_in_bytes", str(size) if size else "-1")
 
 
 def cfs_bandwidth(cpus: float) -> tuple[int, int]:

@@ -679,6 +679,19 @@ def _read_stream(
         return _gather(files, schema, names, strings, filters, sort_key, categorical)
 
 
+def read_stream(
+    path: str | Path,
+    stream: str,
+    *,
+    ranks: Iterable[int] | None = None,
+    columns: Sequence[str] | None = None,
+    categorical: bool = False,
+) -> pd.DataFrame:
+    """One stream of a run (``events``, ``memory``, ``counters``, ``devices``), only these ranks and columns: what
+    ``RunData.load`` reads of it, without the others."""
+    return _read_stream(Path(path), stream, ranks=ranks, columns=columns, categorical=categorical)
+
+
 def _with_columns_added_since(table: pa.Table, schema: pa.Schema, names: list[str]) -> pa.Table:
     """A file written before a column joined its stream gets the column as unknown: -1, or an empty string."""
     rows = table.num_rows

@@ -5,6 +5,7 @@ The numbers and tables are ``workbench.formatting``'s. Nothing here loads a run 
 
 from __future__ import annotations
 
+import dataclasses
 import textwrap
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -25,6 +26,7 @@ from workbench.formatting import WIDTH, format_megabytes, format_rate, format_ra
 
 if TYPE_CHECKING:
     from workbench.analysis import RunAnalysis
+
 
 def _wrapped(text: str, indent: str = "", *, width: int = WIDTH) -> list[str]:
     return textwrap.wrap(text, width=width, initial_indent=indent, subsequent_indent=indent) or [indent]
@@ -178,33 +180,36 @@ RANKS_SHOWN = 10
 
 
 def format_split_analysis(result: Any, *, width: int = WIDTH, shown: int = RANKS_SHOWN) -> str:
-    """A run analysed in rank groups (``rank_groups.SplitAnalysis``): header, POP, findings, and per table
-    only the ``shown`` ranks that matter most (most compute; latest to the allreduce). ``--json`` has them all."""
-    lines = format_header(result.header)
-    lines.append(
+    """A run analysed in rank groups (``rank_groups.SplitAnalysis``): ``format_analysis`` of its tables, the per-rank
+    ones cut to the ranks that matter most (the ``shown`` with most compute and the ``shown`` latest to the
+    allreduce) when there are more. ``--json`` has them all."""
+    ranks = result.breakdown["rank"].nunique() if len(result.breakdown) else 0
+    chosen: set[int] = set()
+    if ranks > 2 * shown:
+        compute = result.breakdown[result.breakdown["phase"] == "compute"].set_index("rank")["seconds"]
+        chosen |= {int(r) for r in compute.sort_values(ascending=False).index[:shown]}
+        late = lateness_summary(result.lateness)
+        if len(late):
+            late = late.sort_values(["last_in_steps", "rank"], ascending=[False, True])
+            chosen |= {int(r) for r in late["rank"].head(shown)}
+        tables = ("breakdown", "steps", "memory", "waits", "lateness", "in_flight", "keras_calls", "devices")
+        cut = {name: _only_ranks(getattr(result, name), chosen) for name in tables}
+        result = dataclasses.replace(result, **cut)
+    text = format_analysis(result, width=width).split("\n")
+    at = len(format_header(result.header))
+    lines = [
         f"  analysed in {result.groups} rank group(s) on {result.workers} worker(s):"
         f" {result.events:,} events in {sum(result.seconds.values()):.3g} s"
-    )
-    hosts = result.header.get("rank_hosts") or {}
-    by_rank = _RankColumns(hosts)
-    pop = result.pop
-    lines += _pop_lines(pop, width)
-    lines += ["", "Findings (largest loss first; they overlap: do not add them up)"]
-    lines += findings_lines(result.findings, width) or ["  none"]
-    breakdown = result.breakdown
-    if len(breakdown):
-        compute = breakdown[breakdown["phase"] == "compute"].set_index("rank")["seconds"]
-        slowest = compute.sort_values(ascending=False).index[:shown] if len(compute) else []
-        chosen = breakdown[breakdown["rank"].isin(slowest)] if len(slowest) else breakdown
-        counts = f"{chosen['rank'].nunique()} of {breakdown['rank'].nunique()}"
-        lines += ["", f"Seconds per rank and phase: the {counts} ranks with most compute"]
-        lines += _breakdown_lines(chosen, width, by_rank)
-    lateness = result.lateness
-    if len(lateness):
-        latest = lateness.sort_values(["last_in_steps", "rank"], ascending=[False, True]).head(shown)
-        lines += ["", f"Arrival at the allreduce: the {len(latest)} of {len(lateness)} ranks last most often"]
-        lines += _lateness_lines(latest, width, by_rank)
-    return "\n".join(lines)
+    ]
+    if chosen:
+        lines.append(
+            f"  per-rank tables: the {len(chosen)} of {ranks} ranks with most compute or latest to the allreduce"
+        )
+    return "\n".join(text[:at] + lines + text[at:])
+
+
+def _only_ranks(table: pd.DataFrame, ranks: set[int]) -> pd.DataFrame:
+    return table[table["rank"].isin(list(ranks))] if "rank" in table else table
 
 
 def _lateness_lines(lateness: pd.DataFrame, width: int, by_rank: _RankColumns) -> list[str]:

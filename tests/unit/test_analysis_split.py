@@ -1,83 +1,112 @@
-"""A run analysed in rank groups, merged, says what the same run analysed at once says."""
+"""One analysis at any size: a run analysed in rank groups gives every table and finding the whole run gives.
+
+Runs made to exercise every registered piece of the analysis (``analysis.pieces.PIECES``), HTA's real Kineto
+ranks and the TF profiler's real XPlane are analysed whole and in rank groups of 1, 2 and an odd size; a piece
+that the made runs do not exercise, or that the groups leave out, fails here.
+"""
 
 from __future__ import annotations
 
-import numpy as np
+from pathlib import Path
+
 import pandas as pd
 import pytest
-
-from workbench import events as ev
-from workbench.analysis import (
-    allreduce_lateness,
-    findings,
-    lateness_summary,
-    phase_breakdown,
-    pop_metrics,
-    steps_per_rank,
-    with_hosts,
+from analysis_parity import (
+    assert_same_analysis,
+    whole_analysis,
+    write_made_cpu_run,
+    write_made_gpu_run,
 )
-from workbench.analysis.findings import EventFacts, event_facts
+
+from workbench.analysis.pieces import PIECES
 from workbench.bench.analysis import synthetic_events, write_run, write_synthetic_run
-from workbench.rank_groups import analyse_split, close_group, rank_groups
-from workbench.store import RunData, create_run, update_run_meta
+from workbench.rank_groups import GROUPED_PIECES, analyse_split, mark_group, rank_groups
+from workbench.store import create_run, update_run_meta
 
 JOB = {"ranks_per_node": 4, "slow_nodes": 1, "straggler_share": 0.02}
+TRACES = Path(__file__).resolve().parents[2] / "data" / "traces"
 
 
-def whole(path, ranks=None):
-    """What the split analysis must equal: the run loaded at once through the same functions."""
-    run = RunData.load(path)
-    events = run.events
-    hosts = ev.rank_hosts(events)
-    breakdown = phase_breakdown(events, by=("run_id", "rank"), ranks=ranks)
-    pop = pop_metrics(events, breakdown=breakdown)
-    found = findings(events, pop=pop, ranks=ranks, breakdown=breakdown, hosts=hosts)
+@pytest.fixture(scope="module")
+def made_runs(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("made")
     return {
-        "breakdown": with_hosts(breakdown.drop(columns="run_id").reset_index(drop=True), hosts),
-        "pop": pop.iloc[0],
-        "findings": found,
-        "lateness": with_hosts(lateness_summary(allreduce_lateness(events)), hosts),
-        "steps": with_hosts(steps_per_rank(events, ranks=ranks), hosts),
-        "events": len(events),
+        "cpu": write_made_cpu_run(root / "cpu"),
+        "cpu-no-collectives": write_made_cpu_run(root / "alone", collectives=False),
+        "gpu": write_made_gpu_run(root / "gpu"),
     }
 
 
-def assert_same(split, expected):
-    pd.testing.assert_frame_equal(split.breakdown, expected["breakdown"])
-    for key in ("runtime_s", "useful_total_s", "load_balance", "communication_efficiency", "parallel_efficiency"):
-        assert split.pop[key] == pytest.approx(expected["pop"][key], rel=1e-12)
-    kinds = list(expected["findings"]["kind"])
-    merged = split.findings[split.findings["kind"].isin(kinds)].reset_index(drop=True)
-    columns = ["kind", "text", "seconds_lost", "ranks"]
-    pd.testing.assert_frame_equal(merged[columns], expected["findings"][columns].reset_index(drop=True))
-    pd.testing.assert_frame_equal(split.lateness.reset_index(drop=True), expected["lateness"], check_dtype=False)
-    pd.testing.assert_frame_equal(split.steps.reset_index(drop=True), expected["steps"], check_dtype=False)
-    assert split.events == expected["events"]
+@pytest.fixture(scope="module")
+def whole_runs(made_runs) -> dict[str, object]:
+    return {name: whole_analysis(path) for name, path in made_runs.items()}
+
+
+@pytest.mark.parametrize("name", ["cpu", "cpu-no-collectives", "gpu"])
+@pytest.mark.parametrize("group_ranks", [1, 2, 5])
+def test_every_piece_is_the_same_in_rank_groups(made_runs, whole_runs, name, group_ranks):
+    split = analyse_split(made_runs[name], group_ranks=group_ranks)
+    assert split.groups == len(rank_groups(range(6 if name != "gpu" else 4), group_ranks))
+    assert_same_analysis(split, whole_runs[name], context=f"{name}, groups of {group_ranks}")
+
+
+def test_the_made_runs_exercise_every_registered_piece(whole_runs):
+    """A piece whose tables stay empty and whose findings never appear on the made runs is not compared: add what
+    exercises it to ``tests/analysis_parity.py``."""
+    produced: set[str] = set()
+    for result in whole_runs.values():
+        produced |= set(result.findings["kind"])
+        produced |= {name for name in ("breakdown", "steps", "memory", "waits", "lateness", "in_flight",
+                                       "keras_calls", "devices") if len(getattr(result, name))}  # fmt: skip
+        produced |= {"header.rank_hosts"} if result.header["rank_hosts"] else set()
+        produced |= {"pop"} if result.pop["parallel_efficiency"] == result.pop["parallel_efficiency"] else set()
+    for piece in PIECES:
+        assert set(piece.yields) & produced, piece.name
+    assert tuple(piece.name for piece in PIECES) == GROUPED_PIECES
+    cpu = whole_runs["cpu"]
+    # what the made CPU run was made to show, named on the evidence it was made with
+    kinds = set(cpu.findings["kind"])
+    assert {"straggler", "retracing", "memory_growth", "keras_call", "slow_link", "stalled_collective",
+            "serial_python_input", "serial_evaluation", "backwards_spans", "setup_time"} <= kinds  # fmt: skip
+    assert cpu.findings.set_index("kind").loc["straggler", "ranks"] == "4"
+    assert {"no_collectives", "run_interrupted", "unrecorded_tail"} <= set(
+        whole_runs["cpu-no-collectives"].findings["kind"]
+    )
+    gpu = set(whole_runs["gpu"].findings["kind"])
+    assert {"idle_gpu", "unused_gpu", "lagging_gpu", "exposed_communication", "host_bound_gpu"} <= gpu
+
+
+@pytest.mark.parametrize(
+    ("folder", "group_ranks"),
+    [("hta_trace_filter", 1), ("tfprofiler_gpu_multi_worker", 1), ("tfprofiler_gpu_multi_worker", 2)],
+)
+def test_real_gpu_traces_give_the_same_gpu_analysis_in_rank_groups(tmp_path, folder, group_ranks):
+    from workbench.importer import import_traces
+
+    files = sorted(p for p in (TRACES / folder).iterdir() if p.name != "PROVENANCE.md")
+    path = import_traces(files, out=tmp_path).run_path
+    whole = whole_analysis(path)
+    assert len(whole.devices) >= 2 and {"idle_gpu"} <= set(whole.findings["kind"])
+    assert_same_analysis(analyse_split(path, group_ranks=group_ranks), whole, context=folder)
 
 
 @pytest.mark.parametrize("group_ranks", [1, 3, 16])
-def test_groups_merge_into_the_whole_runs_analysis(tmp_path, group_ranks):
+def test_a_synthetic_job_merges_into_the_whole_runs_analysis(tmp_path, group_ranks):
     path = write_synthetic_run(tmp_path, 60_000, 12, chunk_ranks=5, **JOB)
     split = analyse_split(path, group_ranks=group_ranks)
-    assert split.groups == len(rank_groups(range(12), group_ranks))
-    assert_same(split, whole(path, ranks=list(range(12))))
+    assert_same_analysis(split, whole_analysis(path), context=f"groups of {group_ranks}")
     # the job's shape shows: the slow node's ranks arrive last most often, rank 0 evaluates alone
-    late = split.lateness.sort_values("last_in_steps").iloc[-1]
-    assert late["host"] == "node1"
+    late = split.lateness[split.lateness["last"]].groupby("host").size()
+    assert late.idxmax() == "node1"
     assert {"serial_evaluation", "load_imbalance"} <= set(split.findings["kind"])
-    assert "grouped_analysis" in set(split.findings["kind"])  # what groups leave out, said in the output
 
 
-def test_worker_processes_give_the_same_answer_and_report_their_memory(tmp_path):
-    path = write_synthetic_run(tmp_path, 40_000, 8, **JOB)
-    here = analyse_split(path, group_ranks=3)
-    apart = analyse_split(path, group_ranks=3, workers=2)
+def test_worker_processes_give_the_same_answer_and_report_their_memory(made_runs, whole_runs):
+    apart = analyse_split(made_runs["cpu"], group_ranks=2, workers=2)
     assert apart.workers == 2 and len(apart.worker_peak_rss) == 2
     assert all(peak > 0 for peak in apart.worker_peak_rss.values())
-    pd.testing.assert_frame_equal(apart.breakdown, here.breakdown)
-    pd.testing.assert_frame_equal(apart.findings, here.findings)
-    pd.testing.assert_frame_equal(apart.lateness, here.lateness)
-    pd.testing.assert_frame_equal(apart.step_arrivals, here.step_arrivals)
+    assert set(apart.seconds) == {"open", "lanes", "merge"}
+    assert_same_analysis(apart, whole_runs["cpu"], context="2 worker processes")
 
 
 def test_declared_ranks_without_events_are_idle_for_the_whole_run(tmp_path):
@@ -86,66 +115,16 @@ def test_declared_ranks_without_events_are_idle_for_the_whole_run(tmp_path):
     # the run declares 8 ranks; 4-7 never wrote: a whole group of them has no file at all
     update_run_meta(path, ranks=8)
     split = analyse_split(path, group_ranks=4)
-    assert_same(split, whole(path, ranks=list(range(8))))
+    assert_same_analysis(split, whole_analysis(path))
     silent = split.breakdown[split.breakdown["rank"] >= 4]
-    assert set(silent["phase"]) == {"idle"} or (silent.loc[silent["phase"] != "idle", "seconds"] == 0).all()
+    assert (silent.loc[silent["phase"] != "idle", "seconds"] == 0).all()
     wall = split.pop["runtime_s"]
     assert silent.groupby("rank")["seconds"].sum().tolist() == pytest.approx([wall] * 4)
 
 
-def _events(rows):
-    frame = ev.events_frame(pd.DataFrame(rows))
-    return frame.sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
-
-
-def test_short_steps_facts_and_backwards_spans_merge(tmp_path):
-    ms = 1_000_000
-    rows = []
-    for rank in range(4):
-        for step in range(20):
-            t0 = step * 10 * ms
-            rows.append(dict(rank=rank, phase="compute", name="train_step", step=step, start_ns=t0, end_ns=t0 + 4 * ms))
-            rows.append(
-                dict(rank=rank, phase="communication", name="allreduce", step=step, bytes=1000,
-                     start_ns=t0 + 1 * ms, end_ns=t0 + 4 * ms)
-            )
-        rows.append(dict(rank=rank, phase="idle", name=ev.OFF_CPU, start_ns=200 * ms, end_ns=(201 + rank) * ms))
-    rows.append(dict(rank=2, phase="compute", name="broken", start_ns=50 * ms, end_ns=40 * ms))
-    events = _events(rows)
-    path = write_run(events, tmp_path, 4)
-    split = analyse_split(path, group_ranks=1)
-    kept = events[events["end_ns"] >= events["start_ns"]]
-    expected = event_facts(kept)
-    merged = EventFacts.merge(event_facts(kept[kept["rank"] == r]) for r in range(4))
-    assert merged.off_cpu_s == pytest.approx(expected.off_cpu_s) == pytest.approx(0.010)
-    pd.testing.assert_frame_equal(merged.step_collectives, expected.step_collectives)
-    assert np.array_equal(merged.step_compute_s, expected.step_compute_s)
-    alone = findings(kept, ranks=range(4))
-    columns = ["text", "seconds_lost"]
-    pd.testing.assert_frame_equal(
-        split.findings.loc[split.findings["kind"] == "per_call_cost", columns].reset_index(drop=True),
-        alone.loc[alone["kind"] == "per_call_cost", columns].reset_index(drop=True),
-    )
-    assert (split.findings["kind"] == "per_call_cost").sum() == 1
-    backwards = split.findings[split.findings["kind"] == "backwards_spans"]
-    assert len(backwards) == 1 and "1 span(s)" in backwards["text"].item() and backwards["ranks"].item() == "2"
-
-
-def test_bad_use_says_what_to_do(tmp_path):
-    with pytest.raises(ValueError, match="at least 1 rank"):
-        rank_groups(range(4), 0)
-    with pytest.raises(RuntimeError, match="open_group first"):
-        close_group("never-opened", pd.DataFrame())
-    with pytest.raises(ValueError, match="at least 1"):
-        analyse_split(write_run(synthetic_events(5_000, 2), tmp_path, 2), workers=0)
-    empty = create_run(tmp_path / "empty", "nothing", ranks=2)
-    result = analyse_split(empty)
-    assert result.events == 0 and "no_events" in set(result.findings["kind"])
-
-
 def test_low_ranks_without_steps_leave_the_reference_to_the_groups(tmp_path):
-    """The run's reference steps are its lowest rank with steps: read from the lowest ranks before the groups open
-    (two rounds), else found by the groups and marked in a round of its own; both give the run's lateness."""
+    """The run's reference steps are its lowest rank with steps: read from the lowest ranks before the groups open,
+    else found by the groups and marked in a round of its own; both give the run's lateness."""
     from workbench.rank_groups import REFERENCE_PROBE_RANKS
 
     events = synthetic_events(30_000, 8)
@@ -155,9 +134,22 @@ def test_low_ranks_without_steps_leave_the_reference_to_the_groups(tmp_path):
     late = write_run(events, tmp_path / "late", 8)
     found_late = analyse_split(late, group_ranks=3)
     assert "mark" in found_late.seconds
-    assert_same(found_late, whole(late, ranks=list(range(8))))
-    assert int(found_late.lateness["rank"].min()) >= quiet and found_late.step_arrivals["ranks"].max() == 8 - quiet
+    assert_same_analysis(found_late, whole_analysis(late))
+    assert int(found_late.lateness["rank"].min()) >= quiet
     first = write_run(synthetic_events(30_000, 8), tmp_path / "first", 8)
     found_first = analyse_split(first, group_ranks=3)
-    assert "mark" not in found_first.seconds and len(found_first.lateness) == 8
-    assert_same(found_first, whole(first, ranks=list(range(8))))
+    assert "mark" not in found_first.seconds and found_first.lateness["rank"].nunique() == 8
+    assert_same_analysis(found_first, whole_analysis(first))
+
+
+def test_bad_use_says_what_to_do(tmp_path):
+    with pytest.raises(ValueError, match="at least 1 rank"):
+        rank_groups(range(4), 0)
+    with pytest.raises(RuntimeError, match="open_group first"):
+        mark_group("never-opened", pd.DataFrame())
+    with pytest.raises(ValueError, match="at least 1"):
+        analyse_split(write_run(synthetic_events(5_000, 2), tmp_path, 2), workers=0)
+    empty = create_run(tmp_path / "empty", "nothing", ranks=2)
+    result = analyse_split(empty)
+    assert result.events == 0 and "no_events" in set(result.findings["kind"])
+    assert_same_analysis(result, whole_analysis(empty))

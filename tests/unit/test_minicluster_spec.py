@@ -17,7 +17,15 @@ import pytest
 
 from workbench import cli, minicluster
 from workbench.experiment import Experiment
-from workbench.minicluster import MiniCluster, MiniClusterError, MiniClusterSpec, NodeSpec, format_link_rate, parse_rate
+from workbench.minicluster import (
+    MiniCluster,
+    MiniClusterError,
+    MiniClusterSpec,
+    NodeSpec,
+    format_link_rate,
+    parse_rate,
+    parse_size,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -72,6 +80,22 @@ def _write_state(mini: MiniCluster) -> None:
 )
 def test_parse_rate(text, bits):
     assert parse_rate(text) == bits
+
+
+@pytest.mark.parametrize(
+    ("text", "size"), [("640m", 640 * 2**20), ("2g", 2 * 2**30), ("1.5GB", 3 * 2**29), ("none", None), (None, None)]
+)
+def test_parse_size(text, size):
+    assert parse_size(text) == size
+    spec = MiniClusterSpec.make(2, memory_per_node=text)
+    assert [node.memory_bytes for node in spec.nodes] == [size, size]
+    assert MiniClusterSpec.from_json(spec.to_json()) == spec
+
+
+@pytest.mark.parametrize("text", ["lots", "-1g", "1 pb", "10m"])
+def test_a_bad_size_is_one_line_with_the_fix(text):
+    with pytest.raises(MiniClusterError, match=r"^memory .* (is not a size: write it as 512m|is below 64 MiB)"):
+        parse_size(text)
 
 
 @pytest.mark.parametrize("text", ["fast", "100", "10 furlongs", "1e9bit", "-5mbit"])
@@ -413,6 +437,10 @@ def test_check_host_names_the_missing_cgroup_controller(monkeypatch):
     for controller in ("cpuset", "freezer"):
         (root / controller).mkdir()
         (root / controller / "cgroup.procs").write_text("")
+    with pytest.raises(MiniClusterError, match=r"no cgroup v1 `memory` controller .*: the nodes' memory limits need"):
+        minicluster.check_host()
+    (root / "memory").mkdir()
+    (root / "memory" / "cgroup.procs").write_text("")
     with pytest.raises(MiniClusterError, match=r"no cpu.cfs_quota_us \(CFS bandwidth control\)"):
         minicluster.check_host()
     (root / "cpu" / "cpu.cfs_quota_us").write_text("-1")

@@ -34,6 +34,13 @@ SETUP_MIN_S = 2.0
 SETUP_MIN_SHARE = 0.2
 
 
+#: ``life_table``'s mark for "none" (a rank without memory samples, or without spans of its own).
+NONE_NS = np.iinfo(np.int64).min
+#: ``life_table`` columns: per rank, its first and last span (all; own time only) and its first and last memory sample.
+LIFE_COLUMNS: tuple[str, ...] = ("rank", "first_ns", "last_ns", "first_own_ns", "last_own_ns", "first_sample_ns",
+                                 "last_sample_ns")  # fmt: skip
+
+
 def completion_findings(
     events: pd.DataFrame,
     memory: pd.DataFrame | None,
@@ -41,16 +48,44 @@ def completion_findings(
     hosts: Mapping[int, str] | None = None,
 ) -> pd.DataFrame:
     """The findings of this module for one run (``FINDING_COLUMNS``; empty when the record covers it)."""
+    return completion_findings_of(life_table(events, memory), meta, hosts)
+
+
+def life_table(events: pd.DataFrame, memory: pd.DataFrame | None) -> pd.DataFrame:
+    """Per rank (``LIFE_COLUMNS``, ``NONE_NS`` where it has none): when its record starts and ends, in spans and
+    in memory samples. All this module reads: rank groups' tables, concatenated, are the whole run's."""
+    frames = []
+    if len(events):
+        frames.append(events.groupby("rank").agg(first_ns=("start_ns", "min"), last_ns=("end_ns", "max")))
+        own = events[~events["phase"].astype(str).isin(ev.OVERLAP_PHASES).to_numpy()]
+        if len(own):
+            frames.append(own.groupby("rank").agg(first_own_ns=("start_ns", "min"), last_own_ns=("end_ns", "max")))
+    if memory is not None and len(memory) and "time_ns" in memory:
+        samples = memory.groupby("rank")["time_ns"]
+        frames.append(pd.DataFrame({"first_sample_ns": samples.min(), "last_sample_ns": samples.max()}))
+    if not frames:
+        return pd.DataFrame({c: pd.Series(dtype="int64") for c in LIFE_COLUMNS})
+    table = pd.concat(frames, axis=1).reindex(columns=list(LIFE_COLUMNS[1:])).fillna(NONE_NS).astype("int64")
+    table.index = table.index.astype("int64")
+    return table.rename_axis("rank").sort_index().reset_index()
+
+
+def completion_findings_of(
+    lives: pd.DataFrame, meta: Mapping[str, Any] | None, hosts: Mapping[int, str] | None = None
+) -> pd.DataFrame:
+    """``completion_findings`` from the run's ``life_table``."""
     meta = meta or {}
-    last_seen = _last_seen_ns(events, memory)
+    last_seen = _last_seen_ns(lives)
+    samples = lives["last_sample_ns"][lives["last_sample_ns"] != NONE_NS]
+    last_sample = int(samples.max()) if len(samples) else None
     # a job that ran to its end leaves its last negotiations open too: Horovod's writer is cut off at exit
     unfinished = meta.get("timeline_unfinished") if meta.get("status") != "finished" else None
     stalled = stalled_collective_findings(
-        unfinished, meta.get("ranks"), last_seen, _origin_ns(events, memory), _last_sample_ns(memory), hosts
+        unfinished, meta.get("ranks"), last_seen, _origin_ns(lives), last_sample, hosts
     )
     # a stall explains the time after the last spans: the tail is named only without one
-    tail = unrecorded_time_finding(events, memory, hosts) if stalled is None else None
-    setup = setup_time_finding(events, memory, hosts)
+    tail = unrecorded_time_finding_of(lives_of(lives), hosts) if stalled is None else None
+    setup = setup_time_finding_of(lives_of(lives), hosts)
     return combine_findings(stalled, tail, status_finding(meta, last_seen, hosts), setup)
 
 
@@ -157,7 +192,13 @@ def unrecorded_time_finding(
     Reported where it is at least ``UNRECORDED_MIN_S`` and ``UNRECORDED_MIN_SHARE`` of the rank's sampled
     life. ``seconds_lost``: the longest such tail.
     """
-    lives = sampled_lives(events, memory)
+    return unrecorded_time_finding_of(sampled_lives(events, memory), hosts)
+
+
+def unrecorded_time_finding_of(
+    lives: pd.DataFrame | None, hosts: Mapping[int, str] | None = None
+) -> pd.DataFrame | None:
+    """``unrecorded_time_finding`` from ``sampled_lives``."""
     if lives is None:
         return None
     after, lived = lives["after_s"], lives["lived_s"]
@@ -197,7 +238,11 @@ def setup_time_finding(
     ``fraction_of_wall``: the longest one's share. A note (``seconds_lost`` NaN): the time is spent, not lost
     to a fault.
     """
-    lives = sampled_lives(events, memory)
+    return setup_time_finding_of(sampled_lives(events, memory), hosts)
+
+
+def setup_time_finding_of(lives: pd.DataFrame | None, hosts: Mapping[int, str] | None = None) -> pd.DataFrame | None:
+    """``setup_time_finding`` from ``sampled_lives``."""
     if lives is None:
         return None
     before, lived = lives["before_s"], lives["lived_s"]
@@ -232,45 +277,31 @@ def setup_time_finding(
 def sampled_lives(events: pd.DataFrame, memory: pd.DataFrame | None) -> pd.DataFrame | None:
     """Per rank with spans and memory samples: ``before_s`` (first sample to first span), ``after_s`` (last span
     to last sample) and ``lived_s`` (first to last sample); None without both."""
-    if memory is None or len(memory) == 0 or len(events) == 0 or "time_ns" not in memory:
-        return None
-    own = events[~events["phase"].astype(str).isin(ev.OVERLAP_PHASES)]
-    if own.empty:
-        return None
-    spans = own.groupby("rank").agg(first=("start_ns", "min"), last=("end_ns", "max"))
-    both = spans.join(memory.groupby("rank")["time_ns"].agg(["min", "max"]), how="inner")
+    return lives_of(life_table(events, memory))
+
+
+def lives_of(table: pd.DataFrame) -> pd.DataFrame | None:
+    """``sampled_lives`` from a ``life_table``."""
+    both = table[(table["first_own_ns"] != NONE_NS) & (table["first_sample_ns"] != NONE_NS)].set_index("rank")
     if both.empty:
         return None
     return pd.DataFrame(
         {
-            "before_s": ((both["first"] - both["min"]).clip(lower=0) / NS).astype(float),
-            "after_s": ((both["max"] - both["last"]).clip(lower=0) / NS).astype(float),
-            "lived_s": ((both["max"] - both["min"]) / NS).astype(float),
+            "before_s": ((both["first_own_ns"] - both["first_sample_ns"]).clip(lower=0) / NS).astype(float),
+            "after_s": ((both["last_sample_ns"] - both["last_own_ns"]).clip(lower=0) / NS).astype(float),
+            "lived_s": ((both["last_sample_ns"] - both["first_sample_ns"]) / NS).astype(float),
         }
     )
 
 
-def _last_seen_ns(events: pd.DataFrame, memory: pd.DataFrame | None) -> dict[int, int]:
+def _last_seen_ns(lives: pd.DataFrame) -> dict[int, int]:
     """Each rank's last sign of life: its last span's end or its last memory sample, whichever is later."""
-    seen: dict[int, int] = {}
-    if len(events):
-        for rank, end in events.groupby("rank")["end_ns"].max().items():
-            seen[int(rank)] = int(end)
-    if memory is not None and len(memory) and "time_ns" in memory:
-        for rank, end in memory.groupby("rank")["time_ns"].max().items():
-            seen[int(rank)] = max(seen.get(int(rank), 0), int(end))
-    return seen
+    seen = np.maximum(lives["last_ns"].to_numpy(np.int64), lives["last_sample_ns"].to_numpy(np.int64))
+    return {int(rank): int(end) for rank, end in zip(lives["rank"], seen) if end != NONE_NS}
 
 
-def _last_sample_ns(memory: pd.DataFrame | None) -> int | None:
-    if memory is None or len(memory) == 0 or "time_ns" not in memory:
-        return None
-    return int(memory["time_ns"].max())
-
-
-def _origin_ns(events: pd.DataFrame, memory: pd.DataFrame | None) -> int | None:
+def _origin_ns(lives: pd.DataFrame) -> int | None:
     """The run's start: its first span or memory sample."""
-    starts = [int(events["start_ns"].min())] if len(events) else []
-    if memory is not None and len(memory) and "time_ns" in memory:
-        starts.append(int(memory["time_ns"].min()))
+    starts = [int(values.min()) for column in ("first_ns", "first_sample_ns")
+              if len(values := lives[column][lives[column] != NONE_NS])]  # fmt: skip
     return min(starts) if starts else None

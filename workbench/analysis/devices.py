@@ -155,15 +155,19 @@ def gpu_work(activity: pd.DataFrame) -> pd.DataFrame:
     return activity[activity["kind"].isin(ev.GPU_KINDS).to_numpy()]
 
 
-def device_step_table(activity: pd.DataFrame, *, window_ns: tuple[int, int] | None = None) -> pd.DataFrame:
+def device_step_table(
+    activity: pd.DataFrame, *, window_ns: tuple[int, int] | None = None, rebase: bool = False
+) -> pd.DataFrame:
     """Per GPU and step (``DEVICE_STEP_COLUMNS``, seconds): busy, idle, compute, communication, copies, overlap.
 
     Without step markers a GPU has one row, step -1, over ``window_ns`` (default: the whole profile, first to
-    last activity of any GPU), so a GPU that idled while others worked shows it.
+    last activity of any GPU), so a GPU that idled while others worked shows it. ``rebase``: keep what
+    ``with_window`` needs to measure those rows against another window (a rank group's table against the run's
+    profile): ``WINDOW_COLUMNS``.
     """
     work = gpu_work(activity)
     if work.empty:
-        return pd.DataFrame(columns=list(DEVICE_STEP_COLUMNS))
+        return pd.DataFrame(columns=list(DEVICE_STEP_COLUMNS) + (list(WINDOW_COLUMNS) if rebase else []))
     windows = step_windows(activity)
     work = with_steps(work, windows)
     keys = ["rank", "host", "device", "step"]
@@ -180,13 +184,19 @@ def device_step_table(activity: pd.DataFrame, *, window_ns: tuple[int, int] | No
     overlapped = compute + communication - compute_or_comm
     whole = window_ns or (int(start.min()), int(end.max()))
     wall = np.full(groups, float(whole[1] - whole[0]))
+    # rows measured against the window: less the GPU's steps (its time outside them), or all of it
+    by_window = np.ones(groups, bool)
+    outside = np.zeros(groups, np.float64)
     if len(windows):
         sized = windows.assign(wall=windows["end_ns"] - windows["start_ns"])
         span = sized.set_index(["host", "device", "step"])["wall"]
         in_steps = sized.groupby(["host", "device"])["wall"].sum()
-        keys_of = zip(table["host"], table["device"], table["step"])
-        looked = [span.get((h, d, s), np.nan) if s >= 0 else wall[0] - in_steps.get((h, d), 0) for h, d, s in keys_of]
-        wall = np.where(np.isnan(looked), wall, np.asarray(looked, np.float64))
+        keys_of = list(zip(table["host"], table["device"], table["step"]))
+        outside = np.asarray([float(in_steps.get((h, d), 0)) if s < 0 else 0.0 for h, d, s in keys_of])
+        looked = np.asarray([span.get((h, d, s), np.nan) if s >= 0 else np.nan for h, d, s in keys_of], np.float64)
+        by_window = np.isnan(looked)
+        wall = np.where(by_window, wall - outside, looked)
+    unclipped = wall
     wall = np.maximum(wall, busy)
     seconds = {
         "wall_s": wall,
@@ -200,8 +210,38 @@ def device_step_table(activity: pd.DataFrame, *, window_ns: tuple[int, int] | No
     }
     for name, values in seconds.items():
         table[name] = np.asarray(values, np.float64) / ev.NS_PER_S
+    columns = list(DEVICE_STEP_COLUMNS)
+    if rebase:
+        table["by_window"] = by_window
+        table["outside_steps_s"] = np.where(by_window, unclipped - (whole[1] - whole[0]), 0.0) / ev.NS_PER_S
+        columns += list(WINDOW_COLUMNS)
     table = table.sort_values(["rank", "step"], kind="stable", ignore_index=True)
-    return table[list(DEVICE_STEP_COLUMNS)]
+    return table[columns]
+
+
+#: What ``device_step_table(rebase=True)`` adds: whether a row is measured against the profile's window, and
+#: the seconds its GPU's own steps take from that window (negative).
+WINDOW_COLUMNS: tuple[str, ...] = ("by_window", "outside_steps_s")
+
+
+def with_window(steps: pd.DataFrame, window_s: float) -> pd.DataFrame:
+    """``device_step_table(rebase=True)`` rows measured against a profile window of ``window_s`` seconds (the whole
+    run's: rank groups each saw their own), without ``WINDOW_COLUMNS``."""
+    steps = steps.copy()
+    rows = steps["by_window"].to_numpy(bool)
+    wall = np.maximum(window_s + steps["outside_steps_s"].to_numpy(np.float64), steps["busy_s"].to_numpy(np.float64))
+    steps.loc[rows, "wall_s"] = wall[rows]
+    steps.loc[rows, "idle_s"] = wall[rows] - steps.loc[rows, "busy_s"]
+    return steps.drop(columns=list(WINDOW_COLUMNS))
+
+
+def profile_window(activity: pd.DataFrame) -> tuple[int, int] | None:
+    """First start and last end of any GPU's work (None without GPU work): what ``device_step_table`` measures
+    rows without steps against."""
+    work = gpu_work(activity)
+    if work.empty:
+        return None
+    return int(work["start_ns"].min()), int(work["end_ns"].max())
 
 
 TEMPORAL_COLUMNS: tuple[str, ...] = (

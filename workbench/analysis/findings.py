@@ -613,15 +613,28 @@ def _ranked(rows: list[dict]) -> pd.DataFrame:
 SLOW_LINK_SHARE = 0.5
 
 
+def communication_seconds(events: pd.DataFrame) -> pd.Series:
+    """Seconds in ``communication`` spans per rank (rank by rank: rank groups' series concatenate)."""
+    communication = events[events["phase"] == ev.COMMUNICATION] if len(events) else events
+    if not len(communication):
+        return pd.Series(dtype="float64")
+    return ((communication["end_ns"] - communication["start_ns"]) / ev.NS_PER_S).groupby(communication["rank"]).sum()
+
+
 def slow_link_finding(
-    links: Mapping[Any, Mapping[str, Any]] | None, events: pd.DataFrame, *, wall_s: float | None = None
+    links: Mapping[Any, Mapping[str, Any]] | None,
+    events: pd.DataFrame | None = None,
+    *,
+    wall_s: float | None = None,
+    per_rank: pd.Series | None = None,
 ) -> pd.DataFrame:
     """A node whose link is much slower than the others': every collective with its ranks moves at its speed.
 
     ``links``: ``{rank: {"host", "bytes_per_s"}}`` as the cluster measured them at start (run.json
     ``links``). A host's speed is its fastest rank's. ``seconds_lost``: the ranks' mean time in
     ``communication`` spans times ``1 - slow / median``, what the same collectives would have
-    saved at the median node's speed when they are bound by that link.
+    saved at the median node's speed when they are bound by that link. ``per_rank``: the ranks'
+    ``communication_seconds``, when read already (from rank groups); else read from ``events``.
     """
     if not links:
         return _ranked([])
@@ -639,12 +652,8 @@ def slow_link_finding(
     slow = {host: speed for host, speed in by_host.items() if speed < SLOW_LINK_SHARE * median}
     if not slow or len(slow) == len(by_host):
         return _ranked([])
-    communication = events[events["phase"] == ev.COMMUNICATION] if len(events) else events
-    per_rank = (
-        ((communication["end_ns"] - communication["start_ns"]) / ev.NS_PER_S).groupby(communication["rank"]).sum()
-        if len(communication)
-        else pd.Series(dtype="float64")
-    )
+    if per_rank is None:
+        per_rank = communication_seconds(events) if events is not None else pd.Series(dtype="float64")
     communication_s = float(per_rank.mean()) if len(per_rank) else float("nan")
     rank_hosts = {int(rank): str(link.get("host", "")) for rank, link in links.items()}
     rows = []

@@ -8,7 +8,7 @@ queue signal is the depth the training loop found when it came to dequeue (count
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -166,10 +166,24 @@ def python_input_finding(
     known, so it is a note; with Keras's own generator input the steps' waits are measured
     (``input_pipeline``), and a rank with such waits gets no note.
     """
+    return python_input_finding_of(python_input_busy(events, counters), timed_input_ranks(events), hosts)
+
+
+def timed_input_ranks(events: pd.DataFrame) -> list[int]:
+    """The ranks whose steps' waits for input were timed (Keras's generator input): no serial-input note for them."""
+    if events.empty:
+        return []
+    return sorted(
+        int(r) for r in events.loc[(events["phase"] == INPUT) & events["name"].isin(PER_STEP_INPUT), "rank"].unique()
+    )
+
+
+def python_input_finding_of(
+    table: pd.DataFrame, timed: Iterable[int], hosts: Mapping[int, str] | None = None
+) -> pd.DataFrame:
+    """``python_input_finding`` from the run's ``python_input_busy`` and ``timed_input_ranks``."""
     columns = ["kind", "ranks", "seconds_lost", "fraction_of_wall", "text"]
-    table = python_input_busy(events, counters)
-    measured = events.loc[(events["phase"] == INPUT) & events["name"].isin(PER_STEP_INPUT), "rank"].unique()
-    table = table[~table["rank"].isin(measured)]  # the steps' waits were timed (Keras's generator input)
+    table = table[~table["rank"].isin(list(timed))]  # the steps' waits were timed (Keras's generator input)
     saturated = table[table["busy_share"] >= SERIAL_INPUT_SATURATED]
     if saturated.empty:
         return pd.DataFrame(columns=columns)

@@ -34,16 +34,30 @@ def retracing_finding(
     ``seconds_lost``: the largest rank's sum of (step − median step) over those steps; ``None`` when no
     rank has one (the first step's trace is expected and not reported).
     """
+    return retracing_finding_of(
+        retraced_steps(events, step_name=step_name, step_phase=step_phase), hosts, wall_s=wall_s
+    )
+
+
+#: ``retraced_steps`` columns.
+RETRACED_COLUMNS: tuple[str, ...] = ("rank", "lost_s", "steps", "median_s")
+
+
+def retraced_steps(
+    events: pd.DataFrame, *, step_name: str = "train_step", step_phase: str = ev.COMPUTE
+) -> pd.DataFrame:
+    """Per rank with steps that look traced again: the seconds over its median step, their step numbers, the median.
+
+    Rank by rank: rank groups' tables, concatenated, are the whole run's."""
+    empty = pd.DataFrame({c: pd.Series(dtype=object if c == "steps" else "float64") for c in RETRACED_COLUMNS})
     if len(events) == 0:
-        return None
+        return empty
     steps = events[(events["phase"] == step_phase) & (events["name"] == step_name)]
     if len(steps) < 3:
-        return None
+        return empty
     steps = steps.assign(seconds=(steps["end_ns"] - steps["start_ns"]) / ev.NS_PER_S).sort_values(["rank", "start_ns"])
-    lost: dict[int, float] = {}
-    numbers: dict[int, list[int]] = {}
-    medians: dict[int, float] = {}
-    for rank, mine in steps.groupby("rank"):
+    rows = []
+    for rank, mine in steps.groupby("rank", observed=True):
         seconds = mine["seconds"].to_numpy(dtype=float)
         if len(seconds) < 3:
             continue
@@ -53,11 +67,19 @@ def retracing_finding(
         if traced.any():
             index = np.flatnonzero(traced) + 1
             step_numbers = mine["step"].to_numpy()[index] if "step" in mine else index
-            lost[int(rank)] = float((later[traced] - median).sum())
-            numbers[int(rank)] = [int(n) for n in step_numbers]
-            medians[int(rank)] = median
-    if not lost:
+            rows.append((int(rank), float((later[traced] - median).sum()), [int(n) for n in step_numbers], median))
+    return pd.DataFrame(rows, columns=list(RETRACED_COLUMNS)) if rows else empty
+
+
+def retracing_finding_of(
+    table: pd.DataFrame, hosts: Mapping[int, str] | None = None, *, wall_s: float | None = None
+) -> pd.DataFrame | None:
+    """``retracing_finding`` from the run's ``retraced_steps``."""
+    if table.empty:
         return None
+    lost = {int(r): float(v) for r, v in zip(table["rank"], table["lost_s"])}
+    numbers = dict(zip(lost, table["steps"]))
+    medians = dict(zip(lost, table["median_s"]))
     worst = max(lost, key=lost.get)
     shown = numbers[worst][:5]
     more = f" and {len(numbers[worst]) - len(shown)} more" if len(numbers[worst]) > len(shown) else ""

@@ -19,37 +19,22 @@ import numpy as np
 import pandas as pd
 
 from workbench import events as ev
-from workbench.analysis.breakdown import phase_breakdown
-from workbench.analysis.completion import completion_findings
-from workbench.analysis.cpu_wait import cpu_wait_finding, cpu_wait_table
-from workbench.analysis.devices import device_findings, device_step_table, device_summary
-from workbench.analysis.findings import (
-    combine_findings,
-    findings,
-    missing_data_finding,
-    oversubscription_finding_from_meta,
-    slow_link_finding,
+from workbench.analysis.findings import combine_findings
+from workbench.analysis.keras_calls import KERAS_CALL_COLUMNS
+from workbench.analysis.pieces import (
+    RunState,
+    analyse_frames,
+    empty_tables,
+    group_frames,
+    independent_ranks_note,
+    piece_names,
 )
-from workbench.analysis.input import python_input_finding
-from workbench.analysis.keras_calls import (
-    KERAS_CALL_COLUMNS,
-    call_memory_findings,
-    keras_call_findings,
-    keras_call_table,
-)
-from workbench.analysis.launches import idle_by_cause, kernel_launches, launch_findings, launch_summary
-from workbench.analysis.memory import memory_summary
-from workbench.analysis.pop import POP_COLUMNS, pop_metrics, useful_phase_set
-from workbench.analysis.retracing import retracing_finding
-from workbench.analysis.scaling import steps_per_rank
+from workbench.analysis.pop import POP_COLUMNS, useful_phase_set
 from workbench.analysis.straggler import (
     LATENESS_COLUMNS,
     OVERLAP_COLUMNS,
     STEP_WAIT_COLUMNS,
-    allreduce_lateness,
-    communication_overlap,
     step_waits,
-    straggler_rows,
     with_derived_waits,
 )
 
@@ -89,6 +74,8 @@ class RunAnalysis:
     keras_calls: pd.DataFrame = field(default_factory=lambda: _empty(KERAS_CALL_COLUMNS))
     #: ``devices.device_summary``: per GPU of an imported profile, busy, idle, compute, communication, copies.
     devices: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: The registered pieces of the analysis it ran (``analysis.pieces.PIECES``): all of them, at any size.
+    pieces: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: tables as lists of row dicts, NaN and inf as None, numpy scalars as Python."""
@@ -97,6 +84,33 @@ class RunAnalysis:
             "in_flight": json_records(self.in_flight),
             "keras_calls": json_records(self.keras_calls),
             "devices": json_records(self.devices),
+            "pieces": list(self.pieces),
+        }
+
+
+@dataclass(frozen=True)
+class SplitAnalysis(RunAnalysis):
+    """A run analysed in rank groups: every table and finding of ``RunAnalysis``, and how it was split."""
+
+    events: int = 0
+    groups: int = 0
+    workers: int = 0
+    #: Wall seconds of each round (``open``, ``mark``, ``lanes``, ``merge``).
+    seconds: dict[str, float] = field(default_factory=dict)
+    #: Peak resident memory (bytes) of each worker process, by pid.
+    worker_peak_rss: dict[int, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready, as ``RunAnalysis.to_dict``, plus the split."""
+        return {
+            **super().to_dict(),
+            "split": {
+                "events": self.events,
+                "groups": self.groups,
+                "workers": self.workers,
+                "seconds": self.seconds,
+                "worker_peak_mb": [round(v / ev.BYTES_PER_MB, 1) for v in self.worker_peak_rss.values()],
+            },
         }
 
 
@@ -211,125 +225,48 @@ def analyse_run(
       one host the findings name the host next to each rank ("rank 2 (node3)").
     """
     meta = dict(meta or {})
-    run_id = str(meta.get("run_id", ""))
     ranks = declared_ranks(meta)
-    hosts = run_hosts(events, memory, rank_meta)
-    events = events.assign(run_id=run_id) if len(events) else events
-    extra: list[pd.DataFrame] = []
-    events, backwards = _without_backwards_spans(events, hosts)
-    if backwards is not None:
-        extra.append(backwards)
-
-    if devices is not None and len(devices):
-        # a GPU's spans already hold its idle time between kernels: nothing is derived from step lengths
-        derive_waits = False
-    independent = independent_ranks_finding(events, ranks)
-    if independent is not None:
-        # no collective anywhere in the record: nothing says a rank waits for another, so none is derived
-        derive_waits = False
-        extra.append(independent)
-    waits = step_waits(events) if len(events) else _empty(STEP_WAIT_COLUMNS)
-    lateness = allreduce_lateness(events) if len(events) else _empty(LATENESS_COLUMNS)
-    in_flight = communication_overlap(events) if len(events) else _empty(OVERLAP_COLUMNS)
-    if derive_waits and len(waits):
-        events = with_derived_waits(events, waits)
-    per_run = phase_breakdown(events, by=("run_id", "rank"), ranks=ranks)
-    pop_frame = pop_metrics(events, input_is_useful=input_is_useful, breakdown=per_run)
-    found = findings(
+    frames = group_frames(
         events,
-        pop=pop_frame if len(pop_frame) else None,
+        str(meta.get("run_id", "")),
+        memory=memory,
+        counters=counters,
+        devices=devices,
+        rank_meta=rank_meta if isinstance(rank_meta, pd.DataFrame) else None,
         ranks=ranks,
-        min_fraction=min_fraction,
-        breakdown=per_run,
-        hosts=hosts,
     )
-    if independent is not None:  # ranks that never meet do not wait for the slowest: no imbalance to lose
-        found = found[~found["kind"].isin(["load_imbalance", "straggler", "no_communication"])]
-    pop = pop_dict(pop_frame, run_id, ranks, input_is_useful)
-    wall_s = wall_seconds(pop)
-    if derive_waits and wall_s and len(waits):
-        stragglers = straggler_rows(waits, wall_s, min_fraction=min_fraction, hosts=hosts)
-        extra.append(combine_findings(pd.DataFrame(stragglers)))
-    gpus = pd.DataFrame()
-    if devices is not None and len(devices):
-        gpus, gpu_found = _gpu_tables_and_findings(devices, meta, wall_s=wall_s, min_fraction=min_fraction)
-        extra += gpu_found
-    if len(in_flight) and gpus.empty:
-        extra.append(_in_flight_finding(in_flight, wall_s, hosts))
-    if meta:
-        extra.append(oversubscription_finding_from_meta(meta, wall_s=wall_s))
-        if isinstance(meta.get("links"), Mapping):
-            extra.append(slow_link_finding(meta["links"], events, wall_s=wall_s))
+    state = RunState(meta, ranks, min_fraction=min_fraction, input_is_useful=input_is_useful, derive_waits=derive_waits)
+    if isinstance(rank_meta, Mapping):  # {rank: host}: hosts the frames do not name
+        state.hosts.update({int(r): str(h) for r, h in rank_meta.items()})
+    return analysis_of(analyse_frames(frames, state))
 
-    keras_calls = keras_call_table(events)
-    if wall_s:
-        calls_found = keras_call_findings(events, wall_s, min_fraction=min_fraction, table=keras_calls)
-        extra.append(combine_findings(pd.DataFrame(calls_found)))
-    extra.append(combine_findings(pd.DataFrame(call_memory_findings(memory, hosts))))
-    steps = steps_per_rank(events, ranks=ranks)
-    memory_table = memory_summary(memory)
-    extra += missing_table_findings(len(events), steps, memory_table)
-    # a run stopped, stalled or working outside its spans: the status, Horovod's unfinished collectives, and
-    # the time each rank was alive (memory samples) outside what it recorded
-    extra.append(completion_findings(events, memory, meta, hosts))
-    extra.append(combine_findings(retracing_finding(events, hosts, wall_s=wall_s)))
-    extra.append(python_input_finding(events, counters, hosts))
-    waited = cpu_wait_table(counters, rank_meta if isinstance(rank_meta, pd.DataFrame) else None)
-    extra.append(cpu_wait_finding(waited, wall_s=wall_s, hosts=hosts, min_fraction=min_fraction))
-    return RunAnalysis(
-        header={**run_header(meta), "rank_hosts": hosts},
+
+def analysis_of(state: RunState, **extra: Any) -> RunAnalysis:
+    """The ``RunAnalysis`` of a merged run (``pieces.merge_run``); ``extra``: the fields of a subclass."""
+    hosts = dict(sorted(state.hosts.items()))
+    tables = {**empty_tables(), **state.tables}
+    per_run = tables.pop("breakdown_by_run")
+    pop = pop_dict(state.pop, state.run_id, state.ranks, state.input_is_useful)
+    return type_of(extra)(
+        header={**run_header(state.meta), "rank_hosts": hosts},
         breakdown=with_hosts(per_run.drop(columns="run_id").reset_index(drop=True), hosts),
         pop=pop,
-        findings=combine_findings(found, *extra),
-        steps=with_hosts(steps, hosts),
-        memory=with_hosts(memory_table, hosts),
-        waits=with_hosts(waits, hosts),
-        lateness=with_hosts(lateness, hosts),
-        in_flight=with_hosts(in_flight, hosts),
-        keras_calls=with_hosts(keras_calls, hosts),
-        devices=gpus,
+        findings=combine_findings(*state.findings),
+        steps=with_hosts(tables["steps"], hosts),
+        memory=with_hosts(tables["memory"], hosts),
+        waits=with_hosts(tables["waits"], hosts),
+        lateness=with_hosts(tables["lateness"], hosts),
+        in_flight=with_hosts(tables["in_flight"], hosts),
+        keras_calls=with_hosts(tables["keras_calls"], hosts),
+        devices=tables["devices"],
+        pieces=piece_names(),
+        **extra,
     )
 
 
-def _without_backwards_spans(
-    events: pd.DataFrame, hosts: Mapping[int, str]
-) -> tuple[pd.DataFrame, pd.DataFrame | None]:
-    """The events without spans that end before they start, and the finding that counts them (None: none)."""
-    backwards = (events["end_ns"] < events["start_ns"]).to_numpy() if len(events) else np.zeros(0, bool)
-    if not backwards.any():
-        return events, None
-    first = events[backwards].iloc[0]
-    name = first.get("name", first["phase"])
-    found = backwards_finding(int(backwards.sum()), int(first["rank"]), name, events.loc[backwards, "rank"], hosts)
-    return events[~backwards], found
-
-
-def _gpu_tables_and_findings(
-    devices: pd.DataFrame, meta: Mapping[str, Any], *, wall_s: float | None, min_fraction: float
-) -> tuple[pd.DataFrame, list[pd.DataFrame]]:
-    """Per GPU busy, idle and communication (``device_summary``), and the findings on GPUs and on their launches."""
-    gpu_steps = device_step_table(devices)
-    gpus = device_summary(gpu_steps)
-    idle_devices = meta.get("devices_idle") if isinstance(meta.get("devices_idle"), Mapping) else None
-    gpu_found = device_findings(gpus, gpu_steps, idle_devices=idle_devices, profile_s=wall_s, min_fraction=min_fraction)
-    launch_found = launch_findings(
-        idle_by_cause(devices), launch_summary(kernel_launches(devices)), wall_s=wall_s, min_fraction=min_fraction
-    )
-    return gpus, [combine_findings(pd.DataFrame(gpu_found)), combine_findings(pd.DataFrame(launch_found))]
-
-
-def _in_flight_finding(in_flight: pd.DataFrame, wall_s: float | None, hosts: Mapping[int, str]) -> pd.DataFrame:
-    """Horovod's collectives in flight beside the ranks' own spans: overlap, said so, not time taken from compute."""
-    busiest = in_flight.sort_values("in_flight_s").iloc[-1]
-    share = f"{busiest['in_flight_s'] / wall_s:.0%} of wall time, " if wall_s else ""
-    return missing_data_finding(
-        "collectives_in_flight",
-        f"Horovod had collectives in flight {share}{busiest['overlapped_share']:.0%} of it while"
-        f" {ev.ranks_with_hosts([int(busiest['rank'])], hosts)} was in its own spans: that is overlap with"
-        " compute, not time taken from"
-        " it; the time ranks really waited is derived from step lengths and readiness (communication_wait)",
-        ev.rank_list(in_flight["rank"]),
-    )
+def type_of(extra: Mapping[str, Any]) -> type:
+    """``RunAnalysis``, or the rank groups' ``SplitAnalysis`` when its fields are given."""
+    return SplitAnalysis if extra else RunAnalysis
 
 
 def with_step_waits(events: pd.DataFrame, ranks: list[int] | None = None) -> pd.DataFrame:
@@ -346,71 +283,17 @@ def with_step_waits(events: pd.DataFrame, ranks: list[int] | None = None) -> pd.
 
 
 def independent_ranks_finding(events: pd.DataFrame, ranks: list[int] | None) -> pd.DataFrame | None:
-    """A note for a run of several ranks with training steps and no collective recorded at all.
-
-    No communication span, no Horovod timeline, no wait: either the ranks exchange data outside what was
-    recorded (mpi4py, torch.distributed), or they never exchange it and each trained on its own, often a
-    script run under mpiexec without Horovod's optimizer. Either way, waits cannot be derived from step
-    lengths (they assume the ranks meet every step).
-    """
+    """A note for a run of several ranks with training steps and no collective recorded at all
+    (``pieces.independent_ranks_note``, read from ``events``)."""
     if len(events) == 0:
         return None
-    recorded = {int(r) for r in events["rank"].unique()}
-    if len(set(ranks or ()) | recorded) < 2:
-        return None
     phases = set(events["phase"].astype(str).unique())
-    if phases & {ev.COMMUNICATION, ev.IN_FLIGHT, ev.COMMUNICATION_WAIT}:
-        return None
-    if not ((events["phase"] == ev.COMPUTE) & (events["name"] == "train_step")).any():
-        return None
-    return missing_data_finding(
-        "no_collectives",
-        "no collective was recorded (no communication spans, no Horovod timeline), so no rank is taken to wait"
-        " for another: if the ranks never exchange gradients, each trained on its own (wrap the optimizer with"
-        " hvd.DistributedOptimizer or the tape with hvd.DistributedGradientTape, and call hvd.init()); if"
-        " they exchange them outside Horovod, record it (Recorder.phase('communication', ...))",
-        ev.rank_list(set(ranks or ()) | recorded),
+    return independent_ranks_note(
+        {int(r) for r in events["rank"].unique()},
+        ranks,
+        exchanges=bool(phases & {ev.COMMUNICATION, ev.IN_FLIGHT, ev.COMMUNICATION_WAIT}),
+        trains=bool(((events["phase"] == ev.COMPUTE) & (events["name"] == "train_step")).any()),
     )
-
-
-def wall_seconds(pop: Mapping[str, Any]) -> float | None:
-    """The run's wall time from its POP dict, None when it has none (no events, zero-length spans)."""
-    runtime = pop.get("runtime_s")
-    return runtime if isinstance(runtime, float) and math.isfinite(runtime) and runtime > 0 else None
-
-
-def backwards_finding(
-    count: int, first_rank: int, first_name: Any, ranks: Any, hosts: Mapping[int, str]
-) -> pd.DataFrame:
-    """The finding for spans that end before they start, which the analysis leaves out."""
-    return missing_data_finding(
-        "backwards_spans",
-        f"{count} span(s) end before they start (first: {ev.ranks_with_hosts([first_rank], hosts)},"
-        f" {first_name!r}) and were left out: check the ranks' clock alignment",
-        ev.rank_list(ranks),
-    )
-
-
-def missing_table_findings(events: int, steps: pd.DataFrame, memory: pd.DataFrame) -> list[pd.DataFrame]:
-    """Notes for a run with events but no training steps, and for one without memory samples."""
-    notes = []
-    if events and int(steps["steps"].sum()) == 0:
-        notes.append(
-            missing_data_finding(
-                "no_step_spans",
-                "no training steps recorded (compute spans named 'train_step'), so no steps per rank:"
-                " the Keras callback and Recorder.phase('compute', 'train_step') record them",
-            )
-        )
-    if memory.empty:
-        notes.append(
-            missing_data_finding(
-                "no_memory_samples",
-                "no memory samples recorded, so no memory per rank: sample with"
-                " Recorder(memory_interval_s=0.5) (workbench profile samples every rank)",
-            )
-        )
-    return notes
 
 
 def declared_ranks(meta: Mapping[str, Any]) -> list[int] | None:

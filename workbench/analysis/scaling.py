@@ -134,9 +134,11 @@ def steps_per_rank(
         events["rank"].to_numpy()[rows], events["start_ns"].to_numpy()[rows], events["end_ns"].to_numpy()[rows]
     )
     all_ranks = sorted(set(int(r) for r in per_rank.index) | set(listed))
+    # in int64 before ranks without steps (NaN) are added: ns since 1970 as floats are 256 ns apart
+    per_rank["seconds"] = (per_rank["last_ns"] - per_rank["first_ns"]) / NS_PER_S
     per_rank = per_rank.reindex(all_ranks)
     count = per_rank["steps"].fillna(0).astype("int64")
-    seconds = ((per_rank["last_ns"] - per_rank["first_ns"]) / NS_PER_S).astype("float64")
+    seconds = per_rank["seconds"].astype("float64")
     with np.errstate(divide="ignore", invalid="ignore"):
         rate = np.where((count > 0) & (seconds > 0), count / seconds, np.nan)
         mean_step = np.where(count > 0, per_rank["busy_ns"] / NS_PER_S / count, np.nan)

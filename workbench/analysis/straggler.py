@@ -35,7 +35,8 @@ record), matched across ranks by their ``step`` number.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -126,10 +127,7 @@ def allreduce_lateness(events: pd.DataFrame, *, step_name: str = STEP_NAME) -> p
     steps = step_spans(events, step_name=step_name)
     if steps.empty:
         return _empty_lateness()
-    reference = steps[steps["rank"] == steps["rank"].min()]
-    marks = readiness_marks(negotiation_spans(events), reference)
-    table = lateness_of_marks(marks, step_arrivals(marks))
-    return table.sort_values(["step", "rank"], kind="stable").reset_index(drop=True)
+    return lateness_table(readiness_marks(negotiation_spans(events), reference_of(steps)))
 
 
 def _empty_lateness() -> pd.DataFrame:
@@ -189,7 +187,7 @@ STEP_ARRIVAL_COLUMNS: tuple[str, ...] = ("step", "ranks", "first_ns", "latest_ns
 
 def step_arrivals(marks: pd.DataFrame) -> pd.DataFrame:
     """Per step of ``readiness_marks``: ranks that marked it, first and latest arrival (``STEP_ARRIVAL_COLUMNS``);
-    the ``attrs["ranks"]`` count of ranks with any mark. Rank groups' frames merge with ``merge_step_arrivals``."""
+    the ``attrs["ranks"]`` count of ranks with any mark."""
     step = marks["step"].to_numpy(np.int64)
     rank = marks["rank"].to_numpy(np.int64)
     arrival = marks["arrival_ns"].to_numpy(np.int64)
@@ -217,19 +215,6 @@ def step_arrivals(marks: pd.DataFrame) -> pd.DataFrame:
         table = table.reset_index()[list(STEP_ARRIVAL_COLUMNS)].astype({"step": "int64", "ranks": "int64"})
     in_order = len(rank) < 2 or bool((rank[1:] >= rank[:-1]).all())
     table.attrs["ranks"] = int(1 + (rank[1:] != rank[:-1]).sum()) if in_order and len(rank) else len(pd.unique(rank))
-    return table
-
-
-def merge_step_arrivals(parts: list[pd.DataFrame]) -> pd.DataFrame:
-    """``step_arrivals`` of disjoint rank groups merged: what ``step_arrivals`` of all their marks gives."""
-    parts = [p for p in parts if len(p)]
-    if not parts:
-        return step_arrivals(pd.DataFrame({c: pd.Series(dtype="int64") for c in ("step", "rank", "arrival_ns")}))
-    merged = pd.concat(parts).groupby("step").agg(
-        ranks=("ranks", "sum"), first_ns=("first_ns", "min"), latest_ns=("latest_ns", "max")
-    )
-    table = merged.reset_index()[list(STEP_ARRIVAL_COLUMNS)]
-    table.attrs["ranks"] = int(sum(p.attrs.get("ranks", 0) for p in parts))
     return table
 
 
@@ -263,6 +248,85 @@ def lateness_of_marks(marks: pd.DataFrame, arrivals: pd.DataFrame) -> pd.DataFra
     )
 
 
+@dataclass(frozen=True)
+class StepEvidence:
+    """What ``step_waits`` reads from the events, rank by rank: rank groups' evidence, concatenated in rank order
+    (``merge``), is the whole run's, so waits derived from it are the same at any size.
+
+    Every table is per (rank, step) at most: its size grows with ranks and steps, not with events.
+    """
+
+    #: ``step_spans``: ``rank, step, start_ns, end_ns``.
+    steps: pd.DataFrame
+    #: ``collective_steps``: each rank's blocking collectives per step, before the steps all ranks share are kept.
+    collectives: pd.DataFrame
+    #: The ranks with ``communication`` spans in a step (whether or not a step of theirs is kept).
+    collective_ranks: tuple[int, ...]
+    #: ``last_collectives``: per step and rank, the start and length of its last collective inside the step.
+    arrivals: pd.DataFrame
+    #: ``readiness_marks`` against the run's reference steps (None until the reference is known).
+    marks: pd.DataFrame | None
+    #: ``longest_kernels``: per step and rank, its longest Horovod kernel in TF's profiler.
+    kernels: pd.DataFrame
+
+    @staticmethod
+    def merge(parts: Sequence[StepEvidence]) -> StepEvidence:
+        """The evidence of disjoint rank groups, given in rank order, as one run's."""
+        parts = list(parts)
+        if not parts:
+            return step_evidence(ev.empty_events())
+        marks = [p.marks for p in parts if p.marks is not None]
+        return StepEvidence(
+            steps=_concat([p.steps for p in parts]),
+            collectives=_concat([p.collectives for p in parts]),
+            collective_ranks=tuple(sorted({r for p in parts for r in p.collective_ranks})),
+            arrivals=_concat([p.arrivals for p in parts]),
+            marks=_concat(marks) if len(marks) == len(parts) else None,
+            kernels=_concat([p.kernels for p in parts]),
+        )
+
+
+def _concat(frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
+    """Frames of the same columns one after the other (the first, as it is, when it is alone)."""
+    kept = [f for f in frames if len(f)]
+    if not kept:
+        return frames[0]
+    return kept[0] if len(kept) == 1 else pd.concat(kept, ignore_index=True)
+
+
+def reference_of(steps: pd.DataFrame) -> pd.DataFrame:
+    """The run's reference steps (the lowest rank with steps) among ``step_spans`` rows."""
+    return steps[steps["rank"] == steps["rank"].min()] if len(steps) else steps
+
+
+def step_evidence(
+    events: pd.DataFrame, reference: pd.DataFrame | str = "own", *, step_name: str = STEP_NAME
+) -> StepEvidence:
+    """``StepEvidence`` of ``events`` (some ranks or all). ``reference``: the run's reference steps for the
+    readiness marks; ``"own"``: the lowest rank of ``events`` with steps (right for the whole run); ``"unknown"``:
+    not known yet (``marks`` None, made later with ``readiness_marks``)."""
+    steps = step_spans(events, step_name=step_name) if len(events) else _empty_steps()
+    collectives = events[events["phase"] == ev.COMMUNICATION] if len(events) else events
+    per_step, ranks = collective_steps(collectives, warmup_steps=0)
+    if isinstance(reference, str):
+        if reference not in ("own", "unknown"):
+            raise ValueError(f"reference={reference!r}: use step spans, 'own' or 'unknown'")
+        reference = reference_of(steps) if reference == "own" else None
+    marks = readiness_marks(negotiation_spans(events), reference) if reference is not None else None
+    return StepEvidence(
+        steps=steps,
+        collectives=per_step,
+        collective_ranks=ranks,
+        arrivals=last_collectives(collectives, steps),
+        marks=marks,
+        kernels=longest_kernels(events, steps),
+    )
+
+
+def _empty_steps() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype="int64") for c in ("rank", "step", "start_ns", "end_ns")})
+
+
 def step_waits(events: pd.DataFrame, *, step_name: str = STEP_NAME) -> pd.DataFrame:
     """Per rank and step: its duration, the time it waited for the last rank, and on what evidence.
 
@@ -272,9 +336,14 @@ def step_waits(events: pd.DataFrame, *, step_name: str = STEP_NAME) -> pd.DataFr
     (``between_collectives``). ``wait_end_ns``: where the wait ends (the step's end, or inside the
     collective). Steps some rank lacks and have no lateness get ``wait_s = 0`` and ``evidence``
     "". ``late_rank`` is the step's last arrival (-1 when unknown). No steps: an empty frame with
-    ``STEP_WAIT_COLUMNS``.
+    ``STEP_WAIT_COLUMNS``. The same as ``waits_from_evidence(step_evidence(events))``.
     """
-    steps = step_spans(events, step_name=step_name)
+    return waits_from_evidence(step_evidence(events, step_name=step_name))
+
+
+def waits_from_evidence(evidence: StepEvidence) -> pd.DataFrame:
+    """``step_waits`` from the run's ``StepEvidence``: the part that sets ranks side by side, step by step."""
+    steps = evidence.steps.copy()
     if steps.empty:
         return pd.DataFrame({c: pd.Series(dtype="object" if c == "evidence" else "float64") for c in STEP_WAIT_COLUMNS})
     steps["duration_s"] = (steps["end_ns"] - steps["start_ns"]) / NS_PER_S
@@ -289,10 +358,9 @@ def step_waits(events: pd.DataFrame, *, step_name: str = STEP_NAME) -> pd.DataFr
     steps["late_rank"] = [late[s] if c else -1 for s, c in zip(steps["step"], complete)]
 
     steps["wait_end_ns"] = steps["end_ns"]
-    collectives = events[events["phase"] == ev.COMMUNICATION]  # both kinds of evidence read only these
-    _take_gap_waits(steps, collectives)
-    _take_waits(steps, collective_arrivals(collectives, steps), "wait_from_arrival", ARRIVAL)
-    lateness = allreduce_lateness(events, step_name=step_name)
+    _take_gap_waits(steps, intervals_of(evidence.collectives, len(evidence.collective_ranks)))
+    _take_waits(steps, arrival_waits(evidence.arrivals, steps), "wait_from_arrival", ARRIVAL)
+    lateness = lateness_table(evidence.marks)
     if len(lateness):
         latest = lateness.groupby("step")["arrival_ns"].transform("max")
         lateness = lateness.assign(wait_from_lateness=(latest - lateness["arrival_ns"]) / NS_PER_S)
@@ -306,7 +374,7 @@ def step_waits(events: pd.DataFrame, *, step_name: str = STEP_NAME) -> pd.DataFr
         steps["evidence"] = np.where(covered, LATENESS, steps["evidence"])
         from_lateness = steps["step"].map(last_rank)
         steps["late_rank"] = np.where(covered, from_lateness.fillna(-1), steps["late_rank"]).astype("int64")
-    _take_waits(steps, profiler_waits(events, steps), "wait_from_profiler", TF_PROFILER)
+    _take_waits(steps, kernel_waits(evidence.kernels), "wait_from_profiler", TF_PROFILER)
     warmup = steps["step"] < steps.groupby("rank")["step"].transform("min") + WARMUP_STEPS
     steps.loc[warmup, "wait_s"] = 0.0
     steps.loc[warmup, "evidence"] = ""
@@ -317,10 +385,18 @@ def step_waits(events: pd.DataFrame, *, step_name: str = STEP_NAME) -> pd.DataFr
     return steps[list(STEP_WAIT_COLUMNS)].reset_index(drop=True)
 
 
-def _take_gap_waits(steps: pd.DataFrame, events: pd.DataFrame) -> None:
-    """``between_collectives`` waits where a run records its collectives after its steps' spans; there step
-    lengths say nothing of waits, so the steps this evidence does not cover keep none."""
-    intervals = collective_intervals(events, warmup_steps=0)
+def lateness_table(marks: pd.DataFrame | None) -> pd.DataFrame:
+    """``allreduce_lateness`` from the run's readiness marks (every rank's, in rank order)."""
+    if marks is None or marks.empty:
+        return _empty_lateness()
+    table = lateness_of_marks(marks, step_arrivals(marks))
+    return table.sort_values(["step", "rank"], kind="stable").reset_index(drop=True)
+
+
+def _take_gap_waits(steps: pd.DataFrame, intervals: pd.DataFrame) -> None:
+    """``between_collectives`` waits (``collective_intervals`` with no warm-up left out) where a run records its
+    collectives after its steps' spans; there step lengths say nothing of waits, so the steps this evidence does
+    not cover keep none."""
     if intervals.empty:
         return
     slowest = intervals.groupby(["epoch", "step"])["between_s"].transform("max")
@@ -387,19 +463,29 @@ def collective_intervals(events: pd.DataFrame, *, warmup_steps: int = WARMUP_STE
     final barrier, the last evaluation) and steps some rank did not record. Fewer than 2 ranks, or no
     communication spans with a step: empty.
     """
-    empty = pd.DataFrame(
+    rows, ranks = collective_steps(events, warmup_steps=warmup_steps)
+    return intervals_of(rows, len(ranks))
+
+
+def _empty_intervals() -> pd.DataFrame:
+    return pd.DataFrame(
         {c: pd.Series(dtype="float64" if c.endswith("_s") else "int64") for c in COLLECTIVE_INTERVAL_COLUMNS}
     )
+
+
+def collective_steps(events: pd.DataFrame, *, warmup_steps: int = WARMUP_STEPS) -> tuple[pd.DataFrame, tuple[int, ...]]:
+    """The rank-by-rank part of ``collective_intervals``: each rank's kept steps (``COLLECTIVE_INTERVAL_COLUMNS``),
+    and the ranks with ``communication`` spans in a step; ``intervals_of`` keeps the steps every such rank has."""
     if events.empty or "step" not in events:
-        return empty
+        return _empty_intervals(), ()
     spans = events[(events["phase"] == ev.COMMUNICATION).to_numpy() & (events["step"].to_numpy() >= 0)]
-    ranks = spans["rank"].nunique()
-    if spans.empty or ranks < 2:
-        return empty
+    if spans.empty:
+        return _empty_intervals(), ()
+    ranks = tuple(sorted(int(r) for r in spans["rank"].unique()))
     epoch = spans["epoch"] if "epoch" in spans else pd.Series(-1, index=spans.index)
     per_step = (
         spans.assign(epoch=epoch)
-        .groupby(["rank", "epoch", "step"], sort=False)
+        .groupby(["rank", "epoch", "step"], sort=False, observed=True)
         .agg(start_ns=("start_ns", "min"), end_ns=("end_ns", "max"))
         .reset_index()
         .sort_values(["rank", "start_ns"], kind="stable")
@@ -409,8 +495,15 @@ def collective_intervals(events: pd.DataFrame, *, warmup_steps: int = WARMUP_STE
     per_step["collective_s"] = (per_step["end_ns"] - per_step["start_ns"]) / NS_PER_S
     last = per_step.groupby("rank", sort=False)["start_ns"].transform("max") == per_step["start_ns"]
     kept = per_step[(previous["epoch"] == per_step["epoch"]) & (per_step["step"] >= warmup_steps) & ~last]
-    kept = kept[kept.groupby(["epoch", "step"])["rank"].transform("nunique") == ranks]
-    return kept[list(COLLECTIVE_INTERVAL_COLUMNS)].reset_index(drop=True)
+    return kept[list(COLLECTIVE_INTERVAL_COLUMNS)].reset_index(drop=True), ranks
+
+
+def intervals_of(rows: pd.DataFrame, ranks: int) -> pd.DataFrame:
+    """``collective_intervals`` from every rank's ``collective_steps``: the steps all ``ranks`` ranks kept."""
+    if rows.empty or ranks < 2:
+        return _empty_intervals()
+    kept = rows[rows.groupby(["epoch", "step"])["rank"].transform("nunique") == ranks]
+    return kept.reset_index(drop=True)
 
 
 def collective_split(intervals: pd.DataFrame) -> pd.DataFrame:
@@ -478,34 +571,45 @@ def collective_arrivals(events: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFra
     rank, wait_from_arrival`` (``latest arrival - own arrival``, at most that span's length; 0 for
     the last rank). Empty when no rank recorded its collectives.
     """
-    columns = ["step", "rank", "wait_from_arrival"]
-    spans = events[events["phase"] == ev.COMMUNICATION]
-    if spans.empty or steps.empty:
-        return pd.DataFrame(columns=columns)
+    return arrival_waits(last_collectives(events, steps), steps)
+
+
+def last_collectives(events: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """Rank by rank: per step, the start (``arrival_ns``) and length of its last ``communication`` span inside
+    its step span (``step_spans`` rows)."""
+    columns = ["step", "rank", "arrival_ns", "length_s"]
+    spans = events[events["phase"] == ev.COMMUNICATION] if len(events) else events
     parts = []
-    for rank, own_spans in spans.groupby("rank"):
+    for rank, own_spans in spans.groupby("rank", observed=True) if len(spans) and len(steps) else ():
         own = steps[steps["rank"] == rank].sort_values("start_ns")
         if own.empty:
             continue
         starts = own_spans["start_ns"].to_numpy(np.int64)
         index = np.searchsorted(own["start_ns"].to_numpy(np.int64), starts, "right") - 1
         inside = (index >= 0) & (own_spans["end_ns"].to_numpy(np.int64) <= own["end_ns"].to_numpy(np.int64)[index])
-        parts.append(
-            pd.DataFrame(
-                {
-                    "step": own["step"].to_numpy()[index[inside]],
-                    "rank": rank,
-                    "arrival_ns": starts[inside],
-                    "length_s": (own_spans["end_ns"].to_numpy(np.int64) - starts)[inside] / NS_PER_S,
-                }
-            )
+        part = pd.DataFrame(
+            {
+                "step": own["step"].to_numpy(np.int64)[index[inside]],
+                "rank": np.int64(rank),
+                "arrival_ns": starts[inside],
+                "length_s": (own_spans["end_ns"].to_numpy(np.int64) - starts)[inside] / NS_PER_S,
+            }
         )
+        parts.append(part.sort_values("arrival_ns", kind="stable").groupby(["step", "rank"]).tail(1))
     if not parts:
-        return pd.DataFrame(columns=columns)
-    found = pd.concat(parts).sort_values("arrival_ns").groupby(["step", "rank"]).tail(1)
+        return pd.DataFrame({c: pd.Series(dtype="float64" if c == "length_s" else "int64") for c in columns})
+    return pd.concat(parts, ignore_index=True)[columns]
+
+
+def arrival_waits(arrivals: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """``collective_arrivals`` from every rank's ``last_collectives``: the steps all ranks with steps have."""
+    columns = ["step", "rank", "wait_from_arrival"]
     ranks = steps["rank"].nunique()
+    if arrivals.empty or ranks < 2:
+        return pd.DataFrame(columns=columns)
+    found = arrivals.sort_values("arrival_ns", kind="stable")
     found = found[found.groupby("step")["rank"].transform("nunique") == ranks]
-    if found.empty or ranks < 2:
+    if found.empty:
         return pd.DataFrame(columns=columns)
     latest = found.groupby("step")["arrival_ns"].transform("max")
     wait = np.minimum((latest - found["arrival_ns"]) / NS_PER_S, found["length_s"])
@@ -519,17 +623,33 @@ def profiler_waits(events: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     the time the others were blocked for it. Only steps every rank traced: ``step, rank,
     wait_from_profiler``.
     """
-    traced = events[(events["phase"] == ev.IN_FLIGHT) & (events["name"] == ev.TF_PROFILER_SPAN)]
+    return kernel_waits(longest_kernels(events, steps))
+
+
+def longest_kernels(events: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """Rank by rank: per traced step, its longest Horovod kernel in TF's profiler (``step, rank, kernel_s``)."""
+    columns = ["step", "rank", "kernel_s"]
+    traced = (
+        events[(events["phase"] == ev.IN_FLIGHT) & (events["name"] == ev.TF_PROFILER_SPAN)] if len(events) else events
+    )
     if traced.empty:
-        return pd.DataFrame(columns=["step", "rank", "wait_from_profiler"])
+        return pd.DataFrame({c: pd.Series(dtype="float64" if c == "kernel_s" else "int64") for c in columns})
     parts = []
-    for rank, spans in traced.groupby("rank"):
+    for rank, spans in traced.groupby("rank", observed=True):
         own = steps[steps["rank"] == rank].sort_values("start_ns")
         index = np.searchsorted(own["start_ns"].to_numpy(np.int64), spans["start_ns"].to_numpy(np.int64), "right") - 1
         inside = index >= 0
         kernel_s = (spans["end_ns"] - spans["start_ns"]).to_numpy()[inside] / NS_PER_S
         parts.append(pd.DataFrame({"step": own["step"].to_numpy()[index[inside]], "rank": rank, "kernel_s": kernel_s}))
     longest = pd.concat(parts).groupby(["step", "rank"])["kernel_s"].max().reset_index()
+    return longest.astype({"step": "int64", "rank": "int64"})[columns]
+
+
+def kernel_waits(kernels: pd.DataFrame) -> pd.DataFrame:
+    """``profiler_waits`` from every rank's ``longest_kernels``: the steps every traced rank has."""
+    if kernels.empty:
+        return pd.DataFrame(columns=["step", "rank", "wait_from_profiler"])
+    longest = kernels.groupby(["step", "rank"])["kernel_s"].max().reset_index()
     ranks = longest["rank"].nunique()
     longest = longest[longest.groupby("step")["rank"].transform("nunique") == ranks]
     longest["wait_from_profiler"] = longest["kernel_s"] - longest.groupby("step")["kernel_s"].transform("min")

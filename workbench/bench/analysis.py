@@ -317,13 +317,15 @@ JOB_SHAPE: dict[str, Any] = {"ranks_per_node": 8, "slow_nodes": 3, "straggler_sh
 
 _SPLIT_CHILD = """
 import json, os, sys, time
+from workbench.analysis import lateness_summary
 from workbench.rank_groups import analyse_split, peak_rss
 path, group_ranks, workers = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 cpu = time.process_time()
 started = time.perf_counter()
 result = analyse_split(path, group_ranks=group_ranks, workers=workers or None)
 seconds = time.perf_counter() - started
-late = result.lateness.sort_values(["last_in_steps", "rank"], ascending=[False, True])
+late = lateness_summary(result.lateness, result.header["rank_hosts"])
+late = late.sort_values(["last_in_steps", "rank"], ascending=[False, True])
 print(json.dumps({
     "events": result.events, "seconds": seconds, "cpu_seconds": time.process_time() - cpu,
     "rounds": result.seconds, "parent_peak_rss": peak_rss(),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,25 +28,41 @@ def analyse_command(
     html: str | Path | None = None,
     workers: int | None = None,
     group_ranks: int | None = None,
+    hostfile: str | None = None,
+    minicluster: bool = False,
+    per_node: int = 1,
+    launch_agent: str | None = None,
 ) -> int:
     """Analyse one recorded run: print text (or JSON), optionally write the HTML report.
 
     With ``workers`` (or ``group_ranks``) the run is analysed in rank groups (``workbench.rank_groups``): for
     runs of hundreds of ranks that do not fit one process. Without them, a run too large for this
-    machine's free memory (``whole_run_fits``) is analysed in rank groups anyway, said in one line.
+    machine's free memory (``whole_run_fits``) is analysed in rank groups anyway, said in one line. The groups
+    run on ipyparallel engines, ``per_node`` on each node, with ``hostfile``, on the miniature cluster, or inside
+    a Slurm allocation of several nodes (``engine_placement``); else on local processes.
     """
-    if workers is None and group_ranks is None:
+    engines = engine_placement(
+        hostfile=hostfile, minicluster=minicluster, per_node=per_node, workers=workers, launch_agent=launch_agent
+    )
+    if workers is None and group_ranks is None and (engines is None or engines.kind == "allocation"):
         fits, line, chosen = _whole_run_plan(run_dir)
         if not fits:
-            print(line, file=sys.stderr)
+            where = f" on {engines.describe()}" if engines is not None else ""
+            print(line + where if where else line, file=sys.stderr)
             workers = chosen
-    if workers is not None or group_ranks is not None:
+        elif engines is not None and engines.kind == "allocation":
+            engines = None  # it fits here: no engines to start
+    if workers is not None or group_ranks is not None or engines is not None:
         from workbench.rank_groups import DEFAULT_GROUP_RANKS, analyse_split
         from workbench.text import format_split_analysis
 
-        split = analyse_split(run_dir, group_ranks=group_ranks or DEFAULT_GROUP_RANKS, workers=workers or None)
+        size = group_ranks or DEFAULT_GROUP_RANKS
+        if engines is not None:
+            split = _analyse_on_engines(Path(run_dir).resolve(), engines, size)
+        else:
+            split = analyse_split(run_dir, group_ranks=size, workers=workers or None)
         if html is not None:
-            path = write_split_report(html, split, Path(run_dir))
+            path = write_analysis_report(html, split, Path(run_dir))
             if not as_json:
                 print(f"report: {path}")
         print(json.dumps(split.to_dict(), indent=2, allow_nan=False) if as_json else format_split_analysis(split))
@@ -60,6 +77,56 @@ def analyse_command(
             print(f"report: {path}")
     print(json.dumps(result.to_dict(), indent=2, allow_nan=False) if as_json else format_analysis(result))
     return 0
+
+
+def engine_placement(
+    *, hostfile: str | None = None, minicluster: bool = False, per_node: int = 1, workers: int | None = None,
+    launch_agent: str | None = None, environment: Any = None,
+) -> Any:  # fmt: skip
+    """Where the rank groups go when they leave this machine: ``placement.Placement`` of ``per_node`` engines on
+    each node of the hostfile, the miniature cluster, or the Slurm allocation this runs in (several nodes, and no
+    ``workers`` asked for: local processes); None: local processes. The same placement ``workbench profile`` uses.
+    """
+    from workbench.placement import PlacementError, allocation_from_environment, place, read_hostfile
+
+    if per_node < 1:
+        raise PlacementError(f"--per-node {per_node}: run at least 1 engine on each node")
+    if hostfile and minicluster:
+        raise PlacementError("--minicluster and --hostfile both name the nodes: pass one")
+    if (hostfile or minicluster) and workers is not None:
+        raise PlacementError("--workers runs the groups on local processes: drop it, or drop --hostfile/--minicluster")
+    if minicluster:
+        from workbench import minicluster as mini_module
+
+        mini = mini_module.running()  # one line when none is up
+        return place(ranks=per_node * len(mini.node_names), ranks_per_node=per_node, minicluster=mini)
+    if hostfile:
+        hosts = read_hostfile(hostfile)
+        return place(ranks=per_node * len(hosts), hostfile=hostfile, ranks_per_node=per_node, launch_agent=launch_agent)
+    allocation = allocation_from_environment(environment)
+    if workers is None and allocation is not None and len(allocation.nodes) > 1:
+        ranks = per_node * len(allocation.nodes)
+        return place(ranks=ranks, ranks_per_node=per_node, launch_agent=launch_agent, environment=environment)
+    return None
+
+
+def _analyse_on_engines(run_path: Path, engines: Any, group_ranks: int) -> Any:
+    """The rank groups on ipyparallel engines placed as ``engines`` says, each reading its ranks where it runs."""
+    from workbench.cluster import Cluster
+    from workbench.rank_groups import analyse_split, engine_workers
+
+    config = engines.config
+    where = engines.describe().replace(" ranks by ", " engines by ", 1)
+    if engines.kind == "minicluster":
+        from workbench import minicluster as mini_module
+
+        config = mini_module.running().cluster_config(engines.ranks)  # Slurm engines, one batch job
+        where = f"{engines.ranks} engines on the miniature cluster's nodes ({', '.join(engines.hosts)}), one Slurm job"
+    else:  # engines on other hosts reach the controller on this host's address, not its loopback
+        config = replace(config, controller_ip="0.0.0.0")
+    print(f"workbench analyse: rank groups on {where}", file=sys.stderr)
+    with Cluster(config=config) as cluster:
+        return analyse_split(run_path, group_ranks=group_ranks, workers=engine_workers(cluster))
 
 
 #: Memory one event takes in the whole-run analysis (``Run.load`` with string columns, then ``analyse_run``'s
@@ -100,11 +167,15 @@ def _whole_run_plan(run_dir: str | Path, *, available: int | None = None) -> tup
     if needed <= MEMORY_SHARE * free:
         return True, "", 0
     workers = _workers_for(events, len(stored_ranks(run_dir)), free)
-    return False, (
-        f"workbench analyse: {events / 1e6:.3g} M events need about {needed / 1e9:.3g} GB in one process and this"
-        f" machine has {free / 1e9:.3g} GB free: analysing the run in rank groups on {workers}"
-        f" worker{'s' if workers > 1 else ''} (--workers N and --group-ranks R choose)"
-    ), workers
+    return (
+        False,
+        (
+            f"workbench analyse: {events / 1e6:.3g} M events need about {needed / 1e9:.3g} GB in one process and this"
+            f" machine has {free / 1e9:.3g} GB free: analysing the run in rank groups on {workers}"
+            f" worker{'s' if workers > 1 else ''} (--workers N and --group-ranks R choose)"
+        ),
+        workers,
+    )
 
 
 def _free(available: int | None) -> int:
@@ -125,47 +196,37 @@ def _workers_for(events: int, ranks: int, free: int, cores: int | None = None) -
     return max(1, min(cores, held))
 
 
-def write_split_report(path: str | Path, split: Any, run_path: Path) -> Path:
-    """The analysis of a run too large for one process, as an HTML file: header, POP, findings, breakdown, steps."""
-    from workbench import figures
-    from workbench.report import run_metadata, write_report
+def write_analysis_report(path: str | Path, result: RunAnalysis, run: RunData | Path) -> Path:
+    """The analysis as one self-contained HTML file: header, POP table, findings, figures, tables.
 
-    header = split.header
-    sections: list[tuple[str, Any]] = [("Run", "\n".join(f"- {line.strip()}" for line in format_header(header)))]
-    sections.append(
-        (
-            "How it was analysed",
-            f"In {split.groups} rank groups on {split.workers} workers ({split.events} events): the whole run did not"
-            " fit one process. Timelines are left out: open the run's slowest ranks with `Run.load(ranks=...)`.",
-        )
-    )
-    pop_row = {k: v for k, v in split.pop.items() if k != "useful_phases"}
-    sections.append(("POP metrics", figures.pop_table_figure(pd.DataFrame([pop_row]), id_column="run_id")))
-    found = findings_lines(split.findings, width=10_000)
-    sections.append(("Findings", "\n".join(f"- {line.strip()}" for line in found) if found else "none"))
-    if len(split.breakdown):
-        sections.append(("Seconds per rank and phase", figures.breakdown_figure(split.breakdown)))
-    sections.append(("Training steps per rank", split.steps))
-    if len(split.lateness):
-        sections.append(("Arrival at the allreduce per rank (Horovod's readiness marks)", split.lateness))
-    sections.append(("Memory per rank (MB)", split.memory))
-    title = f"workbench analyse: {header.get('run_id') or run_path.name}"
-    return write_report(path, title=title, sections=sections, metadata=run_metadata([run_path]))
-
-
-def write_analysis_report(path: str | Path, result: RunAnalysis, run: RunData) -> Path:
-    """The analysis as one self-contained HTML file: header, POP table, findings, figures, tables."""
+    ``run``: the loaded run (its timelines and memory samples are drawn), or the run's path for a run analysed
+    in rank groups (``rank_groups.SplitAnalysis``): every table is the same, and the two figures that need every
+    event or sample at once say how to draw them for the ranks that matter.
+    """
     from workbench import figures
     from workbench.report import run_metadata, write_report
 
     header = result.header
     hosts = header.get("rank_hosts") or {}
     several_hosts = host_count(hosts) > 1
+    loaded = run if isinstance(run, RunData) else None
+    run_path = loaded.path if loaded is not None else Path(run)
 
     def per_rank(table: pd.DataFrame) -> pd.DataFrame:  # a host column only says something on several hosts
         return table if several_hosts else table.drop(columns="host", errors="ignore")
 
     sections: list[tuple[str, Any]] = [("Run", "\n".join(f"- {line.strip()}" for line in format_header(header)))]
+    groups = getattr(result, "groups", None)
+    if groups is not None:
+        sections.append(
+            (
+                "How it was analysed",
+                f"In {groups} rank groups on {result.workers} workers ({result.events:,} events), because the whole"  # type: ignore[attr-defined]
+                " run did not fit one process: every table and finding below is the one the whole run gives. Not"
+                " drawn here: the timelines and the memory samples over time, which need every event at once;"
+                " draw them for the slowest ranks with `Run.load(path, ranks=[...])`.",
+            )
+        )
     pop_row = {k: v for k, v in result.pop.items() if k != "useful_phases"}
     sections.append(("POP metrics", figures.pop_table_figure(pd.DataFrame([pop_row]), id_column="run_id")))
     sections.append(
@@ -176,7 +237,8 @@ def write_analysis_report(path: str | Path, result: RunAnalysis, run: RunData) -
     if len(result.breakdown):
         # on several hosts the bars group by host (rank inside), so a slow host stands out
         sections.append(("Seconds per rank and phase", figures.breakdown_figure(per_rank(result.breakdown))))
-        sections.extend(_timeline_sections(run, hosts))
+        if loaded is not None:
+            sections.extend(_timeline_sections(loaded, hosts))
     sections.append(("Training steps per rank", per_rank(result.steps)))
     lateness = per_rank(analysis.lateness_summary(result.lateness, hosts))
     if len(lateness):
@@ -185,11 +247,15 @@ def write_analysis_report(path: str | Path, result: RunAnalysis, run: RunData) -
         sections.append(("GPUs: busy, idle, communication hidden behind compute (seconds)", per_rank(result.devices)))
     if len(result.in_flight):
         sections.append(("Collectives in flight (overlap with the ranks' own work)", per_rank(result.in_flight)))
-    if len(run.memory):
-        sections.append(("Memory", figures.memory_figure(run.memory)))
+    if len(result.keras_calls):
+        title = "Keras calls per rank (seconds; own_s: Keras's work outside the model)"
+        sections.append((title, per_rank(result.keras_calls)))
+    if loaded is not None and len(loaded.memory):
+        sections.append(("Memory", figures.memory_figure(loaded.memory)))
     sections.append(("Memory per rank (MB)", per_rank(result.memory)))
-    title = f"workbench analyse: {header.get('run_id') or run.path.name}"
-    metadata = run_metadata([run.path], case=run.meta.get("experiment", {}).get("case"))
+    title = f"workbench analyse: {header.get('run_id') or run_path.name}"
+    case = loaded.meta.get("experiment", {}).get("case") if loaded is not None else None
+    metadata = run_metadata([run_path], case=case)
     return write_report(path, title=title, sections=sections, metadata=metadata)
 
 

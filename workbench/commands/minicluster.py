@@ -59,6 +59,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--node-cpus", action="append", metavar="NODE=C", help="one node's share, e.g. node2=0.2 (a slow node)"
     )
     up.add_argument(
+        "--memory-per-node",
+        default=None,
+        metavar="SIZE",
+        help="the memory each node's processes may hold together, e.g. 1g (default: no limit beyond the machine's)",
+    )
+    up.add_argument(
         "--node-link", action="append", metavar="NODE=RATE", help="one node's link, e.g. node3=100mbit (a slow link)"
     )
     up.add_argument("--json", action="store_true", help="print its status as one JSON object")
@@ -82,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
             node_cpus=_per_node(args.node_cpus, "--node-cpus"),  # make() reads "0.2", or names what is wrong
             node_links=_per_node(args.node_link, "--node-link"),
             slots_per_node=args.slots_per_node,
+            memory_per_node=args.memory_per_node,
         )
         cluster = MiniCluster.up(spec)
         if args.json:
