@@ -379,6 +379,17 @@ def hosts_summary(
     return f"{head}, {per_host} per host"
 
 
+def names_starting(names: pd.Series, prefix: str) -> np.ndarray:
+    """A boolean mask of the names that start with ``prefix``: each distinct name tested once (a categorical's
+    categories, an object column's unique values), not each of millions of rows."""
+    if isinstance(names.dtype, pd.CategoricalDtype):
+        chosen = np.asarray([str(c).startswith(prefix) for c in names.cat.categories] + [False])
+        return chosen[names.cat.codes.to_numpy()]
+    codes, uniques = pd.factorize(names, use_na_sentinel=True)
+    chosen = np.asarray([isinstance(u, str) and u.startswith(prefix) for u in uniques] + [False], dtype=bool)
+    return chosen[codes]
+
+
 def empty_events() -> pd.DataFrame:
     """An events frame with the right columns and dtypes and no rows."""
     return EVENT_SCHEMA.empty_table().to_pandas()

@@ -56,18 +56,33 @@ def life_table(events: pd.DataFrame, memory: pd.DataFrame | None) -> pd.DataFram
     in memory samples. All this module reads: rank groups' tables, concatenated, are the whole run's."""
     frames = []
     if len(events):
-        frames.append(events.groupby("rank").agg(first_ns=("start_ns", "min"), last_ns=("end_ns", "max")))
-        own = events[~events["phase"].astype(str).isin(ev.OVERLAP_PHASES).to_numpy()]
-        if len(own):
-            frames.append(own.groupby("rank").agg(first_own_ns=("start_ns", "min"), last_own_ns=("end_ns", "max")))
+        rank = events["rank"].to_numpy(np.int64)
+        start, end = events["start_ns"].to_numpy(np.int64), events["end_ns"].to_numpy(np.int64)
+        frames.append(_first_last(rank, start, end, ("first_ns", "last_ns")))
+        own = ~events["phase"].isin(ev.OVERLAP_PHASES).to_numpy()
+        if own.any():
+            frames.append(_first_last(rank[own], start[own], end[own], ("first_own_ns", "last_own_ns")))
     if memory is not None and len(memory) and "time_ns" in memory:
-        samples = memory.groupby("rank")["time_ns"]
-        frames.append(pd.DataFrame({"first_sample_ns": samples.min(), "last_sample_ns": samples.max()}))
+        times = memory["time_ns"].to_numpy(np.int64)
+        frames.append(
+            _first_last(memory["rank"].to_numpy(np.int64), times, times, ("first_sample_ns", "last_sample_ns"))
+        )
     if not frames:
         return pd.DataFrame({c: pd.Series(dtype="int64") for c in LIFE_COLUMNS})
     table = pd.concat(frames, axis=1).reindex(columns=list(LIFE_COLUMNS[1:])).fillna(NONE_NS).astype("int64")
     table.index = table.index.astype("int64")
     return table.rename_axis("rank").sort_index().reset_index()
+
+
+def _first_last(rank: np.ndarray, start: np.ndarray, end: np.ndarray, names: tuple[str, str]) -> pd.DataFrame:
+    """Per rank (the index): the least ``start`` and the greatest ``end``; by segments when the rows come rank by
+    rank (as the store returns them), else by a group-by."""
+    runs = ev.ascending_runs(rank)
+    if runs is not None:
+        first, last = np.minimum.reduceat(start, runs), np.maximum.reduceat(end, runs)
+        return pd.DataFrame({names[0]: first, names[1]: last}, index=pd.Index(rank[runs], name="rank"))
+    frame = pd.DataFrame({"rank": rank, names[0]: start, names[1]: end})
+    return frame.groupby("rank").agg({names[0]: "min", names[1]: "max"})
 
 
 def completion_findings_of(

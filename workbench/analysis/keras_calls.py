@@ -82,14 +82,17 @@ def keras_call_table(events: pd.DataFrame) -> pd.DataFrame:
     empty = pd.DataFrame({c: pd.Series(dtype="float64") for c in KERAS_CALL_COLUMNS})
     if events is None or events.empty or "name" not in events:
         return empty
-    names = events["name"].astype(str)
-    outer_mask = names.str.startswith(KERAS_PREFIX).to_numpy()
+    outer_mask = ev.names_starting(events["name"], KERAS_PREFIX)
     if not outer_mask.any():
         return empty
     inner_mask = events["phase"].isin(_MODEL_PHASES).to_numpy() & ~outer_mask
     starts, ends = events["start_ns"].to_numpy(), events["end_ns"].to_numpy()
-    methods = names.str.slice(len(KERAS_PREFIX)).to_numpy()
-    models = events["detail"].astype(str).to_numpy() if "detail" in events else np.full(len(events), "")
+    outer_rows = np.flatnonzero(outer_mask)  # strings only for the Keras calls' rows, not millions of events
+    methods = np.full(len(events), "", dtype=object)
+    methods[outer_rows] = [str(n)[len(KERAS_PREFIX) :] for n in events["name"].to_numpy()[outer_rows]]
+    models = np.full(len(events), "", dtype=object)
+    if "detail" in events:
+        models[outer_rows] = [str(d) for d in events["detail"].to_numpy()[outer_rows]]
     rows = []
     for rank, rank_rows in events.groupby("rank", sort=True).indices.items():
         outer = rank_rows[outer_mask[rank_rows]]

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 import pandas as pd
@@ -354,8 +355,8 @@ def waits_from_evidence(evidence: StepEvidence) -> pd.DataFrame:
     steps["wait_s"] = np.where(complete, steps["duration_s"] - shortest, 0.0)
     steps["evidence"] = np.where(complete, STEP_LENGTH, "")
     shortest_rank = steps.loc[steps.groupby("step")["duration_s"].idxmin(), ["step", "rank"]]
-    late = dict(zip(shortest_rank["step"], shortest_rank["rank"]))
-    steps["late_rank"] = [late[s] if c else -1 for s, c in zip(steps["step"], complete)]
+    late = pd.Series(shortest_rank["rank"].to_numpy(), index=shortest_rank["step"].to_numpy())
+    steps["late_rank"] = np.where(complete, steps["step"].map(late).to_numpy(), -1).astype("int64")
 
     steps["wait_end_ns"] = steps["end_ns"]
     _take_gap_waits(steps, intervals_of(evidence.collectives, len(evidence.collective_ranks)))
@@ -365,12 +366,10 @@ def waits_from_evidence(evidence: StepEvidence) -> pd.DataFrame:
         latest = lateness.groupby("step")["arrival_ns"].transform("max")
         lateness = lateness.assign(wait_from_lateness=(latest - lateness["arrival_ns"]) / NS_PER_S)
         last_rank = lateness.loc[lateness["last"]].drop_duplicates("step").set_index("step")["rank"]
-        merged = steps.merge(lateness[["step", "rank", "wait_from_lateness"]], on=["step", "rank"], how="left")
-        covered = merged["wait_from_lateness"].notna().to_numpy()
+        from_lateness = _aligned(steps, lateness, "wait_from_lateness")
+        covered = ~np.isnan(from_lateness)
         # a rank cannot wait longer than its step lasted
-        steps["wait_s"] = np.where(
-            covered, np.minimum(merged["wait_from_lateness"].to_numpy(), steps["duration_s"]), steps["wait_s"]
-        )
+        steps["wait_s"] = np.where(covered, np.minimum(from_lateness, steps["duration_s"]), steps["wait_s"])
         steps["evidence"] = np.where(covered, LATENESS, steps["evidence"])
         from_lateness = steps["step"].map(last_rank)
         steps["late_rank"] = np.where(covered, from_lateness.fillna(-1), steps["late_rank"]).astype("int64")
@@ -393,6 +392,27 @@ def lateness_table(marks: pd.DataFrame | None) -> pd.DataFrame:
     return table.sort_values(["step", "rank"], kind="stable").reset_index(drop=True)
 
 
+def _row_of(steps: pd.DataFrame, table: pd.DataFrame) -> np.ndarray:
+    """For each row of ``steps``, the row of ``table`` with its (step, rank), -1 where none: a left join's lookup
+    without the join's copy of every column (millions of rank-steps on a large run)."""
+
+    def key(frame: pd.DataFrame) -> np.ndarray:
+        return (frame["step"].to_numpy(np.int64) << 32) | frame["rank"].to_numpy(np.int64)
+
+    keys = key(table)
+    first = ~pd.Index(keys).duplicated(keep="first")  # a left join would repeat the row: the first one, once
+    rows = np.flatnonzero(first)
+    at = pd.Index(keys[first]).get_indexer(key(steps))
+    return np.where(at >= 0, rows[at.clip(0)] if len(rows) else -1, -1)
+
+
+def _aligned(steps: pd.DataFrame, table: pd.DataFrame, column: str) -> np.ndarray:
+    """``table[column]`` for each row of ``steps`` by (step, rank); NaN where ``table`` has no such row."""
+    at = _row_of(steps, table)
+    values = table[column].to_numpy(np.float64)
+    return np.where(at >= 0, values[at.clip(0)] if len(values) else np.nan, np.nan)
+
+
 def _take_gap_waits(steps: pd.DataFrame, intervals: pd.DataFrame) -> None:
     """``between_collectives`` waits (``collective_intervals`` with no warm-up left out) where a run records its
     collectives after its steps' spans; there step lengths say nothing of waits, so the steps this evidence does
@@ -412,15 +432,17 @@ def _take_gap_waits(steps: pd.DataFrame, intervals: pd.DataFrame) -> None:
             ),
         }
     )
-    merged = steps.merge(gaps, on=["step", "rank"], how="left")
-    covered = merged["wait_from_gap"].notna().to_numpy()
-    # NA where no gap covers the step (masked by covered): filled, so the comparison stays in int64 ns
-    after_step = covered & (merged["gap_end_ns"].fillna(0).to_numpy(np.int64) > merged["end_ns"].to_numpy())
+    at = _row_of(steps, gaps)
+    covered = at >= 0
+    wait_from_gap = np.where(covered, gaps["wait_from_gap"].to_numpy(np.float64)[at.clip(0)], np.nan)
+    # 0 where no gap covers the step (masked by covered), so the comparison stays in int64 ns
+    gap_end_ns = np.where(covered, gaps["gap_end_ns"].to_numpy(np.int64, na_value=0)[at.clip(0)], 0)
+    after_step = covered & (gap_end_ns > steps["end_ns"].to_numpy(np.int64))
     if not after_step.any():
         return  # the collectives lie inside the steps: arrivals and step lengths hold there
-    steps["wait_s"] = np.where(covered, merged["wait_from_gap"].to_numpy(), 0.0)
+    steps["wait_s"] = np.where(covered, wait_from_gap, 0.0)
     steps["evidence"] = np.where(covered, BETWEEN_COLLECTIVES, "")
-    steps["wait_end_ns"] = np.where(covered, merged["gap_end_ns"].fillna(0).to_numpy(np.int64), steps["end_ns"])
+    steps["wait_end_ns"] = np.where(covered, gap_end_ns, steps["end_ns"])
     last = gaps[gaps["wait_from_gap"] == 0].drop_duplicates("step").set_index("step")["rank"]
     steps["late_rank"] = np.where(covered, steps["step"].map(last).fillna(-1), -1).astype("int64")
 
@@ -429,9 +451,9 @@ def _take_waits(steps: pd.DataFrame, waits: pd.DataFrame, column: str, evidence:
     """Where ``waits`` (``step, rank, column``) covers a rank-step, its wait (at most the step) and last rank win."""
     if not len(waits):
         return
-    merged = steps.merge(waits, on=["step", "rank"], how="left")
-    covered = merged[column].notna().to_numpy()
-    steps["wait_s"] = np.where(covered, np.minimum(merged[column].to_numpy(), steps["duration_s"]), steps["wait_s"])
+    found = _aligned(steps, waits, column)
+    covered = ~np.isnan(found)
+    steps["wait_s"] = np.where(covered, np.minimum(found, steps["duration_s"]), steps["wait_s"])
     steps["evidence"] = np.where(covered, evidence, steps["evidence"])
     last_rank = waits.loc[waits[column] == 0].drop_duplicates("step").set_index("step")["rank"]
     steps["late_rank"] = np.where(covered, steps["step"].map(last_rank).fillna(-1), steps["late_rank"])
@@ -574,22 +596,35 @@ def collective_arrivals(events: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFra
     return arrival_waits(last_collectives(events, steps), steps)
 
 
+def _steps_by_rank(steps: pd.DataFrame) -> dict[int, dict[str, np.ndarray]]:
+    """Each rank's ``step_spans`` as arrays in time order: one pass, not a filter of every rank's steps per rank."""
+    if steps.empty:
+        return {}
+    rank = steps["rank"].to_numpy(np.int64)
+    order = np.lexsort((steps["start_ns"].to_numpy(np.int64), rank))
+    rank = rank[order]
+    columns = {c: steps[c].to_numpy(np.int64)[order] for c in ("step", "start_ns", "end_ns")}
+    bounds = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1], True])
+    return {int(rank[a]): {c: values[a:b] for c, values in columns.items()} for a, b in pairwise(bounds)}
+
+
 def last_collectives(events: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     """Rank by rank: per step, the start (``arrival_ns``) and length of its last ``communication`` span inside
     its step span (``step_spans`` rows)."""
     columns = ["step", "rank", "arrival_ns", "length_s"]
     spans = events[events["phase"] == ev.COMMUNICATION] if len(events) else events
     parts = []
+    by_rank = _steps_by_rank(steps)
     for rank, own_spans in spans.groupby("rank", observed=True) if len(spans) and len(steps) else ():
-        own = steps[steps["rank"] == rank].sort_values("start_ns")
-        if own.empty:
+        own = by_rank.get(int(rank))
+        if own is None:
             continue
         starts = own_spans["start_ns"].to_numpy(np.int64)
-        index = np.searchsorted(own["start_ns"].to_numpy(np.int64), starts, "right") - 1
-        inside = (index >= 0) & (own_spans["end_ns"].to_numpy(np.int64) <= own["end_ns"].to_numpy(np.int64)[index])
+        index = np.searchsorted(own["start_ns"], starts, "right") - 1
+        inside = (index >= 0) & (own_spans["end_ns"].to_numpy(np.int64) <= own["end_ns"][index])
         part = pd.DataFrame(
             {
-                "step": own["step"].to_numpy(np.int64)[index[inside]],
+                "step": own["step"][index[inside]],
                 "rank": np.int64(rank),
                 "arrival_ns": starts[inside],
                 "length_s": (own_spans["end_ns"].to_numpy(np.int64) - starts)[inside] / NS_PER_S,
@@ -635,12 +670,13 @@ def longest_kernels(events: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     if traced.empty:
         return pd.DataFrame({c: pd.Series(dtype="float64" if c == "kernel_s" else "int64") for c in columns})
     parts = []
+    by_rank = _steps_by_rank(steps)
     for rank, spans in traced.groupby("rank", observed=True):
-        own = steps[steps["rank"] == rank].sort_values("start_ns")
-        index = np.searchsorted(own["start_ns"].to_numpy(np.int64), spans["start_ns"].to_numpy(np.int64), "right") - 1
+        own = by_rank.get(int(rank), {c: np.zeros(0, np.int64) for c in ("step", "start_ns", "end_ns")})
+        index = np.searchsorted(own["start_ns"], spans["start_ns"].to_numpy(np.int64), "right") - 1
         inside = index >= 0
         kernel_s = (spans["end_ns"] - spans["start_ns"]).to_numpy()[inside] / NS_PER_S
-        parts.append(pd.DataFrame({"step": own["step"].to_numpy()[index[inside]], "rank": rank, "kernel_s": kernel_s}))
+        parts.append(pd.DataFrame({"step": own["step"][index[inside]], "rank": rank, "kernel_s": kernel_s}))
     longest = pd.concat(parts).groupby(["step", "rank"])["kernel_s"].max().reset_index()
     return longest.astype({"step": "int64", "rank": "int64"})[columns]
 

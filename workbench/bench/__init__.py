@@ -99,6 +99,11 @@ BENCHMARKS: tuple[Benchmark, ...] = (
             option("--workers", default="0,2", help="--split: local worker counts to time (0: in-process)"),
             option("--group-ranks", type=int, default=32, help="--split: ranks per group"),
             option("--no-whole", action="store_true", help="--split: skip the run analysed at once"),
+            option(
+                "--minicluster",
+                action="store_true",
+                help="--split: also in rank groups on engines on the running miniature cluster's nodes, one a node",
+            ),
         ),
     ),
     Benchmark(
@@ -243,9 +248,7 @@ MEASUREMENTS: tuple[Measurement, ...] = (
     Measurement("dashboard-cost", "python benchmarks/dashboard_cost.py --preset reduced --repetitions 5"),
     Measurement("horovod-step", "workbench bench horovod-step --json"),
     Measurement("cpu-probe-cost", "python benchmarks/cpu_probe_cost.py --json", "the heartbeat's read of a wait"),
-    Measurement(
-        "cluster-start", "python benchmarks/cluster_start.py --json", "starting and stopping a local cluster"
-    ),
+    Measurement("cluster-start", "python benchmarks/cluster_start.py --json", "starting and stopping a local cluster"),
     *varied(
         Measurement(
             "fusion-copy-{link}",

@@ -315,46 +315,102 @@ def format_result(result: dict) -> str:
 #: The large job's shape in ``run_split``: 8 ranks a node, a few slow nodes, rare late rank-steps.
 JOB_SHAPE: dict[str, Any] = {"ranks_per_node": 8, "slow_nodes": 3, "straggler_share": 0.001}
 
-_SPLIT_CHILD = """
+_REPORT = """
+def report(result, seconds, cpu, **extra):
+    from workbench.analysis import lateness_summary
+    late = lateness_summary(result.lateness, result.header["rank_hosts"])
+    late = late.sort_values(["last_in_steps", "rank"], ascending=[False, True])
+    split = getattr(result, "worker_peak_rss", {})
+    print(json.dumps({
+        "events": getattr(result, "events", None), "seconds": seconds, "cpu_seconds": cpu,
+        "rounds": getattr(result, "seconds", {}), "parent_peak_rss": peak_rss(),
+        "worker_peak_rss": [peak for pid, peak in split.items() if pid != os.getpid()],
+        "parallel_efficiency": result.pop["parallel_efficiency"], "findings": list(result.findings["kind"]),
+        "latest_hosts": list(dict.fromkeys(late["host"].head(64))),
+        "numbers": numbers_digest(result.to_dict()), **extra,
+    }))
+"""
+
+_SPLIT_CHILD = (
+    """
 import json, os, sys, time
-from workbench.analysis import lateness_summary
+from workbench.bench.analysis import numbers_digest
 from workbench.rank_groups import analyse_split, peak_rss
+"""
+    + _REPORT
+    + """
 path, group_ranks, workers = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 cpu = time.process_time()
 started = time.perf_counter()
 result = analyse_split(path, group_ranks=group_ranks, workers=workers or None)
-seconds = time.perf_counter() - started
-late = lateness_summary(result.lateness, result.header["rank_hosts"])
-late = late.sort_values(["last_in_steps", "rank"], ascending=[False, True])
-print(json.dumps({
-    "events": result.events, "seconds": seconds, "cpu_seconds": time.process_time() - cpu,
-    "rounds": result.seconds, "parent_peak_rss": peak_rss(),
-    "worker_peak_rss": [peak for pid, peak in result.worker_peak_rss.items() if pid != os.getpid()],
-    "parallel_efficiency": result.pop["parallel_efficiency"], "findings": list(result.findings["kind"]),
-    "latest_hosts": list(dict.fromkeys(late["host"].head(64))),
-}))
+report(result, time.perf_counter() - started, time.process_time() - cpu)
 """
+)
 
-_WHOLE_CHILD = """
-import json, sys, time
-from workbench import events as ev
-from workbench.analysis import allreduce_lateness, findings, lateness_summary, phase_breakdown, pop_metrics
+#: The rank groups on engines on the miniature cluster's nodes, one a node (``workbench analyse --minicluster``);
+#: the engines' start is timed apart from the analysis.
+_NODES_CHILD = (
+    """
+import json, os, sys, time
+from workbench import minicluster
+from workbench.bench.analysis import numbers_digest
+from workbench.cluster import Cluster
+from workbench.rank_groups import analyse_split, engine_workers, peak_rss
+"""
+    + _REPORT
+    + """
+path, group_ranks = sys.argv[1], int(sys.argv[2])
+mini = minicluster.running()
+started = time.perf_counter()
+with Cluster(config=mini.cluster_config(len(mini.node_names))) as cluster:
+    start_s = time.perf_counter() - started
+    cpu = time.process_time()
+    started = time.perf_counter()
+    result = analyse_split(path, group_ranks=group_ranks, workers=engine_workers(cluster))
+    limits = [n.memory_bytes and n.memory_bytes / 1e6 for n in mini.spec.nodes]
+    report(result, time.perf_counter() - started, time.process_time() - cpu, engines_start_s=start_s,
+           nodes=len(mini.node_names), node_memory_mb=limits)
+"""
+)
+
+#: What ``workbench analyse`` does with a run that fits one process: ``Run.load`` and every piece of ``analyse_run``.
+_WHOLE_CHILD = (
+    """
+import json, os, sys, time
+from workbench.analysis import analyse_run
+from workbench.bench.analysis import numbers_digest
 from workbench.rank_groups import peak_rss
 from workbench.store import RunData
+"""
+    + _REPORT
+    + """
 cpu = time.process_time()
 started = time.perf_counter()
 run = RunData.load(sys.argv[1], categorical=True)
-breakdown = phase_breakdown(run.events, by=("run_id", "rank"), ranks=run.ranks)
-pop = pop_metrics(run.events, breakdown=breakdown)
-found = findings(run.events, pop=pop, ranks=run.ranks, breakdown=breakdown, hosts=ev.rank_hosts(run.events))
-lateness = lateness_summary(allreduce_lateness(run.events))
-seconds = time.perf_counter() - started
-print(json.dumps({
-    "events": len(run.events), "seconds": seconds, "cpu_seconds": time.process_time() - cpu,
-    "parent_peak_rss": peak_rss(), "worker_peak_rss": [],
-    "parallel_efficiency": float(pop["parallel_efficiency"].iloc[0]), "findings": list(found["kind"]),
-}))
+result = analyse_run(run.events, run.memory, run.meta, rank_meta=run.rank_meta, counters=run.counters,
+                     devices=run.devices)
+report(result, time.perf_counter() - started, time.process_time() - cpu, events=len(run.events))
 """
+)
+
+
+def numbers_digest(payload: dict) -> str:
+    """A short hash of an analysis' JSON (``to_dict``) without how it was split, floats to 9 significant figures:
+    equal digests are the same tables and findings, whichever path computed them (sums in another order differ
+    in the last bits)."""
+    import hashlib
+
+    def rounded(value: Any) -> Any:
+        if isinstance(value, float):
+            return float(f"{value:.9g}")
+        if isinstance(value, dict):
+            return {k: rounded(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [rounded(v) for v in value]
+        return value
+
+    kept = {k: v for k, v in payload.items() if k != "split"}
+    return hashlib.sha1(json.dumps(rounded(kept), sort_keys=True).encode()).hexdigest()[:12]
 
 
 def _child(script: str, *args: str) -> dict:
@@ -376,6 +432,7 @@ def run_split(
     group_ranks: int = 32,
     repeats: int = 1,
     whole: bool = True,
+    nodes: bool = False,
     root: str | Path | None = None,
 ) -> dict:
     """A ``SyntheticRunEvents`` of ``JOB_SHAPE`` analysed at once (``whole``) and in rank groups, side by side.
@@ -397,6 +454,8 @@ def run_split(
         plan = ([("whole", _WHOLE_CHILD, ())] if whole else []) + [
             (f"split-{n}", _SPLIT_CHILD, (str(group_ranks), str(n))) for n in workers
         ]
+        if nodes:
+            plan.append(("minicluster-nodes", _NODES_CHILD, (str(group_ranks),)))
         for label, script, extra in plan:
             trials = [_child(script, str(path), *extra) for _ in range(max(1, repeats))]
             done = [t for t in trials if "killed" not in t]
@@ -422,6 +481,8 @@ def run_split(
         "write_seconds": round(write_s, 1),
         "repeats": int(max(1, repeats)),
         "modes": modes,
+        # every path gave the same tables and findings (``numbers_digest``)
+        "same_numbers": len({m["numbers"] for m in modes.values() if "numbers" in m}) == 1,
     }
 
 
@@ -437,10 +498,13 @@ def format_split(result: dict) -> str:
             continue
         found = [h for h in mode.get("latest_hosts", [])[: len(result["slow_hosts"])]]
         latest = f"; latest hosts {', '.join(found)}" if found else ""
+        workers = mode.get("worker_peak_rss_mb") or []
+        each = f" (caller {mode['parent_peak_rss_mb']:.0f} MB, a worker at most {max(workers):.0f})" if workers else ""
         lines.append(
             f"  {label}: {mode['seconds']:.2f} s (CPU {mode['cpu_seconds']:.2f} s in the caller),"
-            f" peak {mode['peak_rss_mb']:.0f} MB{latest}"
+            f" peak {mode['peak_rss_mb']:.0f} MB{each}{latest}"
         )
+    lines.append("  the same tables and findings on every path" if result.get("same_numbers") else "  NUMBERS DIFFER")
     return "\n".join(lines)
 
 
@@ -461,6 +525,7 @@ def command(args: argparse.Namespace) -> int:
             group_ranks=args.group_ranks,
             repeats=args.repeats,
             whole=not args.no_whole,
+            nodes=args.minicluster,
         )
         print_result(result, args, format_split)
         return 0
