@@ -212,17 +212,24 @@ SPLIT_SIZES = ("analysis-split-1m", "analysis-split-10m", "analysis-split-30m")
 def render_analysis_split(saved: Mapping[str, Any]) -> str:
     """A 1 024-rank job analysed at once and in rank groups (here, or on 2 worker processes), by size."""
     runs = [load(name) for name in SPLIT_SIZES] + [saved]
-    label = {"whole": "at once", "split-0": "rank groups, in the process", "split-2": "rank groups, 2 workers"}
+    label = {
+        "whole": "at once",
+        "split-0": "rank groups, in the process",
+        "split-2": "rank groups, 2 workers",
+        "minicluster-nodes": "rank groups, 4 nodes' engines",
+    }
     rows = []
     for one in runs:
         r = one["result"]
+        same = {True: "same", False: "DIFFER"}.get(r.get("same_numbers"), "not checked")
         for mode, m in r["modes"].items():
             how = label.get(mode, mode)
             if "killed" in m:
-                rows.append([number(r["events"]), number(r["ranks"]), how, "killed", m["killed"], "", ""])
+                rows.append([number(r["events"]), number(r["ranks"]), how, "killed", m["killed"], "", "", "", ""])
                 continue
             latest = m.get("latest_hosts", [])[: len(r["slow_hosts"])]
             found = "all" if latest and set(latest) == set(r["slow_hosts"]) else ", ".join(latest) or "not reported"
+            workers = m.get("worker_peak_rss_mb") or []
             rows.append(
                 [
                     number(r["events"]),
@@ -230,11 +237,16 @@ def render_analysis_split(saved: Mapping[str, Any]) -> str:
                     how,
                     fixed(m["seconds"], 2),
                     f"{m['peak_rss_mb'] / 1024:.2f} GB",
+                    f"{max(workers) / 1024:.2f} GB" if workers else "",
                     fixed(m["parallel_efficiency"]),
                     found,
+                    same,
                 ]
             )
-    header = ["events", "ranks", "analysed", "seconds", "peak memory", "PE", "slow nodes named latest"]
+    header = [
+        "events", "ranks", "analysed", "seconds", "peak memory", "a worker's peak", "PE", "slow nodes named latest",
+        "numbers",
+    ]  # fmt: skip
     big = saved["result"]
     best = big["modes"].get("split-2") or next(iter(big["modes"].values()))
     seconds, gb = best.get("seconds"), best.get("peak_rss_mb", float("nan")) / 1024
@@ -251,7 +263,8 @@ def render_analysis_split(saved: Mapping[str, Any]) -> str:
         f" peak ≤ {SPLIT_GOAL_GB:g} GB — **{'met' if gb <= SPLIT_GOAL_GB else 'not met'}** ({gb:.2f} GB)."
         + (f" Splitting is faster than one process from {pays[0]} events." if pays else "")
     )
-    return table(header, ["r", "r", "l", "r", "r", "r", "l"], rows) + "\n\n" + verdict + "\n\n" + sources_line(*runs)
+    aligned = ["r", "r", "l", "r", "r", "r", "r", "l", "l"]
+    return table(header, aligned, rows) + "\n\n" + verdict + "\n\n" + sources_line(*runs)
 
 
 PEERS_GOALS = {"points": 1.0, "speedup": 5.0, "memory": 1 / 3}
@@ -1464,9 +1477,11 @@ def render_headline(saved: Mapping[str, Any]) -> str:
         f"–{share(max(quota_shares))} of a step on {quota_counts[0]}–{widest} nodes in two runs (before this release's"
         f" lighter flushes, {widest_before} on {widest}); analysing "
         f"{analysis['events'] / 1e6:.3g} M events of {analysis['ranks']} ranks takes {fixed(analysis['seconds'], 2)} s "
-        f"and {analysis['peak_rss_mb'] / 1024:.2f} GB on one core; {split['events'] / 1e6:.3g} M events of"
-        f" {number(split['ranks'])} ranks, in rank groups on 2 processes, {fixed(in_groups['seconds'], 2)} s and"
-        f" {in_groups['peak_rss_mb'] / 1024:.2f} GB.",
+        f"and {analysis['peak_rss_mb'] / 1024:.2f} GB on one core (breakdown, POP, findings); every table and"
+        f" finding of {split['events'] / 1e6:.3g} M events of {number(split['ranks'])} ranks, in rank groups on 2"
+        f" processes, {number(in_groups['seconds'])} s and {in_groups['peak_rss_mb'] / 1024:.3g} GB (the groups"
+        f" {max(in_groups['worker_peak_rss_mb']) / 1024:.2g} GB each; the rest is the per rank and step tables the"
+        " caller merges).",
         f"- **Live:** an event on a rank is on screen in JupyterLab {number(browser['event_to_screen_ms']['median'])} "
         f"ms later (median); a {live['ranks']}-rank job is followed with a "
         f"{fixed(live['refresh_median_s'], 2)} s refresh (median), a {number(large['ranks'])}-rank one on"

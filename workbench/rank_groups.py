@@ -96,11 +96,12 @@ def peak_rss() -> int:
 
 
 # --------------------------------------------------------------------------------------------
-# The three rounds, run where the data is
+# The rounds, run where the data is
 # --------------------------------------------------------------------------------------------
 
 
 def _load_group(run_path: str, ranks: list[int], declared: bool, reference: pd.DataFrame | str) -> GroupFrames:
+    """The group's frames from the run store: only its ranks' files, only the event columns the pieces read."""
     from workbench.store import RunData, read_run_meta
 
     run = RunData.load(run_path, ranks=ranks, columns=READ_COLUMNS, categorical=True)

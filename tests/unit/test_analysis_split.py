@@ -18,7 +18,7 @@ from analysis_parity import (
     write_made_gpu_run,
 )
 
-from workbench.analysis.pieces import PIECES
+from workbench.analysis.pieces import FRAMES, PIECES
 from workbench.bench.analysis import synthetic_events, write_run, write_synthetic_run
 from workbench.rank_groups import GROUPED_PIECES, analyse_split, mark_group, rank_groups
 from workbench.store import create_run, update_run_meta
@@ -63,6 +63,7 @@ def test_the_made_runs_exercise_every_registered_piece(whole_runs):
     for piece in PIECES:
         assert set(piece.yields) & produced, piece.name
     assert tuple(piece.name for piece in PIECES) == GROUPED_PIECES
+
     cpu = whole_runs["cpu"]
     # what the made CPU run was made to show, named on the evidence it was made with
     kinds = set(cpu.findings["kind"])
@@ -74,6 +75,20 @@ def test_the_made_runs_exercise_every_registered_piece(whole_runs):
     )
     gpu = set(whole_runs["gpu"].findings["kind"])
     assert {"idle_gpu", "unused_gpu", "lagging_gpu", "exposed_communication", "host_bound_gpu"} <= gpu
+
+
+def test_each_piece_states_its_contract():
+    """What a piece reads is a frame of the run; what it reads merged comes before it; a late piece says what it
+    needs of the merged run; a merge-only piece reads no frame of its own beyond the metadata."""
+    names = [piece.name for piece in PIECES]
+    assert len(set(names)) == len(names)
+    for index, piece in enumerate(PIECES):
+        assert set(piece.reads) <= set(FRAMES), piece.name
+        assert set(piece.after) <= set(names[:index]), f"{piece.name} merges before what it reads"
+        assert piece.yields, piece.name
+        assert (piece.needs is not None) == piece.late, piece.name
+        if piece.reduce is None:
+            assert set(piece.reads) <= {"meta"}, piece.name
 
 
 @pytest.mark.parametrize(

@@ -273,3 +273,28 @@ def test_compare_counts_a_derived_wait_as_analyse_does(tmp_path, capsys):
     compared = {(row["rank"], row["phase"]): row["seconds_a"] for row in per_rank}
     waits = {key: seconds for key, seconds in analysed.items() if key[1] == "communication_wait"}
     assert waits and all(compared[key] == pytest.approx(seconds) for key, seconds in waits.items())
+
+
+def test_where_rank_groups_go_off_this_machine(tmp_path):
+    """Engines on a hostfile's hosts or the allocation's nodes (as `workbench profile` places ranks), one a node or
+    --per-node; local processes otherwise, and whenever --workers asks for them."""
+    from workbench.commands.analyse import engine_placement
+    from workbench.placement import PlacementError
+
+    hosts = tmp_path / "hosts"
+    hosts.write_text("node1 slots=4\nnode2 slots=4\nnode3 slots=4\n")
+    placed = engine_placement(hostfile=str(hosts), per_node=2, environment={})
+    assert placed.kind == "hostfile" and placed.ranks == 6 and placed.hosts == ("node1", "node2", "node3")
+    assert placed.config.ranks_per_node == 2 and placed.config.threads == 1
+    allocation = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "gpu[01-04]", "SLURM_TASKS_PER_NODE": "8(x4)"}
+    placed = engine_placement(environment=allocation)
+    assert placed.kind == "allocation" and placed.ranks == 4 and placed.config.ranks_per_node == 1
+    assert engine_placement(environment=allocation, workers=2) is None  # local processes, as asked
+    one_node = {"SLURM_JOB_ID": "8", "SLURM_JOB_NODELIST": "gpu01", "SLURM_TASKS_PER_NODE": "8"}
+    assert engine_placement(environment=one_node) is None and engine_placement(environment={}) is None
+    with pytest.raises(PlacementError, match="--per-node 0: run at least 1 engine"):
+        engine_placement(hostfile=str(hosts), per_node=0, environment={})
+    with pytest.raises(PlacementError, match="--workers runs the groups on local processes"):
+        engine_placement(hostfile=str(hosts), workers=2, environment={})
+    with pytest.raises(PlacementError, match="both name the nodes"):
+        engine_placement(hostfile=str(hosts), minicluster=True, environment={})

@@ -693,7 +693,7 @@ def reduce_late(frames: GroupFrames, needed: Mapping[str, Any]) -> dict[str, Any
 
 
 def merge_run(
-    parts: Sequence[Mapping[str, Any]],
+    parts: Sequence[dict[str, Any]],
     state: RunState,
     late_parts: Callable[[RunState], Sequence[Mapping[str, Any]]],
 ) -> RunState:
@@ -707,7 +707,9 @@ def merge_run(
         elif piece.reduce is None:
             piece.merge([], state)
         else:
-            piece.merge([p[piece.name] for p in parts], state)
+            # taken out of the parts as they merge: a group's evidence is not held twice (a large run's per
+            # rank and step tables are most of what the caller holds)
+            piece.merge([p.pop(piece.name) for p in parts], state)
     return state
 
 

@@ -199,6 +199,8 @@ def print_result(result: Any, args: argparse.Namespace, text: Any) -> None:
 # -- the saved results behind the docs -----------------------------------------------------------------------------
 
 _SPLIT = "workbench bench analysis --split --events"
+#: The miniature cluster the split measurements' ``--minicluster`` mode runs on (reused when it is up).
+_NODES_UP = "workbench minicluster up --nodes 4 --cpus-per-node 0.4 --memory-per-node 2g > /dev/null && "
 _PROJECTION_NODES = "workbench bench projection --nodes --json --sweeps"
 
 #: What no case measures, in the order they run (stage 0 first; a case's runs are stage 1).
@@ -214,12 +216,18 @@ MEASUREMENTS: tuple[Measurement, ...] = (
         f"{_SPLIT} 1000000 --ranks 64 --group-ranks 16 --repeats 3 --json",
         "a job of 8 ranks a node with slow nodes and late ranks, at once and in rank groups",
     ),
-    Measurement("analysis-split-10m", f"{_SPLIT} 10000000 --ranks 256 --repeats 3 --json"),
-    Measurement("analysis-split-30m", f"{_SPLIT} 30000000 --ranks 1024 --repeats 2 --json"),
+    Measurement(
+        "analysis-split-10m",
+        f"{_NODES_UP}{_SPLIT} 10000000 --ranks 1024 --minicluster --json",
+        "also on a 4-node miniature cluster's engines",
+        root=True,
+    ),
+    Measurement("analysis-split-30m", f"{_NODES_UP}{_SPLIT} 30000000 --ranks 1024 --minicluster --json", root=True),
     Measurement(
         "analysis-split-100m",
-        f"{_SPLIT} 100000000 --ranks 1024 --no-whole --repeats 2 --json",
+        f"{_NODES_UP}{_SPLIT} 100000000 --ranks 1024 --no-whole --workers 2 --minicluster --json",
         "only in groups: at once it was killed for memory after 82 s on this 24 GB machine",
+        root=True,
     ),
     Measurement("timeline", "workbench bench timeline --mb 300 --json"),
     Measurement("timeline-stream", "python benchmarks/timeline_stream.py --mb 5000 --json"),

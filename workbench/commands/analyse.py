@@ -167,15 +167,11 @@ def _whole_run_plan(run_dir: str | Path, *, available: int | None = None) -> tup
     if needed <= MEMORY_SHARE * free:
         return True, "", 0
     workers = _workers_for(events, len(stored_ranks(run_dir)), free)
-    return (
-        False,
-        (
-            f"workbench analyse: {events / 1e6:.3g} M events need about {needed / 1e9:.3g} GB in one process and this"
-            f" machine has {free / 1e9:.3g} GB free: analysing the run in rank groups on {workers}"
-            f" worker{'s' if workers > 1 else ''} (--workers N and --group-ranks R choose)"
-        ),
-        workers,
-    )
+    return False, (
+        f"workbench analyse: {events / 1e6:.3g} M events need about {needed / 1e9:.3g} GB in one process and this"
+        f" machine has {free / 1e9:.3g} GB free: analysing the run in rank groups on {workers}"
+        f" worker{'s' if workers > 1 else ''} (--workers N and --group-ranks R choose)"
+    ), workers  # fmt: skip
 
 
 def _free(available: int | None) -> int:
