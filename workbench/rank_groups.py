@@ -100,9 +100,11 @@ def peak_rss() -> int:
 # --------------------------------------------------------------------------------------------
 
 
-def _load_group(run_path: str, ranks: list[int], declared: bool, reference: pd.DataFrame | str) -> GroupFrames:
+def _load_group(
+    run_path: str, ranks: list[int], run_id: str, declared: bool, reference: pd.DataFrame | str
+) -> GroupFrames:
     """The group's frames from the run store: only its ranks' files, only the event columns the pieces read."""
-    from workbench.store import RunData, read_run_meta
+    from workbench.store import RunData
 
     run = RunData.load(run_path, ranks=ranks, columns=READ_COLUMNS, categorical=True)
     rank_meta = run.rank_meta
@@ -110,7 +112,7 @@ def _load_group(run_path: str, ranks: list[int], declared: bool, reference: pd.D
         rank_meta = rank_meta[rank_meta["rank"].isin(ranks)]
     return group_frames(
         run.events,
-        str(read_run_meta(run_path).get("run_id", "")),
+        run_id,
         memory=run.memory,
         counters=run.counters,
         devices=run.devices,
@@ -121,11 +123,17 @@ def _load_group(run_path: str, ranks: list[int], declared: bool, reference: pd.D
 
 
 def open_group(
-    run_path: str, ranks: list[int], token: str, declared: bool = False, run_reference: pd.DataFrame | None = None
+    run_path: str,
+    ranks: list[int],
+    token: str,
+    run_id: str = "",
+    declared: bool = False,
+    run_reference: pd.DataFrame | None = None,
 ) -> GroupPart:
     """Round 1: load ``ranks`` of the run and reduce them (every piece). Without the run's reference steps,
     keep the group's ``NEGOTIATE`` spans under ``token`` for ``mark_group``."""
-    frames = _load_group(run_path, ranks, declared, run_reference if run_reference is not None else "unknown")
+    reference = run_reference if run_reference is not None else "unknown"
+    frames = _load_group(run_path, ranks, run_id, declared, reference)
     if run_reference is None:
         _HELD[token] = negotiation_spans(frames.events)
     return GroupPart(ranks=list(ranks), parts=reduce_group(frames), pid=os.getpid(), peak_rss=peak_rss())
@@ -154,17 +162,17 @@ def mark_group(token: str, reference: pd.DataFrame) -> pd.DataFrame:
     return readiness_marks(negotiations, reference)
 
 
-def lanes_group(run_path: str, ranks: list[int], declared: bool, needed: dict[str, Any]) -> tuple[dict, int, int]:
+def lanes_group(
+    run_path: str, ranks: list[int], run_id: str, declared: bool, needed: dict[str, Any]
+) -> tuple[dict, int, int]:
     """Round 3: the late pieces of the group (its lanes, with its derived waits), its spans read again.
 
     Returns the reductions, this process's pid and its peak resident memory.
     """
-    from workbench.store import read_run_meta, read_stream
+    from workbench.store import read_stream
 
     events = read_stream(run_path, "events", ranks=ranks, columns=LANE_COLUMNS, categorical=True)
-    frames = group_frames(
-        events, str(read_run_meta(run_path).get("run_id", "")), ranks=list(ranks) if declared else None
-    )
+    frames = group_frames(events, run_id, ranks=list(ranks) if declared else None)
     return reduce_late(frames, needed), os.getpid(), peak_rss()
 
 
@@ -294,7 +302,7 @@ def analyse_split(
 
     def late_parts(merged: RunState) -> list[dict[str, Any]]:
         started = time.perf_counter()
-        args = [(path, g, is_declared, late_needs(merged, g)) for g in groups]
+        args = [(path, g, merged.run_id, is_declared, late_needs(merged, g)) for g in groups]
         done = _each_group(pool, lanes_group, args)
         seconds["lanes"] = time.perf_counter() - started
         peaks.extend((pid, peak) for _, pid, peak in done)
@@ -303,7 +311,7 @@ def analyse_split(
     try:
         started = time.perf_counter()
         known = reference_steps(path, sorted(ranks)[:REFERENCE_PROBE_RANKS])
-        opened = [(path, g, t, is_declared, known) for g, t in zip(groups, tokens)]
+        opened = [(path, g, t, state.run_id, is_declared, known) for g, t in zip(groups, tokens)]
         parts: list[GroupPart] = _each_group(pool, open_group, opened)
         seconds["open"] = time.perf_counter() - started
         if known is None and parts:

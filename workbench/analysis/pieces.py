@@ -65,6 +65,7 @@ from workbench.analysis.straggler import (
     STEP_WAIT_COLUMNS,
     StepEvidence,
     communication_overlap,
+    concat_frames,
     lateness_table,
     step_evidence,
     straggler_rows,
@@ -189,13 +190,6 @@ class Piece:
     after: tuple[str, ...] = ()
 
 
-def _concat(frames: Sequence[pd.DataFrame], empty: Callable[[], pd.DataFrame]) -> pd.DataFrame:
-    kept = [f for f in frames if f is not None and len(f)]
-    if not kept:
-        return empty()
-    return kept[0].reset_index(drop=True) if len(kept) == 1 else pd.concat(kept, ignore_index=True)
-
-
 def _empty(columns: Sequence[str]) -> Callable[[], pd.DataFrame]:
     return lambda: pd.DataFrame({c: pd.Series(dtype="float64") for c in columns})
 
@@ -268,16 +262,20 @@ class _Exchange:
     trains: bool
 
 
-def _reduce_step_waits(frames: GroupFrames) -> tuple[StepEvidence, _Exchange]:
-    events = frames.events
-    phases = set(events["phase"].astype(str).unique()) if len(events) else set()
-    trains = bool(len(events)) and bool(((events["phase"] == ev.COMPUTE) & (events["name"] == "train_step")).any())
-    exchange = _Exchange(
-        ranks=frozenset(int(r) for r in events["rank"].unique()) if len(events) else frozenset(),
+def exchange_of(events: pd.DataFrame) -> _Exchange:
+    """The ranks that recorded anything, and whether any exchanged data or trained (``independent_ranks_note``)."""
+    if not len(events):
+        return _Exchange(ranks=frozenset(), exchanges=False, trains=False)
+    phases = set(events["phase"].astype(str).unique())
+    return _Exchange(
+        ranks=frozenset(int(r) for r in events["rank"].unique()),
         exchanges=bool(phases & {ev.COMMUNICATION, ev.IN_FLIGHT, ev.COMMUNICATION_WAIT}),
-        trains=trains,
+        trains=bool(((events["phase"] == ev.COMPUTE) & (events["name"] == "train_step")).any()),
     )
-    return step_evidence(events, frames.reference), exchange
+
+
+def _reduce_step_waits(frames: GroupFrames) -> tuple[StepEvidence, _Exchange]:
+    return step_evidence(frames.events, frames.reference), exchange_of(frames.events)
 
 
 def _merge_step_waits(parts: list[tuple[StepEvidence, _Exchange]], state: RunState) -> None:
@@ -286,14 +284,7 @@ def _merge_step_waits(parts: list[tuple[StepEvidence, _Exchange]], state: RunSta
         raise RuntimeError("readiness marks were not made against the run's reference steps: mark the groups first")
     state.tables["waits"] = waits_from_evidence(evidence)
     state.tables["lateness"] = lateness_table(evidence.marks)
-    exchanges = [p[1] for p in parts]
-    recorded = set().union(*(x.ranks for x in exchanges)) if exchanges else set()
-    note = independent_ranks_note(
-        recorded,
-        state.ranks,
-        exchanges=any(x.exchanges for x in exchanges),
-        trains=any(x.trains for x in exchanges),
-    )
+    note = independent_ranks_note([p[1] for p in parts], state.ranks)
     state.facts["independent"] = note is not None
     if note is not None:
         # no collective anywhere in the record: nothing says a rank waits for another, so none is derived
@@ -301,9 +292,7 @@ def _merge_step_waits(parts: list[tuple[StepEvidence, _Exchange]], state: RunSta
         state.findings.append(note)
 
 
-def independent_ranks_note(
-    recorded: set[int], ranks: list[int] | None, *, exchanges: bool, trains: bool
-) -> pd.DataFrame | None:
+def independent_ranks_note(exchanges: Sequence[_Exchange], ranks: list[int] | None) -> pd.DataFrame | None:
     """A note for a run of several ranks with training steps and no collective recorded at all.
 
     No communication span, no Horovod timeline, no wait: either the ranks exchange data outside what was
@@ -311,8 +300,11 @@ def independent_ranks_note(
     script run under mpiexec without Horovod's optimizer. Either way, waits cannot be derived from step
     lengths (they assume the ranks meet every step).
     """
-    everyone = set(ranks or ()) | set(recorded)
-    if not recorded or len(everyone) < 2 or exchanges or not trains:
+    recorded = set().union(*(x.ranks for x in exchanges))
+    everyone = set(ranks or ()) | recorded
+    if not recorded or len(everyone) < 2 or any(x.exchanges for x in exchanges):
+        return None
+    if not any(x.trains for x in exchanges):
         return None
     return missing_data_finding(
         "no_collectives",
@@ -444,7 +436,7 @@ def _reduce_in_flight(frames: GroupFrames) -> pd.DataFrame:
 
 
 def _merge_in_flight(parts: list[pd.DataFrame], state: RunState) -> None:
-    table = _concat(parts, _empty(OVERLAP_COLUMNS))
+    table = concat_frames(parts, _empty(OVERLAP_COLUMNS))
     state.tables["in_flight"] = table
     gpus = state.tables.get("devices")
     if len(table) and (gpus is None or gpus.empty):
@@ -479,7 +471,7 @@ def _merge_slow_link(parts: list[pd.Series], state: RunState) -> None:
 
 
 def _merge_keras_calls(parts: list[pd.DataFrame], state: RunState) -> None:
-    table = _concat(parts, _empty(KERAS_CALL_COLUMNS))
+    table = concat_frames(parts, _empty(KERAS_CALL_COLUMNS))
     state.tables["keras_calls"] = table
     if state.wall_s:
         found = keras_call_findings(ev.empty_events(), state.wall_s, min_fraction=state.min_fraction, table=table)
@@ -501,11 +493,11 @@ def _merge_memory_per_call(parts: list[pd.DataFrame | None], state: RunState) ->
 
 
 def _merge_steps(parts: list[pd.DataFrame], state: RunState) -> None:
-    state.tables["steps"] = _concat(parts, lambda: steps_per_rank(ev.empty_events()))
+    state.tables["steps"] = concat_frames(parts, lambda: steps_per_rank(ev.empty_events()))
 
 
 def _merge_memory(parts: list[pd.DataFrame], state: RunState) -> None:
-    state.tables["memory"] = _concat(parts, lambda: memory_summary(None))
+    state.tables["memory"] = concat_frames(parts, lambda: memory_summary(None))
     steps = state.tables["steps"]
     if state.facts.get("kept_events") and int(steps["steps"].sum()) == 0:
         state.findings.append(
@@ -526,12 +518,12 @@ def _merge_memory(parts: list[pd.DataFrame], state: RunState) -> None:
 
 
 def _merge_completion(parts: list[pd.DataFrame], state: RunState) -> None:
-    lives = _concat(parts, lambda: life_table(ev.empty_events(), None))
+    lives = concat_frames(parts, lambda: life_table(ev.empty_events(), None))
     state.findings.append(completion_findings_of(lives, state.meta, state.hosts))
 
 
 def _merge_retracing(parts: list[pd.DataFrame], state: RunState) -> None:
-    table = _concat(parts, lambda: retraced_steps(ev.empty_events()))
+    table = concat_frames(parts, lambda: retraced_steps(ev.empty_events()))
     state.findings.append(combine_findings(retracing_finding_of(table, state.hosts, wall_s=state.wall_s)))
 
 
@@ -540,13 +532,13 @@ def _reduce_python_input(frames: GroupFrames) -> tuple[pd.DataFrame, list[int]]:
 
 
 def _merge_python_input(parts: list[tuple[pd.DataFrame, list[int]]], state: RunState) -> None:
-    table = _concat([p[0] for p in parts], lambda: python_input_busy(ev.empty_events(), None))
+    table = concat_frames([p[0] for p in parts], lambda: python_input_busy(ev.empty_events(), None))
     timed = [r for p in parts for r in p[1]]
     state.findings.append(python_input_finding_of(table, timed, state.hosts))
 
 
 def _merge_cpu_wait(parts: list[pd.DataFrame], state: RunState) -> None:
-    table = _concat(parts, lambda: cpu_wait_table(None))
+    table = concat_frames(parts, lambda: cpu_wait_table(None))
     state.findings.append(
         cpu_wait_finding(table, wall_s=state.wall_s, hosts=state.hosts, min_fraction=state.min_fraction)
     )

@@ -25,6 +25,7 @@ from workbench.analysis.pieces import (
     RunState,
     analyse_frames,
     empty_tables,
+    exchange_of,
     group_frames,
     independent_ranks_note,
     piece_names,
@@ -285,15 +286,7 @@ def with_step_waits(events: pd.DataFrame, ranks: list[int] | None = None) -> pd.
 def independent_ranks_finding(events: pd.DataFrame, ranks: list[int] | None) -> pd.DataFrame | None:
     """A note for a run of several ranks with training steps and no collective recorded at all
     (``pieces.independent_ranks_note``, read from ``events``)."""
-    if len(events) == 0:
-        return None
-    phases = set(events["phase"].astype(str).unique())
-    return independent_ranks_note(
-        {int(r) for r in events["rank"].unique()},
-        ranks,
-        exchanges=bool(phases & {ev.COMMUNICATION, ev.IN_FLIGHT, ev.COMMUNICATION_WAIT}),
-        trains=bool(((events["phase"] == ev.COMPUTE) & (events["name"] == "train_step")).any()),
-    )
+    return independent_ranks_note([exchange_of(events)], ranks)
 
 
 def declared_ranks(meta: Mapping[str, Any]) -> list[int] | None:

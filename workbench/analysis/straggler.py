@@ -35,7 +35,7 @@ record), matched across ranks by their ``step`` number.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
@@ -278,20 +278,23 @@ class StepEvidence:
             return step_evidence(ev.empty_events())
         marks = [p.marks for p in parts if p.marks is not None]
         return StepEvidence(
-            steps=_concat([p.steps for p in parts]),
-            collectives=_concat([p.collectives for p in parts]),
+            steps=concat_frames([p.steps for p in parts]),
+            collectives=concat_frames([p.collectives for p in parts]),
             collective_ranks=tuple(sorted({r for p in parts for r in p.collective_ranks})),
-            arrivals=_concat([p.arrivals for p in parts]),
-            marks=_concat(marks) if len(marks) == len(parts) else None,
-            kernels=_concat([p.kernels for p in parts]),
+            arrivals=concat_frames([p.arrivals for p in parts]),
+            marks=concat_frames(marks) if len(marks) == len(parts) else None,
+            kernels=concat_frames([p.kernels for p in parts]),
         )
 
 
-def _concat(frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
-    """Frames of the same columns one after the other (the first, as it is, when it is alone)."""
-    kept = [f for f in frames if len(f)]
+def concat_frames(
+    frames: Sequence[pd.DataFrame | None], empty: Callable[[], pd.DataFrame] | None = None
+) -> pd.DataFrame:
+    """Rank groups' frames of the same columns one after the other (the one with rows as it is, when it is alone);
+    none with rows: ``empty()``, else the first frame."""
+    kept = [f for f in frames if f is not None and len(f)]
     if not kept:
-        return frames[0]
+        return empty() if empty is not None else frames[0]
     return kept[0] if len(kept) == 1 else pd.concat(kept, ignore_index=True)
 
 
