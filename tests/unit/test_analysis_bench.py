@@ -70,3 +70,21 @@ def test_split_bench_times_each_way_on_one_stored_job_and_they_agree():
     # 16 ranks, 8 a node: 2 nodes, one made slow; its ranks arrive last most often
     assert len(result["slow_hosts"]) == 1 and modes["split-2"]["latest_hosts"][:1] == result["slow_hosts"]
     assert "split-2:" in format_split(result)
+
+
+def test_a_step_split_into_many_transfers_covers_the_same_allreduce():
+    """``allreduce_parts``: a timeline's transfers a step, back to back over the allreduce; the other spans and the
+    step times do not change, so the same events come from fewer steps."""
+    two = synthetic_events(20_000, 4, seed=3)
+    many = synthetic_events(20_000, 4, seed=3, allreduce_parts=40)
+    per_step = many[(many["step"] == 1) & (many["rank"] == 2)]
+    transfers = per_step[per_step["name"] == "MPI_ALLREDUCE"].sort_values("start_ns")
+    assert len(transfers) == 40 and len(per_step) == 3 + 40
+    assert (transfers["start_ns"].to_numpy()[1:] == transfers["end_ns"].to_numpy()[:-1]).all()
+    negotiation = per_step[per_step["name"] == "NEGOTIATE_ALLREDUCE"]
+    step = per_step[per_step["name"] == "train_step"]
+    assert transfers["start_ns"].min() == negotiation["end_ns"].item()  # from the meeting to the step's end
+    assert transfers["end_ns"].max() == step["end_ns"].item()
+    assert many["step"].max() < two["step"].max()
+    with pytest.raises(ValueError, match="allreduce_parts >= 1"):
+        synthetic_events(20_000, 4, allreduce_parts=0)

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +28,9 @@ import pyarrow as pa
 from workbench import events as ev
 from workbench.events import BYTES_PER_MB
 
-#: Events per rank and step: input, train_step, NEGOTIATE_ALLREDUCE, two MPI_ALLREDUCE transfers.
-EVENTS_PER_STEP = 5
+#: Events per rank and step: input, train_step, NEGOTIATE_ALLREDUCE, ``ALLREDUCE_PARTS`` MPI_ALLREDUCE transfers.
+ALLREDUCE_PARTS = 2
+EVENTS_PER_STEP = 3 + ALLREDUCE_PARTS
 STEPS_PER_EPOCH = 500
 EVAL_BATCHES = 50
 MS = 1_000_000
@@ -67,7 +69,9 @@ class SyntheticRunEvents:
     default: ``ranks_per_node`` names each rank's host (``node<k>``, else every rank is on
     ``node0``); ``slow_nodes`` nodes, spread over the job, compute ``SLOW_NODE_FACTOR`` times
     longer; ``straggler_share`` of the rank-steps wait ``STRAGGLER_MS`` more for their input batch
-    (a rank late now and then, a different one each time).
+    (a rank late now and then, a different one each time); ``allreduce_parts`` splits each step's
+    allreduce into that many transfers, as a Horovod timeline records one per tensor or fused buffer
+    (a real model's step holds tens to hundreds: the same events come from fewer steps).
     """
 
     def __init__(
@@ -78,15 +82,21 @@ class SyntheticRunEvents:
         ranks_per_node: int | None = None,
         slow_nodes: int = 0,
         straggler_share: float = 0.0,
+        allreduce_parts: int = ALLREDUCE_PARTS,
     ) -> None:
-        if ranks < 1 or events < ranks * EVENTS_PER_STEP:
-            raise ValueError(f"need ranks >= 1 and events >= {EVENTS_PER_STEP} per rank, got {events=} {ranks=}")
+        per_step = 3 + allreduce_parts
+        if ranks < 1 or allreduce_parts < 1 or events < ranks * per_step:
+            raise ValueError(
+                f"need ranks >= 1, allreduce_parts >= 1 and events >= {per_step} per rank,"
+                f" got {events=} {ranks=} {allreduce_parts=}"
+            )
         rng = np.random.default_rng(seed)
         self.ranks = ranks
         self.ranks_per_node = ranks_per_node
-        per_epoch = ranks * EVENTS_PER_STEP * STEPS_PER_EPOCH + EVAL_BATCHES
+        self.allreduce_parts = allreduce_parts
+        per_epoch = ranks * per_step * STEPS_PER_EPOCH + EVAL_BATCHES
         epochs = max(1, events // per_epoch)
-        steps = max(1, (events - epochs * EVAL_BATCHES) // (ranks * EVENTS_PER_STEP))
+        steps = max(1, (events - epochs * EVAL_BATCHES) // (ranks * per_step))
         self.epoch_of_step = np.minimum(np.arange(steps) // STEPS_PER_EPOCH, epochs - 1)
 
         # Durations (ns) per step and rank; rank `ranks - 1` is a little slower (load imbalance).
@@ -131,7 +141,8 @@ class SyntheticRunEvents:
         ready_at = rank_start + input_ns + self.compute_ns[:, low:high]
         meet_at = (self.step_start + self.meet)[:, None] + np.zeros((1, ranks), dtype=np.int64)
         end_at = meet_at + self.transfer_ns[:, None]
-        half_at = meet_at + (self.transfer_ns // 2)[:, None]
+        parts = self.allreduce_parts
+        cuts = [meet_at + (self.transfer_ns * k // parts)[:, None] for k in range(parts + 1)]
 
         rank_grid = np.broadcast_to(np.arange(low, high, dtype=np.int32), (steps, ranks))
         step_grid = np.broadcast_to(np.arange(steps, dtype=np.int64)[:, None], (steps, ranks))
@@ -140,8 +151,7 @@ class SyntheticRunEvents:
             (ev.INPUT, "next_batch", rank_start, input_end),
             (ev.COMPUTE, "train_step", input_end, end_at),
             (ev.COMMUNICATION, "NEGOTIATE_ALLREDUCE", ready_at, meet_at),
-            (ev.COMMUNICATION, "MPI_ALLREDUCE", meet_at, half_at),
-            (ev.COMMUNICATION, "MPI_ALLREDUCE", half_at, end_at),
+            *((ev.COMMUNICATION, "MPI_ALLREDUCE", a, b) for a, b in pairwise(cuts)),
         ]
         start = np.stack([k[2] for k in kinds], axis=-1).ravel()
         end = np.stack([k[3] for k in kinds], axis=-1).ravel()
@@ -203,16 +213,22 @@ def write_run(events: pd.DataFrame, root: str | Path, ranks: int) -> Path:
     return path
 
 
+#: The most events ``write_synthetic_run`` builds at once (a few GB as a frame).
+CHUNK_EVENTS = 8_000_000
+
+
 def write_synthetic_run(
     root: str | Path, events: int, ranks: int, *, seed: int = 0, chunk_ranks: int = 64, **shape: Any
 ) -> Path:
     """A ``SyntheticRunEvents`` written to a run under ``root`` ``chunk_ranks`` ranks at a time (bounded memory).
 
-    ``shape``: ``ranks_per_node``, ``slow_nodes``, ``straggler_share`` (see ``synthetic_events``).
+    ``shape``: ``ranks_per_node``, ``slow_nodes``, ``straggler_share``, ``allreduce_parts`` (``SyntheticRunEvents``).
+    A chunk holds at most ``CHUNK_EVENTS`` events however many each rank has.
     """
     from workbench.store import create_run
 
     job = SyntheticRunEvents(events, ranks, seed, **shape)
+    chunk_ranks = max(1, min(chunk_ranks, CHUNK_EVENTS * ranks // max(events, 1)))
     path = create_run(root, "bench-analysis", ranks=ranks)
     for low in range(0, ranks, chunk_ranks):
         high = min(ranks, low + chunk_ranks)
@@ -433,6 +449,7 @@ def run_split(
     repeats: int = 1,
     whole: bool = True,
     nodes: bool = False,
+    allreduce_parts: int = ALLREDUCE_PARTS,
     root: str | Path | None = None,
 ) -> dict:
     """A ``SyntheticRunEvents`` of ``JOB_SHAPE`` analysed at once (``whole``) and in rank groups, side by side.
@@ -442,14 +459,16 @@ def run_split(
     local worker processes (0: the groups one after the other in the process itself). Peak memory
     is the calling process's plus each worker's (a sum of peaks: an upper bound of the machine's).
     ``slow_hosts`` are the nodes the job made slow: the split analysis should find them latest.
+    ``allreduce_parts``: transfers per step (``SyntheticRunEvents``); more of them, fewer steps for the events.
     """
+    shape = {**JOB_SHAPE, "allreduce_parts": int(allreduce_parts)}
     per_node = JOB_SHAPE["ranks_per_node"]
     slow = slow_node_ranks(ranks, per_node, JOB_SHAPE["slow_nodes"])
     slow_hosts = sorted({f"node{r // per_node}" for r in slow.tolist()})
     modes: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="workbench-split-", dir=root) as scratch:
         started = time.perf_counter()
-        path = write_synthetic_run(scratch, events, ranks, **JOB_SHAPE)
+        path = write_synthetic_run(scratch, events, ranks, **shape)
         write_s = time.perf_counter() - started
         plan = ([("whole", _WHOLE_CHILD, ())] if whole else []) + [
             (f"split-{n}", _SPLIT_CHILD, (str(group_ranks), str(n))) for n in workers
@@ -476,7 +495,7 @@ def run_split(
         "events": int(events),
         "ranks": int(ranks),
         "group_ranks": int(group_ranks),
-        "shape": dict(JOB_SHAPE),
+        "shape": shape,
         "slow_hosts": slow_hosts,
         "write_seconds": round(write_s, 1),
         "repeats": int(max(1, repeats)),
@@ -526,6 +545,7 @@ def command(args: argparse.Namespace) -> int:
             repeats=args.repeats,
             whole=not args.no_whole,
             nodes=args.minicluster,
+            allreduce_parts=args.allreduce_parts,
         )
         print_result(result, args, format_split)
         return 0
