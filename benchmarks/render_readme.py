@@ -33,6 +33,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -265,6 +266,72 @@ def render_analysis_split(saved: Mapping[str, Any]) -> str:
     )
     aligned = ["r", "r", "l", "r", "r", "r", "r", "l", "l"]
     return table(header, aligned, rows) + "\n\n" + verdict + "\n\n" + sources_line(*runs)
+
+
+def render_analysis_split_1b(saved: Mapping[str, Any]) -> str:
+    """The 1 B-event, 4 096-rank run in rank groups, with how time and memory grew from 10 M events."""
+    r = saved["result"]
+    label = {"split-2": "rank groups, 2 workers here", "minicluster-nodes": "rank groups, 4 nodes' engines"}
+    steps = r["events"] / r["ranks"] / (3 + r["shape"]["allreduce_parts"])
+    rows = []
+    for mode, m in r["modes"].items():
+        if "killed" in m:
+            rows.append([label.get(mode, mode), "killed", m["killed"], "", "", "", ""])
+            continue
+        rounds = m.get("rounds", {})
+        latest = m.get("latest_hosts", [])[: len(r["slow_hosts"])]
+        rows.append(
+            [
+                label.get(mode, mode),
+                fixed(m["seconds"], 0),
+                " / ".join(f"{rounds[k]:.0f}" for k in ("open", "lanes", "merge") if k in rounds),
+                f"{m['parent_peak_rss_mb'] / 1024:.2f} GB",
+                f"{max(m.get('worker_peak_rss_mb') or [0]) / 1024:.2f} GB",
+                "all" if latest and set(latest) == set(r["slow_hosts"]) else ", ".join(latest) or "not reported",
+                m.get("numbers", ""),
+            ]
+        )
+    header = ["analysed", "seconds", "open / lanes / merge (s)", "caller's peak", "a worker's peak", "slow nodes",
+              "numbers"]  # fmt: skip
+    body = table(header, ["l", "r", "r", "r", "r", "l", "l"], rows)
+    ten = load("analysis-split-10m")["result"]["modes"].get("split-2", {})
+    big = r["modes"].get("split-2", {})
+    growth = ""
+    if ten and big and "seconds" in big:
+        per_event = (big["seconds"] / r["events"]) / (ten["seconds"] / 10_000_000)
+        growth = (
+            f" From 10 M events (1 024 ranks, 5 events a step: 2 M rank-steps) to 1 B (4 096 ranks, "
+            f"{r['shape']['allreduce_parts']} transfers a step: {r['ranks'] * steps / 1e6:.1f} M rank-steps) on 2"
+            f" workers: seconds per event x{per_event:.2g}, a worker's peak"
+            f" {max(ten['worker_peak_rss_mb']) / 1024:.2f} -> {max(big['worker_peak_rss_mb']) / 1024:.2f} GB, the"
+            f" caller's {ten['parent_peak_rss_mb'] / 1024:.2f} -> {big['parent_peak_rss_mb'] / 1024:.2f} GB."
+        )
+    same = "the same on both paths" if r.get("same_numbers") else "NOT the same on both paths"
+    verdict = (
+        f"{number(r['events'])} events on {number(r['ranks'])} ranks, about {number(round(steps))} steps a rank,"
+        f" written in {r['write_seconds']:.0f} s ({r['group_ranks']} ranks a group): tables and findings"
+        f" {same}.{growth}"
+    )
+    return body + "\n\n" + verdict + "\n\n" + source_line(saved)
+
+
+def render_fuzz(saved: Mapping[str, Any]) -> str:
+    """Damaged traces of every format: outcomes by kind, the slowest case, the peak memory."""
+    r = saved["result"]
+    rows = [
+        [name, str(sum(c.values())), str(c.get("imported", 0)), str(c.get("refused", 0)), str(c.get("bad", 0))]
+        for name, c in r["outcomes"].items()
+    ]
+    slow = r["slowest"]
+    text = (
+        f"{number(r['cases'])} damaged files, {r['per_seed']} from each of {len(r['seeds'])} good ones"
+        f" ({', '.join(f'`{s}`' for s in r['seeds'])}), in {r['seconds']:.0f} s: the slowest case took"
+        f" {slow['seconds']:.2f} s ({slow.get('seed')} #{slow.get('case')}: {slow.get('damage')}), the process's peak"
+        f" memory was {r['peak_rss_mb']:.0f} MB. "
+        + ("No bad outcome." if not r["bad"] else f"**{len(r['bad'])} bad outcomes** (see the JSON).")
+    )
+    header = ["format", "cases", "imported, damage said", "refused in one line", "bad"]
+    return table(header, ["l", "r", "r", "r", "r"], rows) + "\n\n" + text + "\n\n" + source_line(saved)
 
 
 PEERS_GOALS = {"points": 1.0, "speedup": 5.0, "memory": 1 / 3}
@@ -1457,6 +1524,12 @@ def render_headline(saved: Mapping[str, Any]) -> str:
     large = load("live-1024")["result"]
     split = load("analysis-split-100m")["result"]
     in_groups = split["modes"]["split-2"]
+    billion = load("analysis-split-1b")["result"]
+    on_nodes = billion["modes"]["minicluster-nodes"]
+    fuzzed = load("fuzz")["result"]
+    fuzz_counts = Counter()
+    for counts in fuzzed["outcomes"].values():
+        fuzz_counts.update(counts)
     quota, quota_before = load("recording-on-quota")["result"], load("recording-on-quota-before")["result"]
     quota_counts = list(quota["by_count"])
     quota_shares = [
@@ -1481,7 +1554,13 @@ def render_headline(saved: Mapping[str, Any]) -> str:
         f" finding of {split['events'] / 1e6:.3g} M events of {number(split['ranks'])} ranks, in rank groups on 2"
         f" processes, {number(in_groups['seconds'])} s and {in_groups['peak_rss_mb'] / 1024:.3g} GB (the groups"
         f" {max(in_groups['worker_peak_rss_mb']) / 1024:.2g} GB each; the rest is the per rank and step tables the"
-        " caller merges).",
+        f" caller merges); {billion['events'] / 1e9:.3g} B events of {number(billion['ranks'])} ranks on 4"
+        f" miniature nodes' engines, {number(on_nodes['seconds'] / 60)} min with"
+        f" {max(on_nodes['worker_peak_rss_mb']) / 1024:.2g} GB an engine.",
+        f"- **Reliability:** {number(fuzzed['cases'])} damaged trace files of the {len(fuzzed['outcomes'])} formats"
+        f" import reads: {number(fuzz_counts['imported'])} imported and analysed with the damage said,"
+        f" {number(fuzz_counts['refused'])} refused in one line naming the file, {fuzz_counts['bad']} otherwise;"
+        f" the slowest took {fixed(fuzzed['slowest']['seconds'], 2)} s.",
         f"- **Live:** an event on a rank is on screen in JupyterLab {number(browser['event_to_screen_ms']['median'])} "
         f"ms later (median); a {live['ranks']}-rank job is followed with a "
         f"{fixed(live['refresh_median_s'], 2)} s refresh (median), a {number(large['ranks'])}-rank one on"
@@ -1510,7 +1589,7 @@ def render_headline(saved: Mapping[str, Any]) -> str:
     ]
     sources = (
         "overhead, recording-on-quota, recording-on-quota-first, recording-on-quota-before, analysis-categorical,"
-        " analysis-split-100m,"
+        " analysis-split-100m, analysis-split-1b, fuzz,"
         " browser, live, live-1024, dashboard-cost,"
         " eval-frequency-reduced,"
         " input-pipeline-reduced,"
@@ -1527,6 +1606,8 @@ RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "overhead": render_overhead,
     "analysis-categorical": render_analysis,
     "analysis-split-100m": render_analysis_split,
+    "analysis-split-1b": render_analysis_split_1b,
+    "fuzz": render_fuzz,
     "timeline": render_timeline,
     "peers": render_peers,
     "export": render_export,

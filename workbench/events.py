@@ -424,10 +424,21 @@ def run_medians(values: np.ndarray, starts: np.ndarray) -> list[float]:
     return [float(np.median(values[a:b])) for a, b in itertools.pairwise(bounds)]
 
 
+def writable_text(text: str) -> str:
+    """``text`` as it can be stored (UTF-8): a lone surrogate (a trace's ``"\\udcff"`` escape) written as its
+    escape, so one odd name does not stop a file's import."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def labelled_codes(codes: np.ndarray, labels: Sequence[object]) -> pd.Categorical:
     """Codes into labels that may repeat (two metadata ids of one name), as a categorical of the distinct labels:
     millions of rows of a few names with no string per row."""
-    label_codes, distinct = pd.factorize(pd.Index(list(labels), dtype=object))
+    labels = [writable_text(label) if isinstance(label, str) else label for label in labels]
+    label_codes, distinct = pd.factorize(pd.Index(labels, dtype=object))
     return pd.Categorical.from_codes(label_codes[np.asarray(codes, np.int64)].astype(np.int32), categories=distinct)
 
 

@@ -25,6 +25,7 @@ The user's files are only read: no converter writes beside them; the run's folde
 from __future__ import annotations
 
 import shutil
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,7 +81,7 @@ def sniff(path: Path) -> str:
     try:
         with open_maybe_compressed(path) as handle:
             head = handle.read(4096).lstrip()
-    except (OSError, EOFError):  # a damaged trace file: its reader says what is wrong with it
+    except (OSError, EOFError, zlib.error):  # a damaged trace file: its reader says what is wrong with it
         return "trace_json" if name.endswith((".trace.json.gz", ".trace.json", ".json.gz")) else "unknown"
     if head.startswith(b"["):
         return "horovod_timeline"
@@ -154,7 +155,12 @@ def import_traces(paths: list[str | Path], *, out: str | Path | None = None, nam
         lines.append(_profile_line(trace, facts))
         del trace
     world = max(hosts_of_rank) + 1 if hosts_of_rank else 0
-    if world_sizes and max(world_sizes) > len(hosts_of_rank):
+    if world_sizes and not hosts_of_rank:
+        lines.append(
+            f"ranks: the traces are of a job of {max(world_sizes)} ranks but hold no GPU activity: nothing to place;"
+            " profile with the GPU activities on (PyTorch: ProfilerActivity.CUDA)"
+        )
+    elif world_sizes and max(world_sizes) > len(hosts_of_rank):
         lines.append(
             f"ranks: the traces are {len(hosts_of_rank)} of a job of {max(world_sizes)} ranks"
             f" (ranks {ev.rank_list(sorted(hosts_of_rank))}); the analysis covers these"
@@ -354,6 +360,11 @@ def _timeline_line(paths: list[Path], info: dict[str, Any], written: int, error:
         traits.append("clock: steady, no epoch")
     world = f"ranks {ev.rank_list(ranks)} named (a world of at least {max(ranks) + 1})" if ranks else "no rank named"
     text = f"{name}: Horovod timeline, {', '.join(traits)}; {world}, {written} spans"
+    if info.get("skipped_records"):
+        text += (
+            f"; {info['skipped_records']} damaged records left out (not JSON, or values of the wrong type or"
+            " range), the rest read"
+        )
     if error:
         text += f"; stopped early ({error}), the spans before it kept"
     if written == 0 and unfinished:

@@ -179,7 +179,8 @@ def import_timeline(run_path: Path, *, enabled: bool) -> tuple[int, str]:
             " collective; steps and host work are still recorded per rank"
         )
     unfinished: list[dict[str, Any]] = []
-    batches = iter_horovod_timeline(path, run_id=run_path.name, unfinished=unfinished)
+    info: dict[str, Any] = {}
+    batches = iter_horovod_timeline(path, run_id=run_path.name, unfinished=unfinished, info=info)
     imported, error = _write_beside_parsing(run_path, batches)
     if error is not None:
         if imported:
@@ -195,7 +196,9 @@ def import_timeline(run_path: Path, *, enabled: bool) -> tuple[int, str]:
         timeline_tensors=tensors,
         timeline_gradient_bytes=sum(tensors.values()),
     )
-    return imported, f"Horovod timeline: {imported} spans of collectives in flight"
+    skipped = info.get("skipped_records", 0)
+    damaged = f"; {skipped} damaged records left out, the rest read" if skipped else ""
+    return imported, f"Horovod timeline: {imported} spans of collectives in flight{damaged}"
 
 
 def _write_beside_parsing(run_path: Path, batches: Iterator[pd.DataFrame]) -> tuple[int, TimelineError | None]:

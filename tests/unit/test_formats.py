@@ -320,8 +320,8 @@ def test_an_event_with_its_keys_in_another_order_is_read_not_taken_for_metadata(
     assert len(direct) == len(read_horovod_timeline(write_synthetic_timeline(tmp_path / "u.json", 1.0)))
 
 
-def test_a_timeline_damaged_midway_keeps_every_batch_written_before_the_damage(tmp_path, monkeypatch):
-    """Batches are written as they are paired: what was written before the error is counted and kept."""
+def test_a_timeline_damaged_midway_keeps_every_batch_and_reads_past_the_damage(tmp_path, monkeypatch):
+    """Batches are written as they are paired; a damaged record is left out and said, the records after it read."""
     import functools
 
     from workbench import profile
@@ -337,8 +337,10 @@ def test_a_timeline_damaged_midway_keeps_every_batch_written_before_the_damage(t
     small = functools.partial(horovod_timeline.iter_horovod_timeline, batch_events=5_000, chunk_mb=0.5)
     monkeypatch.setattr(profile, "iter_horovod_timeline", small)
     count, line = profile.import_timeline(run, enabled=True)
-    assert line.startswith("Horovod timeline: not imported whole (") and f"the {count} spans before it" in line
-    assert 5_000 <= count < whole
+    said = f"Horovod timeline: {count} spans of collectives in flight; 1 damaged records left out, the rest read"
+    assert line == said
+    # the records after the damage are read: only spans the lost begin record leaves unpaired on its tensor go
+    assert 0.99 * whole <= count < whole
     assert len(RunData.load(run).events) == count  # every batch counted was written, none twice
 
 

@@ -64,7 +64,7 @@ def union_ns(group: np.ndarray, start: np.ndarray, end: np.ndarray, groups: int)
         return np.zeros(groups, np.float64)
     low = int(start.min())
     span = int(end.max()) - low + 1
-    if groups * span >= 2**62:  # too long to lay end to end: one group at a time
+    if groups > 1 and groups * span >= 2**62:  # too long to lay end to end: one group at a time (not shifted)
         return np.asarray(
             [union_ns(np.zeros(int((group == g).sum()), np.int64), start[group == g], end[group == g], 1)[0]
              for g in range(groups)]
@@ -189,7 +189,8 @@ def device_step_table(
     outside = np.zeros(groups, np.float64)
     if len(windows):
         sized = windows.assign(wall=windows["end_ns"] - windows["start_ns"])
-        span = sized.set_index(["host", "device", "step"])["wall"]
+        # a step whose marker is there twice (a trace written twice over, or damaged) is its windows together
+        span = sized.groupby(["host", "device", "step"])["wall"].sum()
         in_steps = sized.groupby(["host", "device"])["wall"].sum()
         keys_of = list(zip(table["host"], table["device"], table["step"]))
         outside = np.asarray([float(in_steps.get((h, d), 0)) if s < 0 else 0.0 for h, d, s in keys_of])

@@ -100,6 +100,12 @@ BENCHMARKS: tuple[Benchmark, ...] = (
             option("--group-ranks", type=int, default=32, help="--split: ranks per group"),
             option("--no-whole", action="store_true", help="--split: skip the run analysed at once"),
             option(
+                "--allreduce-parts",
+                type=int,
+                default=2,
+                help="--split: allreduce transfers per step (a Horovod timeline's tensors; more: fewer steps)",
+            ),
+            option(
                 "--minicluster",
                 action="store_true",
                 help="--split: also in rank groups on engines on the running miniature cluster's nodes, one a node",
@@ -178,6 +184,15 @@ BENCHMARKS: tuple[Benchmark, ...] = (
             ),
         ),
     ),
+    Benchmark(
+        "fuzz",
+        "damaged traces of every format import reads: imported with the damage said, or refused in one line",
+        "workbench.bench.fuzz",
+        (
+            option("--cases", type=int, default=500, help="damaged files made from each good one"),
+            option("--first", type=int, default=0, help="the first case's number (cases are seeded by number)"),
+        ),
+    ),
 )
 
 
@@ -228,6 +243,18 @@ MEASUREMENTS: tuple[Measurement, ...] = (
         f"{_NODES_UP}{_SPLIT} 100000000 --ranks 1024 --no-whole --workers 2 --minicluster --json",
         "only in groups: at once it was killed for memory after 82 s on this 24 GB machine",
         root=True,
+    ),
+    Measurement(
+        "analysis-split-1b",
+        f"{_NODES_UP}{_SPLIT} 1000000000 --ranks 4096 --allreduce-parts 240 --group-ranks 8 --no-whole --workers 2"
+        " --repeats 1 --minicluster --json",
+        "a timeline's 240 transfers a step (~1 000 steps a rank); at once it would need ~300 GB",
+        root=True,
+    ),
+    Measurement(
+        "fuzz",
+        "workbench bench fuzz --cases 500 --json",
+        "every format import reads, damaged 500 ways from each good file",
     ),
     Measurement("timeline", "workbench bench timeline --mb 300 --json"),
     Measurement("timeline-stream", "python benchmarks/timeline_stream.py --mb 5000 --json"),

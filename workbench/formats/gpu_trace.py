@@ -57,6 +57,58 @@ _COPY_DIRECTIONS = (
 HOST_STEP_NAMES = frozenset({"train", "train_step", "TraceContext", "StepMarker", "train_function", "test", "predict"})
 
 
+#: A trace's times are µs (Chrome trace, Kineto): past this many (year 2176 since 1970) they are damage (in ns,
+#: with a header's base time below 2^61 added, they would overflow int64).
+MAX_TRACE_US = 6.5e15
+#: Longest activity taken as real, µs (a week): a duration past it is damage, not a kernel.
+MAX_DURATION_US = 7 * 86400e6
+
+
+def as_number(value: Any) -> float:
+    """A JSON value as a float; NaN where it is not a number (a string of digits counts: some writers quote them)."""
+    if isinstance(value, bool) or value is None:
+        return float("nan")
+    if isinstance(value, (int, float)):
+        return float(value) if abs(value) < 1e300 else float("nan")
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return float("nan")
+    return float("nan")
+
+
+def usable_times(ts_us: np.ndarray, dur_us: np.ndarray) -> np.ndarray:
+    """Rows whose start and duration (µs) make sense: finite, not negative, within ``MAX_TRACE_US`` and
+    ``MAX_DURATION_US``; the others are damage, left out and counted (``dropped_note``)."""
+    with np.errstate(invalid="ignore"):
+        return (
+            np.isfinite(ts_us) & np.isfinite(dur_us) & (ts_us >= 0) & (ts_us < MAX_TRACE_US)
+            & (dur_us >= 0) & (dur_us <= MAX_DURATION_US)
+        )  # fmt: skip
+
+
+def dropped_note(path: Path, dropped: int, total: int) -> list[str]:
+    """The import's line for events left out for times that make no sense (none when nothing was)."""
+    if not dropped:
+        return []
+    return [
+        f"{path.name}: {dropped} of {total} events left out: a start or duration that is missing, negative, or past"
+        f" {MAX_DURATION_US / 86400e6:.0f} days (damage in the file; the rest is analysed)"
+    ]
+
+
+def hashable(value: Any) -> Any:
+    """A JSON value usable as a key (a pid or tid written as a list or object becomes its text)."""
+    return value if isinstance(value, (str, int, float, bool, type(None))) else json.dumps(value, sort_keys=True)
+
+
+def args_of(record: dict) -> dict:
+    """A record's ``args`` object ({} where missing or not an object)."""
+    args = record.get("args")
+    return args if isinstance(args, dict) else {}
+
+
 class TraceFormatError(ValueError):
     """A file that is none of the GPU trace formats read here; the message names the file and what to pass."""
 
@@ -125,6 +177,9 @@ def activity_frame(rows: dict[str, Any]) -> pd.DataFrame:
                 value = pd.Categorical.from_codes(np.zeros(n, np.int8), categories=[value])
             elif not isinstance(value, pd.Categorical):
                 value = pd.Categorical(np.asarray(value, dtype=object))
+            written = [ev.writable_text(c) if isinstance(c, str) else c for c in value.categories]
+            if written != list(value.categories):  # a name that cannot be stored as it is
+                value = ev.labelled_codes(value.codes, written)
         else:
             value = np.full(n, value, np.int64) if np.isscalar(value) else np.asarray(value, np.int64)
         out[column] = value
@@ -253,27 +308,39 @@ def _step_rows(host: str, device: str, start: np.ndarray, end: np.ndarray, steps
 MAX_JSON_BYTES = 4 << 30
 
 
-def load_json_trace(path: Path, *, limit: int = MAX_JSON_BYTES) -> Any:
+def load_json_trace(path: Path, *, limit: int = MAX_JSON_BYTES, notes: list[str] | None = None) -> Any:
     """A Chrome-trace JSON file (gzip or not) as Python objects; damaged or oversized files are one line.
 
-    A JSON array never closed (a job stopped while writing) is read up to its last whole record.
+    A JSON array never closed (a job stopped while writing) is read up to its last whole record. ``notes``
+    gets a line for damage read past (a gzip stream damaged after its good part).
     """
-    text = read_trace_bytes(path, limit=limit)
+    text = read_trace_bytes(path, limit=limit, notes=notes)
     try:
-        return json.loads(text)
+        return parse_json_bytes(text)
     except ValueError as error:
         recovered = _recover_unclosed(text)
         if recovered is None:
+            what = f"{error.msg} at byte {error.pos}" if isinstance(error, json.JSONDecodeError) else str(error)
             raise TraceFormatError(
-                f"{path} is not JSON ({error.msg} at byte {error.pos}): pass a Chrome-trace file"
-                " (TensorBoard's *.trace.json.gz, TF1's timeline JSON)"
+                f"{path} is not valid JSON ({what}): damaged after it was written (copy it again) or not a"
+                " Chrome-trace file (pass TensorBoard's *.trace.json.gz or TF1's timeline JSON)"
             ) from None
         return recovered
 
 
-def read_trace_bytes(path: Path, *, limit: int = MAX_JSON_BYTES) -> bytes:
+def parse_json_bytes(text: bytes) -> Any:
+    """JSON from bytes; bytes that are not UTF-8 (a name cut mid-character) become U+FFFD rather than refuse the
+    file."""
+    try:
+        return json.loads(text)
+    except UnicodeDecodeError:
+        return json.loads(text.decode("utf-8", "replace"))
+
+
+def read_trace_bytes(path: Path, *, limit: int = MAX_JSON_BYTES, notes: list[str] | None = None) -> bytes:
     """A trace file's bytes, gunzipped in pieces when compressed and refused once past ``limit`` (a file that
-    expands past what this machine can hold is stopped before it fills the memory)."""
+    expands past what this machine can hold is stopped before it fills the memory). A gzip stream damaged
+    part-way gives what comes before the damage, and a line in ``notes`` says so."""
     import zlib
 
     raw = path.read_bytes() if path.stat().st_size else b""
@@ -290,6 +357,7 @@ def read_trace_bytes(path: Path, *, limit: int = MAX_JSON_BYTES) -> bytes:
                     break
         except zlib.error as error:
             damaged = str(error)
+            out = _inflate_until_damage(raw, limit)  # the piece that failed held good data before its damage
         if len(out) > limit:
             raise TraceFormatError(
                 f"{path} expands past {limit / 2**30:.1f} GiB: too large to read here; split the profile"
@@ -297,8 +365,40 @@ def read_trace_bytes(path: Path, *, limit: int = MAX_JSON_BYTES) -> bytes:
             )
         if damaged and not out:
             raise TraceFormatError(f"{path} is not readable gzip ({damaged}): copy it again from where it was written")
+        if damaged and notes is not None:
+            notes.append(
+                f"{path.name}: the gzip stream is damaged ({damaged}) after {len(out):,} bytes: what comes before"
+                " is read; copy the file again from where it was written for the rest"
+            )
         return bytes(out)
     return raw
+
+
+def _inflate_until_damage(raw: bytes, limit: int) -> bytearray:
+    """A gzip member's bytes up to where its deflate stream breaks (no CRC check: the check is what failed)."""
+    import zlib
+
+    flags, at = raw[3] if len(raw) > 3 else 0, 10
+    try:
+        if flags & 4:  # FEXTRA
+            at += 2 + int.from_bytes(raw[at : at + 2], "little")
+        for flag in (8, 16):  # FNAME, FCOMMENT: zero-terminated
+            if flags & flag:
+                at = raw.index(b"\0", at) + 1
+        if flags & 2:  # FHCRC
+            at += 2
+    except ValueError:
+        return bytearray()
+    inflater = zlib.decompressobj(-zlib.MAX_WBITS)
+    out = bytearray()
+    for position in range(at, len(raw), 4096):
+        try:
+            out += inflater.decompress(raw[position : position + 4096], limit + 1 - len(out))
+        except zlib.error:
+            break
+        if inflater.unconsumed_tail or len(out) > limit or inflater.eof:
+            break
+    return out
 
 
 def _recover_unclosed(text: bytes) -> Any:
@@ -324,7 +424,8 @@ def read_json_activity(path: str | Path) -> DeviceTrace:
     the GPUs; each thread of a GPU process is a lane. Timestamps are µs after the profile's start: no epoch.
     """
     path = Path(path)
-    data = load_json_trace(path)
+    notes: list[str] = []
+    data = load_json_trace(path, notes=notes)
     records = data.get("traceEvents") if isinstance(data, dict) else data
     if not isinstance(records, list):
         raise TraceFormatError(f"{path} has no traceEvents list: pass a Chrome-trace file")
@@ -332,11 +433,11 @@ def read_json_activity(path: str | Path) -> DeviceTrace:
     thread: dict[tuple[Any, Any], str] = {}
     for record in records:
         if isinstance(record, dict) and record.get("ph") == "M":
-            name = str((record.get("args") or {}).get("name", ""))
+            name = str(args_of(record).get("name", ""))
             if record.get("name") == "process_name":
-                process[record.get("pid")] = name
+                process[hashable(record.get("pid"))] = name
             elif record.get("name") == "thread_name":
-                thread[(record.get("pid"), record.get("tid"))] = name
+                thread[(hashable(record.get("pid")), hashable(record.get("tid")))] = name
     gpu_of = {pid: f"GPU:{m.group(1)}" for pid, name in process.items() if (m := _GPU_PLANE.search(name))}
     # TF1 names a GPU's ops (launched from the host) apart from its streams' kernels: where a GPU has streams,
     # its kernels and copies are the activity, its ops would count them twice
@@ -348,16 +449,25 @@ def read_json_activity(path: str | Path) -> DeviceTrace:
     }
     host_pids = {pid for pid, name in process.items() if "/host:" in name or ("CPU" in name and pid not in gpu_of)}
     rows: dict[str, list[Any]] = {k: [] for k in ("device", "stream", "name", "start_ns", "end_ns", "step")}
+    spans = dropped = 0
+    not_objects = sum(not isinstance(record, dict) for record in records)
     for record in records:
         if not isinstance(record, dict) or record.get("ph") != "X" or "ts" not in record:
             continue
-        pid = record.get("pid")
+        pid = hashable(record.get("pid"))
         name = str(record.get("name", ""))
-        start = round(float(record["ts"]) * 1000)
-        end = start + round(float(record.get("dur", 0) or 0) * 1000)
-        args = record.get("args") or {}
+        args = args_of(record)
+        if pid not in gpu_of and not (pid in host_pids and ("step_num" in args or name in HOST_STEP_NAMES)):
+            continue
+        spans += 1
+        ts, dur = as_number(record["ts"]), as_number(record.get("dur", 0) or 0)
+        if not (0 <= ts < MAX_TRACE_US and 0 <= dur <= MAX_DURATION_US):  # NaN fails both: ``usable_times``
+            dropped += 1
+            continue
+        start = round(ts * 1000)
+        end = start + round(dur * 1000)
         if pid in gpu_of:
-            lane = thread.get((pid, record.get("tid")), "")
+            lane = thread.get((pid, hashable(record.get("tid"))), "")
             process_name = process.get(pid, "")
             if "/stream:all" in process_name or "Tensors" in process_name:
                 continue  # TF1's summary of every stream, and its tensor lifetimes: not more activity
@@ -369,9 +479,7 @@ def read_json_activity(path: str | Path) -> DeviceTrace:
             rows["device"].append("CPU")
             rows["stream"].append("Steps")
             step = args.get("step_num")
-            rows["step"].append(int(step) if str(step).isdigit() else -1)
-        else:
-            continue
+            rows["step"].append(int(step) if str(step).isdigit() and len(str(step)) < 16 else -1)
         rows["name"].append(name)
         rows["start_ns"].append(start)
         rows["end_ns"].append(max(end, start))
@@ -385,7 +493,10 @@ def read_json_activity(path: str | Path) -> DeviceTrace:
     if is_step.any() and (steps < 0).any():  # markers without their number: counted in order
         frame.loc[is_step, "step"] = np.arange(int(is_step.sum()))
     fmt = "tf1_timeline" if any("/job:" in name for name in process.values()) else "trace_json"
-    return DeviceTrace(path, fmt, host, frame, sorted(set(gpu_of.values()), key=_device_order), False)
+    devices = sorted(set(gpu_of.values()), key=_device_order)
+    if not_objects:
+        notes.append(f"{path.name}: {not_objects} records of traceEvents are not objects: left out")
+    return DeviceTrace(path, fmt, host, frame, devices, False, notes + dropped_note(path, dropped, spans))
 
 
 def _device_order(device: str) -> tuple[str, int]:

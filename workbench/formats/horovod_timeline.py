@@ -29,13 +29,15 @@ from __future__ import annotations
 import ctypes
 import gzip
 import json
+import math
 import re
 import sys
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
-from typing import BinaryIO, NamedTuple
+from typing import Any, BinaryIO, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -44,7 +46,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 from numpy.lib.stride_tricks import as_strided
 
-from workbench.events import EVENT_COLUMNS, EVENT_SCHEMA, IN_FLIGHT
+from workbench.events import EVENT_COLUMNS, EVENT_SCHEMA, IN_FLIGHT, writable_text
 
 #: Bytes read per chunk unless told otherwise.
 DEFAULT_CHUNK_MB = 8
@@ -227,6 +229,7 @@ class _Chunk(NamedTuple):
     name: np.ndarray  # index into labels, -1 where a record has no name
     labels: list[str]
     meta: list[tuple[int, str, int | None, str | None]]  # metadata records: (pid, name, start, tensor)
+    skipped: int = 0  # records left out as damaged (``_python_chunk``)
 
 
 def _windows(data: np.ndarray) -> np.ndarray:
@@ -380,31 +383,40 @@ def _names(window: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, list[str]
     if not ((masked == masked[first][codes]).all() and (length == length[first][codes]).all()):
         return None  # two names with one hash (never seen): let Arrow tell them apart
     try:  # equal bytes are equal names; the few distinct ones are decoded as JSON strings (escapes and all)
-        labels = [json.loads(b'"' + bytes(text[row, : length[row]]) + b'"') for row in first.tolist()]
+        labels = [writable_text(json.loads(b'"' + bytes(text[row, : length[row]]) + b'"')) for row in first.tolist()]
     except ValueError:
         return None
     return codes.astype(np.int64), labels, start + length
+
+
+def _texts(array: pa.Array) -> list[str | None]:
+    """A string array's values; bytes that are not UTF-8 (Arrow's JSON reader does not check) become U+FFFD."""
+    try:
+        return array.to_pylist()
+    except UnicodeDecodeError:
+        raw = array.cast(pa.binary()).to_pylist()
+        return [None if value is None else value.decode("utf-8", "replace") for value in raw]
 
 
 def _arrow_chunk(table: pa.Table) -> _Chunk:
     """A chunk parsed by Arrow's JSON reader as the same arrays as the direct parse."""
     n = table.num_rows
     ph_encoded = pc.dictionary_encode(table["ph"]).combine_chunks()
-    ph_lut = np.asarray([_PH_CODES.get(str(p), 0) for p in ph_encoded.dictionary.to_pylist()] or [0], np.int64)
+    ph_lut = np.asarray([_PH_CODES.get(str(p), 0) for p in _texts(ph_encoded.dictionary)] or [0], np.int64)
     ph_idx = ph_encoded.indices.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
     kind = ph_lut[ph_idx] if len(ph_encoded.dictionary) else np.zeros(n, np.int64)
     pid = table["pid"].fill_null(-1).to_numpy().astype(np.int64)
     ts = table["ts"].fill_null(0).to_numpy().astype(np.int64)
     encoded = pc.dictionary_encode(table["name"]).combine_chunks()
-    labels = [str(label) for label in encoded.dictionary.to_pylist()]
+    labels = [writable_text(str(label)) for label in _texts(encoded.dictionary)]
     name = encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
     meta = []
     positions = np.flatnonzero(kind == _META)
     if len(positions):
         args = table["args"].take(pa.array(positions)).combine_chunks()
         starts = args.field("start_time_since_epoch_in_micros").to_pylist()
-        tensors = args.field("name").to_pylist()
-        names = table["name"].take(pa.array(positions)).to_pylist()
+        tensors = _texts(args.field("name"))
+        names = _texts(table["name"].take(pa.array(positions)).combine_chunks())
         meta = [
             (int(pid[p]), str(record), start, tensor)
             for p, record, start, tensor in zip(positions.tolist(), names, starts, tensors)
@@ -457,7 +469,9 @@ class _Pairing:
         seq = np.arange(self.records, self.records + n, dtype=np.int64)
         self.records += n
         lut = np.asarray([self.names.setdefault(label, len(self.names)) for label in chunk.labels] + [-1], np.int64)
-        ranks = np.asarray([int(label) if label.isdigit() else -1 for label in chunk.labels] + [-1], np.int64)
+        ranks = np.asarray(
+            [int(label) if label.isdigit() and len(label) < 10 else -1 for label in chunk.labels] + [-1], np.int64
+        )
         name, rank = lut[chunk.name], ranks[chunk.name]  # code -1 picks the -1 appended last
         for pid, record_name, start, tensor in chunk.meta:
             if record_name != "process_name":
@@ -664,6 +678,70 @@ def _release_free_memory() -> None:
         _LIBC.malloc_trim(0)
 
 
+#: Timestamps past this (µs, 2^53) cannot be exact: damage.
+_MAX_TS_US = 2**53
+
+
+def _python_chunk(data: np.ndarray, starts: np.ndarray) -> _Chunk:
+    """A chunk Arrow refused (a value of the wrong type, a record that is not JSON), read record by record: the
+    sound records as ``_arrow_chunk`` gives them, the others counted in ``skipped``. Slow, and only for damage."""
+    ends = np.r_[starts[1:], len(data)]
+    kind, pid, ts, name = [], [], [], []
+    labels: dict[str, int] = {}
+    meta: list[tuple[int, str, int | None, str | None]] = []
+    skipped = 0
+    for start, end in zip(starts.tolist(), ends.tolist()):
+        record = bytes(data[start:end]).rstrip(b"\x00").strip().rstrip(b",]").strip()
+        if not record:
+            continue
+        try:
+            fields = json.loads(record.decode("utf-8", "replace"), strict=False)
+        except ValueError:
+            fields = None
+        parsed = _sound_record(fields)
+        if parsed is None:
+            skipped += 1
+            continue
+        code, own_pid, own_ts, own_name = parsed
+        kind.append(code)
+        pid.append(own_pid)
+        ts.append(own_ts)
+        name.append(-1 if own_name is None else labels.setdefault(own_name, len(labels)))
+        if code == _META:
+            args = fields.get("args") if isinstance(fields.get("args"), dict) else {}
+            start_us = args.get("start_time_since_epoch_in_micros")
+            tensor = args.get("name")
+            meta.append(
+                (
+                    own_pid,
+                    str(own_name),
+                    start_us if isinstance(start_us, int) and 0 <= start_us < _MAX_TS_US else None,
+                    tensor if isinstance(tensor, str) else None,
+                )
+            )
+    as_array = partial(np.asarray, dtype=np.int64)
+    return _Chunk(as_array(kind), as_array(pid), as_array(ts), as_array(name), list(labels), meta, skipped)
+
+
+def _sound_record(fields: Any) -> tuple[int, int, int, str | None] | None:
+    """(kind, pid, ts, name) of a record whose values have the types and ranges Horovod writes; None else."""
+    if not isinstance(fields, dict):
+        return None
+    ph, own_pid, own_ts, own_name = (fields.get(k) for k in ("ph", "pid", "ts", "name"))
+    if not isinstance(ph, str) or (own_name is not None and not isinstance(own_name, str)):
+        return None
+    code = _PH_CODES.get(ph, 0)
+    if own_pid is None:
+        own_pid = -1
+    elif isinstance(own_pid, bool) or not isinstance(own_pid, int) or not 0 <= own_pid < 2**31:
+        return None
+    if own_ts is None and code in (_META, 0):
+        own_ts = 0
+    elif isinstance(own_ts, bool) or not isinstance(own_ts, (int, float)) or not 0 <= own_ts < _MAX_TS_US:
+        return None  # NaN fails the comparison too
+    return code, own_pid, int(own_ts), None if own_name is None else writable_text(own_name)
+
+
 class _Damaged(NamedTuple):
     """A chunk whose record ``row`` is not JSON: the records before it, and the error that stopped the read."""
 
@@ -682,6 +760,9 @@ def _parse_chunk(raw: tuple[bytearray, int, int], path: Path, engine: str) -> _C
     try:
         table = pa_json.read_json(pa.BufferReader(body), read_options=_READ, parse_options=_PARSE, memory_pool=_POOL)
     except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
+        one_by_one = _python_chunk(data[: len(data) - _PADDING], starts)
+        if one_by_one.skipped < len(starts):  # some records are sound: those are read, the others counted
+            return one_by_one
         first = str(error).splitlines()[0]
         failure = TimelineError(
             f"{path} is not a Horovod timeline ({first}): pass the file written by HOROVOD_TIMELINE"
@@ -730,6 +811,15 @@ _SHAPE = re.compile(r'"pid": (\d+), "args": \{"dtype": "(\w+)", "shape": "\[([^\
 _ITEM_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int32": 4, "int64": 8, "int8": 1, "uint8": 1}
 
 
+def _json_string(body: str) -> str:
+    """A JSON string's text from between its quotes; as written where it does not decode (a raw control
+    character, a broken escape)."""
+    try:
+        return json.loads(f'"{body}"', strict=False)
+    except ValueError:
+        return body
+
+
 def timeline_tensor_bytes(path: str | Path, *, scan_bytes: int = TENSOR_SCAN_BYTES) -> dict[str, int]:
     """``{tensor: bytes}`` of every tensor Horovod allreduced, in the order they first appear, from the shapes
     the timeline writes on each allreduce's end (``"args": {"dtype": ..., "shape": ...}``).
@@ -740,15 +830,19 @@ def timeline_tensor_bytes(path: str | Path, *, scan_bytes: int = TENSOR_SCAN_BYT
     """
     with open_maybe_compressed(Path(path)) as handle:
         text = handle.read(scan_bytes).decode("utf-8", errors="replace")
-    names = {int(pid): json.loads(f'"{name}"') for pid, name in _PROCESS_NAME.findall(text)}
+    names = {int(pid): _json_string(name) for pid, name in _PROCESS_NAME.findall(text)}
     allreduced = {int(pid) for operation, pid in _NEGOTIATION.findall(text) if operation == "ALLREDUCE"}
     sizes: dict[str, int] = {}
     for pid, dtype, shape in _SHAPE.findall(text):
         pid = int(pid)
         if pid not in allreduced or dtype not in _ITEM_BYTES:
             continue
-        dims = [int(d) for d in shape.replace(" ", "").split(",") if d]
-        sizes.setdefault(names.get(pid, f"tensor-{pid}"), int(np.prod(dims, dtype=np.int64)) * _ITEM_BYTES[dtype])
+        written = [d for d in shape.replace(" ", "").split(",") if d]
+        dims = [int(d) for d in written if d.isdigit()]
+        nbytes = math.prod(dims) * _ITEM_BYTES[dtype]
+        if len(dims) != len(written) or nbytes >= 2**50:
+            continue  # a dimension that is not a count, or a petabyte tensor: damage, the tensor left out
+        sizes.setdefault(names.get(pid, f"tensor-{pid}"), nbytes)
     return sizes
 
 
@@ -810,6 +904,7 @@ def iter_horovod_timeline(
         if index != pairing.fragment:
             pairing.new_fragment(index)
         result = parsed.result()
+        skipped[0] += getattr(result, "skipped", 0)
         if isinstance(result, _Damaged):
             if result.chunk is not None:
                 pairing.add(result.chunk)
@@ -817,6 +912,7 @@ def iter_horovod_timeline(
         pairing.add(result)
 
     damage: TimelineError | None = None
+    skipped = [0]  # records left out as damaged, read past
     try:
         with ThreadPoolExecutor(max_workers=2) as pool:
             for index, raw in chunks():
@@ -859,6 +955,7 @@ def iter_horovod_timeline(
             last_ns=pairing.last_us * 1000 + origin_ns,
             open_activities=int((pairing.carry["kind"] == _BEGIN).sum()),
             ranks=sorted(pairing.mark_ranks),
+            skipped_records=skipped[0],
         )
     if pairing.pending():
         yield pairing.frame(run_id, host)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+import zlib
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -31,7 +32,12 @@ from workbench.formats.gpu_trace import (
     TraceFormatError,
     activity_frame,
     activity_kind,
+    args_of,
+    as_number,
+    dropped_note,
+    parse_json_bytes,
     read_trace_bytes,
+    usable_times,
 )
 from workbench.formats.horovod_timeline import open_maybe_compressed
 
@@ -65,20 +71,27 @@ def read_kineto_activity(path: str | Path) -> tuple[DeviceTrace, int | None, int
     """
     path = Path(path)
     columns = _arrow_columns(path)
+    damage: list[str] = []
     if columns is None:
-        text = read_trace_bytes(path)
+        text = read_trace_bytes(path, notes=damage)
         try:
-            data = json.loads(text)
+            data = parse_json_bytes(text)
         except ValueError as error:
-            raise TraceFormatError(f"{path} is not JSON ({error}): pass a PyTorch profiler trace") from None
+            raise TraceFormatError(
+                f"{path} is not valid JSON ({error}): damaged after the profiler wrote it; copy it again from where"
+                " it was written, or pass the trace PyTorch's profiler wrote"
+            ) from None
         if not is_kineto(data):
             raise TraceFormatError(f"{path} is not a PyTorch profiler trace (no distributedInfo/schemaVersion)")
         header, columns = data, _python_columns(data["traceEvents"])
     else:
         header, columns = columns
-    info = header.get("distributedInfo") or {}
-    rank = int(info["rank"]) if str(info.get("rank", "")).lstrip("-").isdigit() else None
-    world = int(info["world_size"]) if str(info.get("world_size", "")).isdigit() else None
+    info = header.get("distributedInfo")
+    info = info if isinstance(info, dict) else {}
+    rank, world = _rank_number(info.get("rank"), 0), _rank_number(info.get("world_size"), 1)
+    odd_rank = rank is not None and world is not None and rank >= world
+    if odd_rank:  # one of the two is damaged: the file's order places it, and the line says so
+        rank = None
     base_ns = _whole_number(header.get("baseTimeNanoseconds"))
     host = _host_name(path, rank)
     category_codes, categories = columns["cat"]
@@ -87,7 +100,10 @@ def read_kineto_activity(path: str | Path) -> tuple[DeviceTrace, int | None, int
         [0 if c in GPU_CATEGORIES else 1 if c in CPU_CATEGORIES else 2 for c in categories] + [2], np.int64
     )
     where = category_kind[category_codes]  # 0 GPU, 1 host, 2 left out (code -1: the appended 2)
-    keep = where < 2
+    timed = usable_times(columns["ts"], columns["dur"])
+    unplaced = (where == 0) & (columns["device"] < 0)  # a GPU activity whose args name no device
+    keep = (where < 2) & timed & ~unplaced
+    dropped = int(((where < 2) & ~timed).sum())
     on_gpu = where[keep] == 0
     name_codes, category_codes = name_codes[keep], category_codes[keep]
     start_ns = _microseconds_to_ns(columns["ts"][keep]) + base_ns
@@ -105,11 +121,14 @@ def read_kineto_activity(path: str | Path) -> tuple[DeviceTrace, int | None, int
     device = pd.Categorical.from_codes(
         device_codes, categories=[f"GPU:{d}" if d >= 0 else "CPU" for d in device_labels]
     )
-    stream_numbers = np.where(on_gpu, columns["stream"][keep], np.where(is_marker, -2, -3))
+    gpu_streams = np.maximum(columns["stream"][keep], -1)  # -1: a GPU activity whose args name no stream
+    stream_numbers = np.where(on_gpu, gpu_streams, np.where(is_marker, -2, -3))
     stream_codes, stream_labels = pd.factorize(stream_numbers)
     stream = pd.Categorical.from_codes(
         stream_codes,
-        categories=[f"stream {n}" if n >= 0 else "Steps" if n == -2 else "CPU" for n in stream_labels],
+        categories=[
+            f"stream {n}" if n >= 0 else "stream ?" if n == -1 else "Steps" if n == -2 else "CPU" for n in stream_labels
+        ],
     )
     steps = _launch_steps(steps, kinds, start_ns, end_ns, columns["correlation"][keep])
     frame = activity_frame(
@@ -127,6 +146,13 @@ def read_kineto_activity(path: str | Path) -> tuple[DeviceTrace, int | None, int
     )
     devices = sorted((d for d in device.categories if d.startswith("GPU")), key=lambda d: int(d.split(":")[1]))
     notes = [] if rank is not None else [f"{path.name}: no distributedInfo.rank; ranks follow the files' order"]
+    if odd_rank:
+        notes = [f"{path.name}: distributedInfo says rank {info.get('rank')} of {world}; ranks follow the files' order"]
+    notes += damage + dropped_note(path, dropped, int((where < 2).sum()))
+    if columns.get("not_objects"):
+        notes.append(f"{path.name}: {columns['not_objects']} records of traceEvents are not objects: left out")
+    if unplaced.any():
+        notes.append(f"{path.name}: {int(unplaced.sum())} GPU activities name no device (args.device): left out")
     aligned = bool(len(start_ns)) and int(start_ns.min()) > 10**17
     return DeviceTrace(path, "kineto", host, frame, devices, aligned, notes), rank, world
 
@@ -165,7 +191,7 @@ def _arrow_columns(path: Path) -> tuple[dict[str, Any], dict[str, Any]] | None:
     try:
         with open_maybe_compressed(path) as handle:
             return _stream_columns(handle)
-    except (_NotAsExpected, OSError, EOFError, pa.ArrowInvalid, pa.ArrowTypeError, ValueError):
+    except (_NotAsExpected, OSError, EOFError, zlib.error, pa.ArrowInvalid, pa.ArrowTypeError, ValueError):
         return None
 
 
@@ -265,11 +291,24 @@ class _Columns:
         return out
 
 
+#: Most ranks a trace's ``distributedInfo`` is believed for (a larger number is damage).
+MAX_RANKS = 1 << 20
+
+
+def _rank_number(value: Any, least: int) -> int | None:
+    """A rank or world size from ``distributedInfo`` (a number or its text); None where missing or not sensible."""
+    number = as_number(value)
+    return int(number) if least <= number < MAX_RANKS and number == int(number) else None
+
+
 def _whole_number(value: Any) -> int:
-    try:
-        return int(value or 0)
-    except (TypeError, ValueError):
-        return 0
+    """A header's ns (``baseTimeNanoseconds``), 0 where missing or past 2^61 (year 2043: damage)."""
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value if 0 <= value < 2**61 else 0
+    number = as_number(value)
+    return int(number) if 0 <= number < 2**61 else 0
 
 
 def _microseconds_to_ns(microseconds: np.ndarray) -> np.ndarray:
@@ -281,21 +320,24 @@ def _microseconds_to_ns(microseconds: np.ndarray) -> np.ndarray:
 def _python_columns(records: list[Any]) -> dict[str, Any]:
     """The same columns from records parsed by Python's ``json``."""
     rows = [r for r in records if isinstance(r, dict) and r.get("ph") == "X"]
+    not_objects = sum(not isinstance(r, dict) for r in records)
 
     def arg(record: dict, key: str) -> int:
-        value = (record.get("args") or {}).get(key)
-        return int(value) if isinstance(value, (int, float)) else -1
+        value = as_number(args_of(record).get(key))
+        return int(value) if 0 <= value < 2**62 else -1
 
-    category_codes, categories = pd.factorize(pd.Series([r.get("cat") for r in rows], dtype=object))
+    categories_of = [r.get("cat") if isinstance(r.get("cat"), str) else None for r in rows]
+    category_codes, categories = pd.factorize(pd.Series(categories_of, dtype=object))
     name_codes, names = pd.factorize(pd.Series([str(r.get("name", "")) for r in rows], dtype=object))
     return {
         "cat": (category_codes, list(categories)),
         "name": (name_codes, list(names)),
-        "ts": np.asarray([float(r.get("ts", 0)) for r in rows], np.float64),
-        "dur": np.asarray([float(r.get("dur", 0) or 0) for r in rows], np.float64),
+        "ts": np.asarray([as_number(r.get("ts")) for r in rows], np.float64),
+        "dur": np.asarray([as_number(r.get("dur", 0) or 0) for r in rows], np.float64),
         "device": np.asarray([arg(r, "device") for r in rows], np.int64),
         "stream": np.asarray([arg(r, "stream") for r in rows], np.int64),
         "correlation": np.asarray([arg(r, "correlation") for r in rows], np.int64),
+        "not_objects": not_objects,
     }
 
 

@@ -238,7 +238,10 @@ def read_xspace(path: str | Path, *, stats_for: Any = None, stat_keys: Any = Non
             name = type(error).__name__
             damage = f"a line could not be decoded ({name}); the {len(planes)} planes before it are kept"
     if not planes and damage:
-        raise XPlaneError(f"{path} is not a readable XPlane profile: {damage.split(';')[0]}")
+        raise XPlaneError(
+            f"{path} is not a readable XPlane profile ({damage.split(';')[0]} in its first plane): copy it again"
+            " from where the profiler wrote it, or profile again"
+        )
     return XSpaceData(path, hostnames, planes, damage)
 
 
