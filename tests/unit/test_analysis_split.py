@@ -18,7 +18,7 @@ from analysis_parity import (
     write_made_gpu_run,
 )
 
-from workbench.analysis.pieces import FRAMES, PIECES
+from workbench.analysis.pieces import FRAMES, PIECES, TABLES
 from workbench.bench.analysis import synthetic_events, write_run, write_synthetic_run
 from workbench.rank_groups import GROUPED_PIECES, analyse_split, mark_group, rank_groups
 from workbench.store import create_run, update_run_meta
@@ -56,8 +56,7 @@ def test_the_made_runs_exercise_every_registered_piece(whole_runs):
     produced: set[str] = set()
     for result in whole_runs.values():
         produced |= set(result.findings["kind"])
-        produced |= {name for name in ("breakdown", "steps", "memory", "waits", "lateness", "in_flight",
-                                       "keras_calls", "devices") if len(getattr(result, name))}  # fmt: skip
+        produced |= {name for name in TABLES if len(getattr(result, name))}
         produced |= {"header.rank_hosts"} if result.header["rank_hosts"] else set()
         produced |= {"pop"} if result.pop["parallel_efficiency"] == result.pop["parallel_efficiency"] else set()
     for piece in PIECES:

@@ -135,3 +135,15 @@ def test_a_run_imported_before_correlation_was_kept_still_loads(tmp_path):
     run = Run.load(result.run_path)
     assert len(run.devices) and (run.devices["correlation"] == -1).all()
     assert "exposed_communication" in set(run.analyse().findings["kind"])
+
+
+def test_the_analysis_gives_htas_numbers_in_rank_groups(tmp_path):
+    """``RunAnalysis.gpu_time``, on the path large runs take (a rank a group): HTA's numbers for its samples."""
+    from workbench.rank_groups import analyse_split
+
+    path = import_traces(sorted(SAMPLES.glob("*.json.gz")), out=tmp_path).run_path
+    table = analyse_split(path, group_ranks=1).gpu_time.set_index("rank")
+    for rank, expected in HTA_SAMPLES.items():
+        row = table.loc[rank]
+        for name in ("idle", "compute", "non_compute", "overlap"):
+            assert 100 * row[f"{name}_share"] == pytest.approx(expected[name], abs=0.01), (rank, name)

@@ -319,6 +319,16 @@ def temporal_breakdown(activity: pd.DataFrame, *, include_last_step: bool = Fals
     return table.sort_values("rank", ignore_index=True)[list(TEMPORAL_COLUMNS)]
 
 
+def gpu_time_table(activity: pd.DataFrame) -> pd.DataFrame:
+    """``temporal_breakdown`` rank by rank, each less its own last profiler step: what Holistic Trace Analysis
+    gives reading each rank's trace, so its numbers can be checked against any run's analysis, at any size."""
+    if activity is None or activity.empty:
+        return pd.DataFrame(columns=list(TEMPORAL_COLUMNS))
+    parts = [temporal_breakdown(rows) for _rank, rows in activity.groupby("rank", sort=True, observed=True)]
+    parts = [part for part in parts if len(part)]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=list(TEMPORAL_COLUMNS))
+
+
 def device_summary(steps: pd.DataFrame) -> pd.DataFrame:
     """Per GPU over its steps: the sums of ``device_step_table`` and the shares of its wall time."""
     if steps.empty:

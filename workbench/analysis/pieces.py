@@ -30,9 +30,11 @@ from workbench.analysis.breakdown import breakdown_from_lanes, lane_table
 from workbench.analysis.completion import completion_findings_of, life_table
 from workbench.analysis.cpu_wait import cpu_wait_finding, cpu_wait_table
 from workbench.analysis.devices import (
+    TEMPORAL_COLUMNS,
     device_findings,
     device_step_table,
     device_summary,
+    gpu_time_table,
     profile_window,
     with_window,
 )
@@ -251,6 +253,14 @@ def _merge_devices(parts: list[Any], state: RunState) -> None:
     state.facts["launches"] = pd.concat([p[2] for p in present], ignore_index=True)
     # a GPU's spans already hold its idle time between kernels: nothing is derived from step lengths
     state.derive_waits = False
+
+
+def _reduce_gpu_time(frames: GroupFrames) -> pd.DataFrame | None:
+    return None if frames.devices is None or not len(frames.devices) else gpu_time_table(frames.devices)
+
+
+def _merge_gpu_time(parts: list[pd.DataFrame | None], state: RunState) -> None:
+    state.tables["gpu_time"] = concat_frames(parts, _empty(TEMPORAL_COLUMNS))
 
 
 @dataclass(frozen=True)
@@ -549,6 +559,7 @@ PIECES: tuple[Piece, ...] = (
     Piece("hosts", ("events", "memory", "rank_meta"), ("header.rank_hosts",), _merge_hosts, _reduce_hosts),
     Piece("record", ("events",), ("backwards_spans",), _merge_record, _reduce_record),
     Piece("devices", ("devices",), ("devices",), _merge_devices, _reduce_devices),
+    Piece("gpu_time", ("devices",), ("gpu_time",), _merge_gpu_time, _reduce_gpu_time),
     Piece(
         "step_waits",
         ("events",),
@@ -671,7 +682,9 @@ PIECES: tuple[Piece, ...] = (
 )
 
 #: The tables every analysis of a run has, whatever its size (``RunAnalysis`` fields the pieces fill).
-TABLES: tuple[str, ...] = ("breakdown", "steps", "memory", "waits", "lateness", "in_flight", "keras_calls", "devices")
+TABLES: tuple[str, ...] = (
+    "breakdown", "steps", "memory", "waits", "lateness", "in_flight", "keras_calls", "devices", "gpu_time"
+)  # fmt: skip
 
 
 def reduce_group(frames: GroupFrames) -> dict[str, Any]:
@@ -729,4 +742,5 @@ def empty_tables() -> dict[str, pd.DataFrame]:
         "in_flight": _empty(OVERLAP_COLUMNS)(),
         "keras_calls": _empty(KERAS_CALL_COLUMNS)(),
         "devices": pd.DataFrame(),
+        "gpu_time": _empty(TEMPORAL_COLUMNS)(),
     }

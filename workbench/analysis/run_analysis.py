@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from workbench import events as ev
+from workbench.analysis.devices import TEMPORAL_COLUMNS
 from workbench.analysis.findings import combine_findings
 from workbench.analysis.keras_calls import KERAS_CALL_COLUMNS
 from workbench.analysis.pieces import (
@@ -75,6 +76,9 @@ class RunAnalysis:
     keras_calls: pd.DataFrame = field(default_factory=lambda: _empty(KERAS_CALL_COLUMNS))
     #: ``devices.device_summary``: per GPU of an imported profile, busy, idle, compute, communication, copies.
     devices: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: ``devices.gpu_time_table``: per GPU, Holistic Trace Analysis's temporal breakdown and overlap (each rank's
+    #: last profiler step left out, as HTA does), to set beside HTA's own numbers.
+    gpu_time: pd.DataFrame = field(default_factory=lambda: _empty(TEMPORAL_COLUMNS))
     #: The registered pieces of the analysis it ran (``analysis.pieces.PIECES``): all of them, at any size.
     pieces: tuple[str, ...] = ()
 
@@ -85,6 +89,7 @@ class RunAnalysis:
             "in_flight": json_records(self.in_flight),
             "keras_calls": json_records(self.keras_calls),
             "devices": json_records(self.devices),
+            "gpu_time": json_records(self.gpu_time),
             "pieces": list(self.pieces),
         }
 
@@ -260,6 +265,7 @@ def analysis_of(state: RunState, **extra: Any) -> RunAnalysis:
         in_flight=with_hosts(tables["in_flight"], hosts),
         keras_calls=with_hosts(tables["keras_calls"], hosts),
         devices=tables["devices"],
+        gpu_time=tables["gpu_time"],
         pieces=piece_names(),
         **extra,
     )

@@ -254,18 +254,20 @@ class OutputTail:
     def _copy(self, stream: IO[bytes]) -> None:
         target = getattr(sys.stderr, "buffer", None)
         for chunk in iter(lambda: stream.read1(65536), b""):
-            if target is not None:
-                target.write(chunk)
-                target.flush()
-            else:
-                sys.stderr.write(chunk.decode(errors="replace"))
+            # kept before it is passed on: a slow reader of our stderr must not keep the launcher's words from us
             room = max(0, self.keep - len(self._head))
             self._head += chunk[:room]
             self._tail += chunk[room:]
             del self._tail[: max(0, len(self._tail) - self.keep)]
             self.ended_line = chunk.endswith(b"\n")
+            if target is not None:
+                target.write(chunk)
+                target.flush()
+            else:
+                sys.stderr.write(chunk.decode(errors="replace"))
 
-    def join(self, timeout_s: float = 5.0) -> None:
+    def join(self, timeout_s: float = 15.0) -> None:
+        """Wait for the launcher's last words: a loaded machine relays remote daemons' lines after mpiexec ends."""
         if self._thread is not None:
             self._thread.join(timeout_s)
 

@@ -151,6 +151,9 @@ def read_kineto_activity(path: str | Path) -> tuple[DeviceTrace, int | None, int
     notes += damage + dropped_note(path, dropped, int((where < 2).sum()))
     if columns.get("not_objects"):
         notes.append(f"{path.name}: {columns['not_objects']} records of traceEvents are not objects: left out")
+    if columns.get("damaged"):
+        damaged = columns["damaged"]
+        notes.append(f"{path.name}: {damaged} damaged records of traceEvents (not JSON) left out, the rest read")
     if unplaced.any():
         notes.append(f"{path.name}: {int(unplaced.sum())} GPU activities name no device (args.device): left out")
     aligned = bool(len(start_ns)) and int(start_ns.min()) > 10**17
@@ -244,7 +247,10 @@ def _records_split(text: bytes, columns: _Columns) -> tuple[bytes, int]:
     split = _BOUNDARY.sub(_LINE, text)
     cut = split.rfind(_LINE)
     if cut >= 0:
-        columns.add(split[: cut + 1])
+        try:
+            columns.add(split[: cut + 1])
+        except (pa.ArrowInvalid, pa.ArrowTypeError):  # damage inside a record: the others are read one by one
+            columns.add_records(split[: cut + 1])
     return split, cut
 
 
@@ -262,6 +268,30 @@ class _Columns:
     def __init__(self) -> None:
         self.labels: dict[str, dict[str, int]] = {"cat": {}, "name": {}}
         self.parts: dict[str, list[np.ndarray]] = {k: [] for k in (*self.labels, *self.NUMBERS, *self.ARGS)}
+        #: Lines that were not JSON (``add_records``), and records that were not objects.
+        self.damaged = self.not_objects = 0
+
+    def add_records(self, body: bytes) -> None:
+        """A part Arrow refused, read a record a line with Python's ``json``: the sound records kept, the lines
+        that are not JSON counted in ``damaged`` (slow, and only for damage)."""
+        records: list[Any] = []
+        for line in body.split(b"\n"):
+            text = line.decode("utf-8", "replace").strip().rstrip(",")
+            try:
+                records.append(json.loads(text, strict=False))
+            except ValueError:
+                try:  # values run together where a boundary was not a record's (``17, {...}``)
+                    records += json.loads(f"[{text}]", strict=False)
+                except ValueError:
+                    self.damaged += 1
+        found = _python_columns(records)
+        self.not_objects += found["not_objects"]
+        for key, labels in self.labels.items():
+            codes, values = found[key]
+            lookup = np.asarray([labels.setdefault(v, len(labels)) if isinstance(v, str) else -1 for v in values])
+            self.parts[key].append(np.append(lookup, -1).astype(np.int64)[codes])
+        for key in (*self.NUMBERS, *self.ARGS):
+            self.parts[key].append(found[key])
 
     def add(self, body: bytes) -> None:
         """One part: complete records, one a line."""
@@ -278,17 +308,20 @@ class _Columns:
             found = encoded.dictionary.to_pylist()
             codes = np.asarray([labels.setdefault(label, len(labels)) for label in found] + [-1], np.int64)
             self.parts[key].append(codes[encoded.indices.fill_null(len(found)).to_numpy(zero_copy_only=False)])
-        for key in self.NUMBERS:
-            self.parts[key].append(table[key].fill_null(0).to_numpy())
+        # a start that is missing is no time (left out and counted, ``usable_times``); a missing duration is 0
+        self.parts["ts"].append(table["ts"].fill_null(np.nan).to_numpy())
+        self.parts["dur"].append(table["dur"].fill_null(0).to_numpy())
         args = table["args"].combine_chunks()
         for key in self.ARGS:
             self.parts[key].append(args.field(key).fill_null(-1).to_numpy(zero_copy_only=False))
 
     def arrays(self) -> dict[str, Any]:
         out: dict[str, Any] = {k: np.concatenate(v) if v else np.zeros(0) for k, v in self.parts.items()}
+        for key in self.ARGS:
+            out[key] = out[key].astype(np.int64)
         for key, labels in self.labels.items():
             out[key] = (out[key].astype(np.int64), list(labels))
-        return out
+        return {**out, "damaged": self.damaged, "not_objects": self.not_objects}
 
 
 #: Most ranks a trace's ``distributedInfo`` is believed for (a larger number is damage).
