@@ -10,7 +10,9 @@ child's process tree, proportional set sizes summed) with their ratios.
 
 Also per rank: HTA's idle time split by cause (host wait, kernel wait, other; ``analysis.launches``), its
 kernel launch statistics and the top compute kernel; per set, its kernel-type breakdown (``analysis.kernels``).
-Our child reads one rank's file at a time (as ``workbench import`` does); HTA holds every rank at once.
+Our child reads one rank's file at a time (as ``workbench import`` does); HTA holds every rank at once. A third
+child takes the path a large run takes: ``workbench import``, then the whole analysis in rank groups
+(``analyse_split``, a rank a group, 2 workers), HTA's shares read from the analysis's ``gpu_time`` table.
 
 Sets: HTA's own samples (``data/traces/hta_trace_filter``) and made traces (``bench.kineto``) shaped like real
 profiles (``--steps`` steps of many kernels each), ``--made`` giving each set's ranks and events per rank.
@@ -122,6 +124,24 @@ total = time.perf_counter() - started
 load_s += imported - started
 print(json.dumps({"load_s": load_s, "analysis_s": total - load_s, "ranks": ranks, "kernel_types": types}))
 """
+# The path a large run takes: the traces imported into a run, then the whole analysis in rank groups (a rank a
+# group, 2 worker processes); HTA's shares read from its ``gpu_time`` table.
+GROUPS_CHILD = """
+import json, sys, tempfile, time
+started = time.perf_counter()
+from workbench.importer import import_traces
+from workbench.rank_groups import analyse_split
+with tempfile.TemporaryDirectory() as runs:
+    path = import_traces([sys.argv[1]], out=runs).run_path
+    imported = time.perf_counter()
+    result = analyse_split(path, group_ranks=1, workers=2)
+    done = time.perf_counter()
+ranks = {int(row.rank): {"idle": 100 * row.idle_share, "compute": 100 * row.compute_share,
+                         "non_compute": 100 * row.non_compute_share, "overlap": 100 * row.overlap_share}
+         for row in result.gpu_time.itertuples()}
+print(json.dumps({"load_s": imported - started, "analysis_s": done - imported, "ranks": ranks,
+                  "findings": len(result.findings)}))
+"""
 #: Shares in % (compared in points).
 NUMBERS = ("idle", "compute", "non_compute", "overlap", "idle_host_wait", "idle_kernel_wait", "idle_other")
 #: Launch statistics (compared as they are: counts, µs).
@@ -182,6 +202,13 @@ def compare(label: str, folder: Path) -> dict:
         row["top_kernel_same"] = theirs.get("top_kernel") == mine.get("top_kernel") and _same(
             theirs.get("top_kernel_us"), mine.get("top_kernel_us")
         )
+    groups = run_child(Path(sys.executable), GROUPS_CHILD, folder)
+    group_differences = [
+        abs(groups["ranks"].get(rank, {}).get(k, float("nan")) - theirs[k])
+        for rank, theirs in hta["ranks"].items()
+        for k in NUMBERS[:4]
+        if theirs.get(k) is not None
+    ]
     kernel_types = _kernel_type_shares(hta["kernel_types"], ours["kernel_types"])
     hta_s, ours_s = hta["load_s"] + hta["analysis_s"], ours["load_s"] + ours["analysis_s"]
     differences = [abs(row[f"diff_{k}"]) for row in rows for k in NUMBERS if row[f"diff_{k}"] is not None]
@@ -191,6 +218,11 @@ def compare(label: str, folder: Path) -> dict:
         "ranks": rows,
         "hta": {k: hta[k] for k in ("load_s", "analysis_s", "peak_mb")},
         "ours": {k: ours[k] for k in ("load_s", "analysis_s", "peak_mb")},
+        # the same traces imported and analysed whole in rank groups, as a large run is: HTA's four shares
+        "groups": {
+            **{k: groups[k] for k in ("load_s", "analysis_s", "peak_mb")},
+            "max_diff_points": max(group_differences) if group_differences else None,
+        },
         "speedup": hta_s / ours_s,
         "memory_ratio": ours["peak_mb"] / hta["peak_mb"],
         "kernel_types": kernel_types,
@@ -247,6 +279,12 @@ def print_result(result: dict) -> None:
         f" {ours['load_s'] + ours['analysis_s']:.2f} s, {ours['peak_mb']:.0f} MB: {result['speedup']:.1f}x faster,"
         f" {result['memory_ratio']:.2f}x the memory; largest difference {result['max_diff_points']:.2f} points;"
         f" launch statistics {'equal' if result['launch_numbers_equal'] else 'DIFFERENT'}"
+    )
+    groups = result["groups"]
+    print(
+        f"imported and analysed whole in rank groups (a rank a group, 2 workers):"
+        f" {groups['load_s'] + groups['analysis_s']:.2f} s, {groups['peak_mb']:.0f} MB; HTA's shares from its"
+        f" gpu_time table: largest difference {groups['max_diff_points']:.2f} points"
     )
 
 

@@ -357,13 +357,19 @@ def render_peers(saved: Mapping[str, Any]) -> str:
                 number(hta["peak_mb"]),
                 number(ours["peak_mb"]),
                 f"{result['memory_ratio']:.2f}×",
+                _groups_cell(result.get("groups")),
             ]
         )
     header = [
         "traces", "ranks", "largest difference (points)", "launch statistics", "HTA s", "workbench s", "faster",
-        "HTA MB", "workbench MB", "memory",
+        "HTA MB", "workbench MB", "memory", "in rank groups: difference, s, MB",
     ]  # fmt: skip
-    text = table(header, ["l"] + ["r"] * 9, rows)
+    text = table(header, ["l"] + ["r"] * 10, rows)
+    text += (
+        "\n\n*In rank groups*: the traces imported into a run and analysed whole in rank groups (a rank a group, 2"
+        " workers), as a large run is: HTA's four shares from the analysis's `gpu_time` table, import and analysis"
+        " timed together."
+    )
     made = [r for r in saved["result"]["sets"] if r["traces"].startswith("made")]
     if made:
         points = max(r["max_diff_points"] for r in saved["result"]["sets"])
@@ -385,6 +391,14 @@ def render_peers(saved: Mapping[str, Any]) -> str:
             )
         text += "\n\nGoals on the made sets: " + "; ".join(verdict) + "."
     return text + "\n\n" + source_line(saved)
+
+
+def _groups_cell(groups: Mapping[str, Any] | None) -> str:
+    if not groups:
+        return "not measured"
+    diff = groups.get("max_diff_points")
+    points = "–" if diff is None else f"{diff:.2f}"
+    return f"{points}, {fixed(groups['load_s'] + groups['analysis_s'], 2)}, {number(groups['peak_mb'])}"
 
 
 def _met(ok: bool) -> str:
