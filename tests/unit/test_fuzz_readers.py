@@ -114,7 +114,7 @@ def test_a_gzip_stream_damaged_part_way_keeps_what_comes_before(tmp_path):
     assert result.device_activities > 0
 
 
-def test_the_fuzz_benchmark_counts_outcomes(tmp_path, monkeypatch):
+def test_the_fuzz_benchmark_counts_outcomes():
     result = fuzz.run(per_seed=2)
     assert result["cases"] == 2 * len(result["seeds"])
     assert not result["bad"]

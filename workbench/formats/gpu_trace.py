@@ -98,6 +98,11 @@ def dropped_note(path: Path, dropped: int, total: int) -> list[str]:
     ]
 
 
+def not_objects_note(path: Path, count: int) -> list[str]:
+    """The import's line for records of ``traceEvents`` that are not objects (none when there are none)."""
+    return [f"{path.name}: {count} records of traceEvents are not objects: left out"] if count else []
+
+
 def hashable(value: Any) -> Any:
     """A JSON value usable as a key (a pid or tid written as a list or object becomes its text)."""
     return value if isinstance(value, (str, int, float, bool, type(None))) else json.dumps(value, sort_keys=True)
@@ -177,9 +182,8 @@ def activity_frame(rows: dict[str, Any]) -> pd.DataFrame:
                 value = pd.Categorical.from_codes(np.zeros(n, np.int8), categories=[value])
             elif not isinstance(value, pd.Categorical):
                 value = pd.Categorical(np.asarray(value, dtype=object))
-            written = [ev.writable_text(c) if isinstance(c, str) else c for c in value.categories]
-            if written != list(value.categories):  # a name that cannot be stored as it is
-                value = ev.labelled_codes(value.codes, written)
+            if any(isinstance(c, str) and ev.writable_text(c) != c for c in value.categories):
+                value = ev.labelled_codes(value.codes, list(value.categories))  # a name that cannot be stored as is
         else:
             value = np.full(n, value, np.int64) if np.isscalar(value) else np.asarray(value, np.int64)
         out[column] = value
@@ -494,9 +498,8 @@ def read_json_activity(path: str | Path) -> DeviceTrace:
         frame.loc[is_step, "step"] = np.arange(int(is_step.sum()))
     fmt = "tf1_timeline" if any("/job:" in name for name in process.values()) else "trace_json"
     devices = sorted(set(gpu_of.values()), key=_device_order)
-    if not_objects:
-        notes.append(f"{path.name}: {not_objects} records of traceEvents are not objects: left out")
-    return DeviceTrace(path, fmt, host, frame, devices, False, notes + dropped_note(path, dropped, spans))
+    notes += not_objects_note(path, not_objects) + dropped_note(path, dropped, spans)
+    return DeviceTrace(path, fmt, host, frame, devices, False, notes)
 
 
 def _device_order(device: str) -> tuple[str, int]:

@@ -35,6 +35,7 @@ from workbench.formats.gpu_trace import (
     args_of,
     as_number,
     dropped_note,
+    not_objects_note,
     parse_json_bytes,
     read_trace_bytes,
     usable_times,
@@ -149,8 +150,7 @@ def read_kineto_activity(path: str | Path) -> tuple[DeviceTrace, int | None, int
     if odd_rank:
         notes = [f"{path.name}: distributedInfo says rank {info.get('rank')} of {world}; ranks follow the files' order"]
     notes += damage + dropped_note(path, dropped, int((where < 2).sum()))
-    if columns.get("not_objects"):
-        notes.append(f"{path.name}: {columns['not_objects']} records of traceEvents are not objects: left out")
+    notes += not_objects_note(path, columns.get("not_objects", 0))
     if columns.get("damaged"):
         damaged = columns["damaged"]
         notes.append(f"{path.name}: {damaged} damaged records of traceEvents (not JSON) left out, the rest read")
