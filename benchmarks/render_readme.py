@@ -334,6 +334,42 @@ def render_fuzz(saved: Mapping[str, Any]) -> str:
     return table(header, ["l", "r", "r", "r", "r"], rows) + "\n\n" + text + "\n\n" + source_line(saved)
 
 
+MIDRUN_FAULTS = {
+    "link_down": "node3's link down",
+    "slowed_link": "node3's link at 100 Mbit/s",
+    "disk_full": "the run folder's disk full",
+}
+
+
+def render_midrun_faults(saved: Mapping[str, Any]) -> str:
+    """Faults mid-run on the miniature cluster: how soon each was named, whether the run kept every step, what
+    the analysis said; then what the heartbeat's reading of the connections costs."""
+    r = saved["result"]
+    rows = []
+    for fault in r["faults"]:
+        detected = fault["detected"]
+        rows.append(
+            [
+                f"{MIDRUN_FAULTS.get(fault['fault'], fault['fault'])} for {fault['held_s']:g} s",
+                f"{detected['seconds']:.1f} s" if detected else "not named",
+                "yes" if fault["finished"] else f"no ({fault['error']})",
+                "yes" if fault["every_step_recorded"] else "no",
+                fault["finding"] or "none",
+            ]
+        )
+    costs = r["probe"]["cpu_s_per_sample"]
+    probe = ", ".join(f"{number(float(cost) * 1e6)} µs with {count}" for count, cost in costs.items())
+    text = (
+        f"{r['nodes']} nodes of {r['cpus_per_node']:g} core with {r['link']} links, a rank each, {number(r['steps'])}"
+        " steps of compute then a 1 MB allreduce, watched as a notebook's run is (`Cluster.watch`, every 0.5 s;"
+        " network and disk every 2 s). Named: the first network alert in `run.json`, or the watch's line that the"
+        f" disk is full. The heartbeat's reading of a rank's TCP connections costs {probe} connections open (CPU"
+        " per reading, once a second)."
+    )
+    header = ["fault mid-run", "named after", "run finished", "every step recorded", "the analysis afterwards"]
+    return table(header, ["l", "r", "l", "l", "l"], rows) + "\n\n" + text + "\n\n" + source_line(saved)
+
+
 PEERS_GOALS = {"points": 1.0, "speedup": 5.0, "memory": 1 / 3}
 
 
@@ -1541,6 +1577,10 @@ def render_headline(saved: Mapping[str, Any]) -> str:
     billion = load("analysis-split-1b")["result"]
     on_nodes = billion["modes"]["minicluster-nodes"]
     fuzzed = load("fuzz")["result"]
+    midrun = {fault["fault"]: fault for fault in load("midrun-faults")["result"]["faults"]}
+    midrun_named = [midrun[kind]["detected"]["seconds"] if midrun[kind]["detected"] else float("nan") for kind in
+                    ("link_down", "slowed_link", "disk_full")]  # fmt: skip
+    midrun_kept = all(fault["every_step_recorded"] and fault["finished"] for fault in midrun.values())
     fuzz_counts = Counter()
     for counts in fuzzed["outcomes"].values():
         fuzz_counts.update(counts)
@@ -1574,7 +1614,11 @@ def render_headline(saved: Mapping[str, Any]) -> str:
         f"- **Reliability:** {number(fuzzed['cases'])} damaged trace files of the {len(fuzzed['outcomes'])} formats"
         f" import reads: {number(fuzz_counts['imported'])} imported and analysed with the damage said,"
         f" {number(fuzz_counts['refused'])} refused in one line naming the file, {fuzz_counts['bad']} otherwise;"
-        f" the slowest took {fixed(fuzzed['slowest']['seconds'], 2)} s.",
+        f" the slowest took {fixed(fuzzed['slowest']['seconds'], 2)} s. On 4 miniature nodes, a node's link down"
+        f" for {midrun['link_down']['held_s']:g} s, slowed to a tenth for {midrun['slowed_link']['held_s']:g} s and"
+        f" the run folder's disk full for {midrun['disk_full']['held_s']:g} s mid-run were named after"
+        f" {', '.join(f'{value:.1f}' for value in midrun_named[:2])} and {midrun_named[2]:.1f} s"
+        + (", every step of every rank recorded." if midrun_kept else "; NOT every step was recorded."),
         f"- **Live:** an event on a rank is on screen in JupyterLab {number(browser['event_to_screen_ms']['median'])} "
         f"ms later (median); a {live['ranks']}-rank job is followed with a "
         f"{fixed(live['refresh_median_s'], 2)} s refresh (median), a {number(large['ranks'])}-rank one on"
@@ -1603,7 +1647,7 @@ def render_headline(saved: Mapping[str, Any]) -> str:
     ]
     sources = (
         "overhead, recording-on-quota, recording-on-quota-first, recording-on-quota-before, analysis-categorical,"
-        " analysis-split-100m, analysis-split-1b, fuzz,"
+        " analysis-split-100m, analysis-split-1b, fuzz, midrun-faults,"
         " browser, live, live-1024, dashboard-cost,"
         " eval-frequency-reduced,"
         " input-pipeline-reduced,"
@@ -1622,6 +1666,7 @@ RENDERERS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "analysis-split-100m": render_analysis_split,
     "analysis-split-1b": render_analysis_split_1b,
     "fuzz": render_fuzz,
+    "midrun-faults": render_midrun_faults,
     "timeline": render_timeline,
     "peers": render_peers,
     "export": render_export,

@@ -13,6 +13,7 @@ import pytest
 from workbench import events as ev
 from workbench.analysis import analyse_run
 from workbench.analysis.pieces import PIECES, TABLES
+from workbench.net_probe import LINK_RATE, LINK_UNANSWERED
 from workbench.store import RunData, StreamWriter, create_run, update_run_meta, write_rank_meta
 
 MS = 1_000_000
@@ -121,6 +122,7 @@ def _write_counters(path: Path, events: pd.DataFrame) -> None:
             "value": [100.0, 60.0] * len(beats),
         }
     )
+    _write_network_counters(path, beats)
     rows = events[events["rank"] == 3]
     steps = rows[rows["name"] == "train_step"]
     training_s = (int(steps["end_ns"].max()) - int(steps["end_ns"].min())) / S
@@ -138,6 +140,39 @@ def _write_counters(path: Path, events: pd.DataFrame) -> None:
     )
 
 
+#: Each host's address, in its ranks' files: the network counters name peers by address.
+ADDRESSES = {"node0": "10.0.0.1", "node1": "10.0.0.2"}
+
+
+def _write_network_counters(path: Path, beats: list[int]) -> None:
+    """node0's and node1's link at 100 MB/s, a tenth of it in the run's second and third seconds (both ends see
+    it), and rank 1's connection to node1 unanswered for the last two beats (a link down at the end)."""
+    for rank, peer in ((0, "node1"), (3, "node0")):
+        rates = [1e7 if 1 <= i < 3 else 1e8 for i in range(len(beats))]
+        writer = StreamWriter(path, "counters", rank, merge_fanout=0)
+        writer.write(
+            {
+                "run_id": [""] * len(beats),
+                "rank": [rank] * len(beats),
+                "host": [HOSTS[rank]] * len(beats),
+                "name": [f"{LINK_RATE}@{ADDRESSES[peer]}"] * len(beats),
+                "time_ns": beats,
+                "value": rates,
+            }
+        )
+    writer = StreamWriter(path, "counters", 1, merge_fanout=0)
+    writer.write(
+        {
+            "run_id": ["", ""],
+            "rank": [1, 1],
+            "host": ["node0", "node0"],
+            "name": [f"{LINK_UNANSWERED}@{ADDRESSES['node1']}"] * 2,
+            "time_ns": beats[-2:],
+            "value": [1.0, 2.0],
+        }
+    )
+
+
 def write_made_cpu_run(root: Path, *, collectives: bool = True) -> Path:
     """The made CPU run in the store, with what its metadata says: six ranks declared (rank 5 never recorded),
     a run that failed in a collective some ranks never submitted, and a slow link on node1. Without
@@ -151,8 +186,13 @@ def write_made_cpu_run(root: Path, *, collectives: bool = True) -> Path:
     _write_events(path, events)
     _write_memory(path, events[events["end_ns"] >= events["start_ns"]])
     _write_counters(path, events)
+    first = int(events["start_ns"].min())
     for rank, host in HOSTS.items():
-        write_rank_meta(path, rank, host=host)
+        # rank 4's run folder refused its writes for 2 s; 10 rows past what it could hold were dropped
+        stalls = [{"from_ns": first + S, "to_ns": first + 3 * S, "error": "No space left on device", "dropped": 10}]
+        write_rank_meta(
+            path, rank, host=host, addresses=[ADDRESSES[host]], **({"write_stalls": stalls} if rank == 4 else {})
+        )
     end = int(events["end_ns"].max())
     if not collectives:
         update_run_meta(path, status="interrupted", stopped_by="SIGTERM")

@@ -54,6 +54,12 @@ STACK_SIGNAL = signal.SIGUSR2
 LAUNCHER_WAIT_S = 8.0
 #: A rank on another host whose recorder has not beaten for this long is unresponsive (frozen or unreachable).
 HEARTBEAT_LOST_S = 5 * HEARTBEAT_INTERVAL_S
+#: A run's watch reads the ranks' network counters of this window for links down or slowed; a fault whose
+#: evidence is this recent is going on.
+NETWORK_WINDOW_S = 600
+NETWORK_ONGOING_S = 3
+#: A run folder whose disk has less free than this is full: the ranks' recorders hold their records in memory.
+DISK_FULL_BYTES = 1 << 20
 #: How often a run's watch asks Slurm whether the engines' job still runs.
 JOB_CHECK_S = 5.0
 #: How long a check waits for Slurm's answer before reading it at the next check instead.
@@ -706,6 +712,8 @@ class RunWatch:
       A rank whose recorder was closed finished recording: it is neither named nor counted as waiting;
     - the engines' Slurm job ended (cancelled, its time limit, a node failure), or Slurm stopped answering
       for ``CLUSTER_LOST_S`` while no rank recorded or beat: ``check()`` raises, naming the job's state;
+    - a node's link down or slowed (``analysis.network``, from the ranks' network counters) is written to
+      ``run.json`` as ``network`` while it lasts and logged once;
     - after ``timeout_s`` every rank's stack is saved to ``stacks.txt`` in the run, the ranks are
       stopped (the cluster is stopped: a rank stuck in MPI cannot be stopped alone) and ``check()`` raises.
     """
@@ -739,6 +747,14 @@ class RunWatch:
         self._next_job_check = time.monotonic() + JOB_CHECK_S
         self._slurm_silent_since: float | None = None
         self._job_asked: Future[slurm.JobState | None] | None = None
+        #: the ranks' network counters of the last ``NETWORK_WINDOW_S`` (``analysis.network`` rows), the
+        #: addresses of each rank read so far, and the link faults already logged
+        self._network_rows: list[pd.DataFrame] = []
+        self._addresses: dict[int, list[str]] = {}
+        self._network_said: set[tuple[str, str, int]] = set()
+        self._network_alerts: list[str] = []
+        self._next_network_check = time.monotonic() + stall_every_s
+        self._disk_full_since: float | None = None
 
     def diagnose(self, error: BaseException | None = None) -> faults.Failure | None:
         """The failure behind ``error`` (or behind a rank that ended), once; later calls return the same."""
@@ -773,9 +789,15 @@ class RunWatch:
             self._next_job_check = time.monotonic() + JOB_CHECK_S
         if self.timeout_s is not None and time.time() - self.started > self.timeout_s:
             self._time_out()
+        if time.monotonic() >= self._next_network_check:
+            self._next_network_check = time.monotonic() + self.stall_every_s
+            self._check_disk()
+            self._check_network()
+        # a full run folder silences every rank (they hold their records): that is no stall
         if self.stall_after_s is not None and time.monotonic() >= self._next_stall_check:
             self._next_stall_check = time.monotonic() + self.stall_every_s
-            self._check_stalls()
+            if self._disk_full_since is None:
+                self._check_stalls()
 
     def _check_job(self) -> None:
         """Raise when the engines' Slurm job is over, or Slurm and every rank went quiet together.
@@ -822,6 +844,7 @@ class RunWatch:
         events, _memory = self._tail.poll()
         counters = self._tail.poll_counters()
         if len(counters):
+            self._keep_network_rows(counters)
             beats = counters[counters["name"] == HEARTBEAT].sort_values("time_ns")
             for rank, cpu in beats.groupby("rank")["value"].last().items():
                 self._heartbeats[int(rank)] = (time.time(), float(cpu))
@@ -834,6 +857,91 @@ class RunWatch:
             rank: (now_ns - max(self._last_event_ns.get(rank, started_ns), started_ns)) / 1e9
             for rank in sorted(self.cluster.rank_pids)
         }
+
+    def _keep_network_rows(self, counters: pd.DataFrame) -> None:
+        from workbench.analysis.network import network_rows
+
+        rows, _addresses = network_rows(counters, None)
+        if len(rows):
+            self._network_rows.append(rows)
+        if len(self._network_rows) > 64:  # one frame, the last NETWORK_WINDOW_S of rows
+            merged = pd.concat(self._network_rows, ignore_index=True)
+            self._network_rows = [merged[merged["time_ns"] >= merged["time_ns"].max() - NETWORK_WINDOW_S * 10**9]]
+
+    def network_faults(self) -> list[dict[str, Any]]:
+        """The links down or slowed right now (``analysis.network.network_episodes`` still going on)."""
+        from workbench.analysis.network import network_episodes
+        from workbench.store import read_rank_meta
+
+        self.silent_s()  # reads the counters written since the last look
+        if not self._network_rows:
+            return []
+        rows = pd.concat(self._network_rows, ignore_index=True)
+        self._network_rows = [rows]
+        for rank in set(self.cluster.rank_pids) - set(self._addresses):
+            listed = read_rank_meta(self.run_path, rank).get("addresses")
+            if isinstance(listed, list):
+                self._addresses[rank] = listed
+        firsts = rows.drop_duplicates("rank")
+        hosts = {int(rank): str(host) for rank, host in zip(firsts["rank"], firsts["host"])}
+        hosts.update(getattr(self.cluster, "rank_hosts", None) or {})
+        addresses = {str(address): hosts[rank] for rank, listed in self._addresses.items() if rank in hosts
+                     for address in listed}  # fmt: skip
+        empty = pd.DataFrame({"rank": [], "second": [], "communication_s": []})
+        part = {
+            "rows": rows,
+            "addresses": addresses,
+            "hosts": hosts,
+            "start_ns": int(self.started * 1e9),
+            "communication": empty,
+        }
+        latest = int(rows["time_ns"].max())
+        return [
+            episode for episode in network_episodes([part]) if episode["ended_ns"] >= latest - NETWORK_ONGOING_S * 10**9
+        ]
+
+    def _check_network(self) -> None:
+        from workbench.store import update_run_meta
+
+        ongoing = self.network_faults()
+        alerts = [episode["text"] for episode in ongoing]
+        for episode in ongoing:
+            key = (episode["kind"], episode["host"], int(episode["began_ns"] // 10**9))
+            if key not in self._network_said:
+                self._network_said.add(key)
+                log.warning("%s", episode["text"])
+        if alerts == self._network_alerts:
+            return
+        self._network_alerts = alerts
+        try:
+            update_run_meta(self.run_path, network={"alerts": alerts, "seen": time.time()} if alerts else None)
+        except OSError as error:  # the run folder's disk full: said in the log, the watch goes on
+            log.warning("could not write the network alert to run.json: %s", error)
+
+    def _check_disk(self) -> None:
+        """Said once when the run folder's disk fills (the ranks then hold their records), and when it has room."""
+        try:
+            free = shutil.disk_usage(self.run_path).free
+        except OSError:
+            return
+        full = free < DISK_FULL_BYTES
+        if full == (self._disk_full_since is not None):
+            return
+        from workbench.store import update_run_meta
+
+        if full:
+            self._disk_full_since = time.time()
+            text = (
+                f"the run folder's disk is full ({free / 2**20:.2g} MiB free at {self.run_path}): each rank holds its"
+                " records in memory and writes them when there is room; free space on that disk"
+            )
+            log.warning("%s", text)
+        else:
+            lasted = time.time() - (self._disk_full_since or time.time())
+            self._disk_full_since = None
+            log.warning("the run folder's disk has room again after %.0f s: the ranks write what they held", lasted)
+        with contextlib.suppress(OSError):  # a full disk may refuse run.json too: the log said it
+            update_run_meta(self.run_path, disk={"alert": text, "seen": time.time()} if full else None)
 
     def _rank_processes(self) -> dict[int, tuple[str, float]]:
         """Local ranks from their processes; ranks on other hosts from their recorders' heartbeats.
@@ -892,7 +1000,10 @@ class RunWatch:
         payload = (
             {"ranks": [s.as_dict() for s in stalls], "horovod": warnings[-3:], "seen": time.time()} if stalls else None
         )
-        update_run_meta(self.run_path, stall=payload)
+        try:
+            update_run_meta(self.run_path, stall=payload)
+        except OSError as error:  # the run folder refuses writes: the log below still says it
+            log.warning("could not write the stall to run.json: %s", error)
         for stall in stalls:
             log.warning("%s (Cluster.stacks() shows where each rank is)", stall.message())
 

@@ -59,6 +59,10 @@ CASE_MODULES: dict[str, str] = {
 }
 
 
+class RunFolderError(OSError):
+    """The run folder cannot be written (a full disk): one line naming it and what to do."""
+
+
 class ExperimentError(RuntimeError):
     """A sweep that cannot go on: a failed point, a manifest from another experiment."""
 
@@ -680,7 +684,14 @@ class Experiment:
         compact(point_run.run_path)
         wall = time.time() - point_run.started
         rank_results = sorted(results, key=lambda r: int(r.get("rank", 0)) if isinstance(r, dict) else 0)
-        update_run_meta(point_run.run_path, status="finished", finished=time.time(), rank_results=rank_results)
+        try:
+            update_run_meta(point_run.run_path, status="finished", finished=time.time(), rank_results=rank_results)
+        except OSError as error:
+            raise RunFolderError(
+                f"{point_run.run_path}: the ranks finished but the run folder's disk refused run.json"
+                f" ({error.strerror or error}): free space on that disk and run the point again; what the ranks"
+                " wrote is kept"
+            ) from error
         self._record_point(point_run, status="finished", seconds=round(wall, 3), finished=time.time())
         point_run.results = rank_results
         self.ran += 1

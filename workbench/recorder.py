@@ -20,9 +20,11 @@ Typical use on a rank::
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import os
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -41,6 +43,7 @@ from workbench.events import (
     MEMORY_COLUMNS,
     check_phase,
 )
+from workbench.net_probe import LinkProbe, host_addresses
 from workbench.store import StreamWriter, read_run_meta, write_rank_meta
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -111,6 +114,9 @@ class _Span:
 #: (busy 2-core machine): 512 a second keeps its poll near a quarter of a core at 1 024 ranks.
 FLUSH_FILES_PER_S = 512
 DEFAULT_FLUSH_INTERVAL_S = 0.5
+#: Rows a recorder holds while its run folder cannot be written (a full disk, a quota), all streams together:
+#: about 100 bytes a row, 100 MB at most. Past it the newest rows are dropped, counted and said.
+MAX_HELD_ROWS = 1_000_000
 #: memory samples are written at most this often, spans and counters (heartbeats) at the flush interval: a live
 #: view's memory lags by a second at most
 MEMORY_FLUSH_INTERVAL_S = 1.0
@@ -177,6 +183,10 @@ class Recorder:
         self._heartbeat_process = psutil.Process()
         self._heartbeat_process.cpu_percent(None)
         self._cpu_wait = CpuWaitProbe()
+        #: the rank's TCP connections to other hosts and its host's carrier, read with the heartbeat: a link
+        #: that drops or slows mid-run (``workbench.net_probe``); peers are named by address (``addresses``)
+        self._links = LinkProbe()
+        self._addresses = host_addresses()
         self._cpus_allowed = cpus_allowed()
         # the first heartbeat with the first flush: a rank frozen early is still one that was seen beating
         self._last_heartbeat = started - max(0.0, (heartbeat_interval_s or 0.0) - self.flush_interval_s)
@@ -186,8 +196,12 @@ class Recorder:
         #: when ``close()`` wrote the last rows (ns): in the rank's file, so a watch knows a rank that records
         #: no more finished recording rather than stalled (it may work on unrecorded, e.g. freeing a model)
         self.recording_ended_ns: int | None = None
-        #: the last error of a background flush (disk full, ...); ``close()`` raises it if its own flush fails too
+        #: the last error of a background flush that was not the run folder refusing a write (a bug: kept to see)
         self.write_error: Exception | None = None
+        #: stretches in which the run folder could not be written (a full disk): from, to (ns), the error, rows
+        #: held and written late, rows dropped past ``MAX_HELD_ROWS``; in the rank's file once it can be written
+        self.write_stalls: list[dict[str, Any]] = []
+        self._refused: dict[str, Any] | None = None
         self._write_rank_meta()
         self._thread = threading.Thread(target=self._background, name=f"workbench-recorder-{self.rank}", daemon=True)
         self._thread.start()
@@ -330,6 +344,8 @@ class Recorder:
             clock_precision_ns=self.clock_precision_ns,
             cpus_allowed=self._cpus_allowed,
             cpu_quota_cores=self._cpu_wait.quota_cores,
+            addresses=self._addresses,
+            **({"write_stalls": self.write_stalls} if self.write_stalls else {}),
             **({"recording_ended_ns": self.recording_ended_ns} if self.recording_ended_ns is not None else {}),
         )
 
@@ -368,6 +384,7 @@ class Recorder:
                         self.counter(CPU_WAIT_PERCENT, 100.0 * waiting)
                     if throttled is not None:
                         self.counter(CPU_THROTTLED_PERCENT, 100.0 * throttled)
+                    self._sample_links()
                 # at the flush interval, not at each sample's, and the memory samples at most every
                 # MEMORY_FLUSH_INTERVAL_S: every part file costs the rank CPU (about 1 ms), and on a node with
                 # a CPU quota that CPU is taken from its steps (docs/measurements.md); counters are written
@@ -378,9 +395,62 @@ class Recorder:
                     if memory:
                         self._last_memory_flush = now
                     self.flush(memory=memory)
-            except Exception as error:  # e.g. disk full: rows stay buffered, close() raises it
+                    if self._refused is not None:
+                        self._written_again()
+            except OSError as error:  # the run folder refuses writes (disk full): rows held, said once
+                self._write_refused(error)
+            except Exception as error:
                 self.write_error = error
                 continue
+
+    def _held(self) -> int:
+        return len(self._events) + len(self._counters) + len(self._memory)
+
+    def _write_refused(self, error: OSError) -> None:
+        """The first refusal is said (one line on the rank's stderr); rows past ``MAX_HELD_ROWS`` are dropped."""
+        now = time.time_ns()
+        if self._refused is None:
+            said = os.strerror(error.errno) if error.errno else str(error)  # Arrow's own words are long
+            self._refused = {"from_ns": now, "error": said, "dropped": 0}
+            print(
+                f"workbench recorder, rank {self.rank}: cannot write to {self.run_path} ({said}); holding its"
+                f" records in memory (up to {MAX_HELD_ROWS:,} rows) and writing them when there is room",
+                file=sys.stderr,
+                flush=True,
+            )
+        over = self._held() - MAX_HELD_ROWS
+        for buffer in (self._events, self._memory, self._counters):
+            while over > 0 and buffer:
+                buffer.pop()  # the newest: what is held stays the records up to the refusal, in order
+                over -= 1
+                self._refused["dropped"] += 1
+                self._refused.setdefault("first_dropped_ns", now)
+                self._refused["last_dropped_ns"] = now
+
+    def _written_again(self) -> None:
+        """The run folder took a write again: the stretch goes into the rank's file, and is said."""
+        refused, self._refused = self._refused, None
+        assert refused is not None
+        refused["to_ns"] = time.time_ns()
+        self.write_stalls.append(refused)
+        lasted = (refused["to_ns"] - refused["from_ns"]) / 1e9
+        dropped = f"; {refused['dropped']:,} rows past the limit were dropped" if refused["dropped"] else ""
+        print(
+            f"workbench recorder, rank {self.rank}: writing to {self.run_path} again after {lasted:.3g} s{dropped}",
+            file=sys.stderr,
+            flush=True,
+        )
+        with contextlib.suppress(OSError):
+            self._write_rank_meta()
+
+    def _sample_links(self) -> None:
+        """The network counters of this beat; a probe that cannot read (an odd descriptor) skips the beat."""
+        try:
+            rows = self._links.sample()
+        except Exception:  # the heartbeat and the flush go on whatever a socket says
+            return
+        for name, value in rows:
+            self.counter(name, value)
 
     def _until_due(self) -> float:
         """Seconds until the background thread's next task is due: a memory sample, a heartbeat, a flush."""
@@ -396,7 +466,19 @@ class Recorder:
         self._closed = True
         self._stop.set()
         self._thread.join(timeout=5)
-        self.flush()
+        try:
+            self.flush()
+        except OSError as error:  # still refused at the end: what was written stays, the rest is said, not raised
+            held = self._held()
+            print(
+                f"workbench recorder, rank {self.rank}: its last {held:,} records could not be written to"
+                f" {self.run_path} ({error}); the run keeps what was written before",
+                file=sys.stderr,
+                flush=True,
+            )
+            return
+        if self._refused is not None:
+            self._written_again()
         self.recording_ended_ns = time.time_ns()
         self._write_rank_meta()
 

@@ -313,7 +313,13 @@ def _merge(
     final = directory / f"{first:08d}-{last:08d}.parquet"
     tmp = directory / f".{final.name}.tmp"
     # row groups of 64 Ki rows: a time window read later skips the groups outside it
-    write_parquet(pa.concat_tables(tables) if tables else schema.empty_table(), tmp, row_group_size=COMPACT_ROW_GROUP)
+    try:
+        write_parquet(
+            pa.concat_tables(tables) if tables else schema.empty_table(), tmp, row_group_size=COMPACT_ROW_GROUP
+        )
+    except OSError:
+        tmp.unlink(missing_ok=True)  # a full disk: the parts stay as they are, and the half-written copy goes
+        raise
     os.replace(tmp, final)
     for _first, _last, entry in group:
         if entry != final:
@@ -391,7 +397,10 @@ class StreamWriter:
         if self.merge_fanout >= 2:
             if table.nbytes <= UNMERGED_HELD_BYTES and table.schema.equals(self.schema):
                 self._unmerged[final] = table  # as it reads back (a dictionary column would read back as strings)
-            self._merge_newest()
+            try:
+                self._merge_newest()
+            except OSError:
+                pass  # no room to merge (a full disk): the part is written, the merge waits for a later write
         return final
 
     def _merge_newest(self) -> None:
@@ -416,14 +425,18 @@ class StreamWriter:
 
 
 def compact(run_path: str | Path) -> None:
-    """Merge each rank's part files into one file per stream (fewer files, faster loads)."""
+    """Merge each rank's part files into one file per stream (fewer files, faster loads); where the disk has no
+    room, the parts stay as they are."""
     run_path = Path(run_path)
     for stream, schema in STREAMS.items():
         stream_dir = run_path / stream
         for rank_dir in sorted(stream_dir.iterdir()) if stream_dir.is_dir() else ():
             parts = _parts(rank_dir)
             if len(parts) >= 2:
-                _merge(rank_dir, parts, schema, skip_unreadable=True)
+                try:
+                    _merge(rank_dir, parts, schema, skip_unreadable=True)
+                except OSError:
+                    continue  # no room (a full disk): the parts read as well, only more slowly
             # the merged parts, and any that a compaction killed half-way left behind (readers skip them)
             kept = {entry for _first, _last, entry in _parts(rank_dir)}
             for entry in rank_dir.iterdir():
@@ -932,15 +945,20 @@ class RunTail:
         return read_run_meta(self.path).get("status") in {"finished", "failed"}
 
     def alerts(self) -> list[str]:
-        """Banner lines from ``run.json``: the rank that failed and how, or the ranks stalled right now."""
+        """Banner lines from ``run.json``: the rank that failed and how, or the links down or slowed and the ranks
+        stalled right now."""
         meta = read_run_meta(self.path)
         failure = meta.get("failure") or {}
         if failure:
             rank = failure.get("rank")
             return [f"FAILED: {'rank ' + str(rank) + ' ' if rank is not None else ''}{failure.get('cause', '')}"]
-        stall = meta.get("stall") or {}
-        if not stall or meta.get("status") != "running":
+        if meta.get("status") != "running":
             return []
+        network = [f"NETWORK: {text}" for text in (meta.get("network") or {}).get("alerts", [])]
+        network += [f"DISK: {meta['disk']['alert']}"] if (meta.get("disk") or {}).get("alert") else []
+        stall = meta.get("stall") or {}
+        if not stall:
+            return network
         lines = [f"STALL: {entry.get('message', '')}" for entry in stall.get("ranks", [])]
         lines += [f"Horovod: {warning[:200]}" for warning in stall.get("horovod", [])[-1:]]
-        return [*lines, "cluster.stacks() shows where each rank is"]
+        return [*network, *lines, "cluster.stacks() shows where each rank is"]

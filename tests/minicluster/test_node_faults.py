@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 import cloudpickle
 import pandas as pd
 import pytest
+from small_disk import fill, mounted_tmpfs
 
 from workbench.experiment import Case, Experiment, Point
 from workbench.faults import RankFailedError
@@ -283,3 +285,120 @@ def test_slow_link_is_named_with_its_bandwidth(restored, tmp_path):
     assert 0.8 * 12.5 < speeds[2] < 1.05 * 12.5  # 100 Mbit/s = 12.5 MB/s of packets
     assert all(speeds[rank] > 3 * speeds[2] for rank in (0, 1, 3))
     assert finding["seconds_lost"] > 0
+
+
+def _network_alerts(run_path: Any) -> list[str]:
+    return (read_run_meta(run_path).get("network") or {}).get("alerts", [])
+
+
+def _train_steps(run_path: Any) -> dict[int, list[int]]:
+    events = RunData.load(run_path).events
+    steps = events[events["name"] == "train_step"]
+    return {int(rank): sorted(int(s) for s in group["step"]) for rank, group in steps.groupby("rank")}
+
+
+def _with_fault(mini: Any, tmp_path: Any, fault: Any, restore: Any, *, steps: int, hold_s: float) -> dict[str, Any]:
+    """A run of 4 ranks over the 4 nodes; once every rank records, ``fault()``, then after ``hold_s`` ``restore()``.
+
+    Returns when the run ended: how soon run.json named a network fault, its words, the run."""
+    seen: dict[str, Any] = {}
+    with mini.cluster(4) as cluster:
+        experiment = Experiment(StepCase(), ranks=4, out=tmp_path, steps=steps, compute_s=0.005, tensor_mb=1.0)
+        live = experiment.start(cluster, experiment.plan()[0], stall_after_s=3)
+        outcome: dict[str, Any] = {}
+        waiter = threading.Thread(target=lambda: outcome.setdefault("results", live.wait()), daemon=True)
+        waiter.start()
+        _wait_for(lambda: len(_events_per_rank(live.run_path)) == 4, "events of 4 ranks")
+        time.sleep(4)  # a few beats of the links at their usual speed
+        fault_at = time.time()
+        fault()
+        try:
+            seen["detected_s"] = _wait_for(lambda: bool(_network_alerts(live.run_path)), "a network alert", hold_s)
+            seen["alerts"] = _network_alerts(live.run_path)
+            time.sleep(max(0.0, hold_s - (time.time() - fault_at)))
+        finally:
+            restore()
+            restored_at = time.time()
+        waiter.join(CEILING_S * 2)
+    seen.update(outcome=outcome, run_path=live.run_path, fault_at=fault_at, restored_at=restored_at)
+    return seen
+
+
+def test_a_link_down_mid_run_is_named_while_it_lasts_and_nothing_recorded_is_lost(restored, tmp_path):
+    """node3's link down for 12 s, then up: run.json names node3's link while it is down; the run goes on to
+    its end with every step of every rank recorded, and the analysis says how long the link carried nothing."""
+    mini = restored
+    seen = _with_fault(
+        mini, tmp_path, lambda: mini.set_link("node3", up=False), lambda: mini.set_link("node3", up=True),
+        steps=300, hold_s=12.0,
+    )  # fmt: skip
+    print(f"\nnode3's link down: named after {seen['detected_s']:.1f} s: {seen['alerts']}")
+    assert any(alert.startswith("node3's link") for alert in seen["alerts"]), seen["alerts"]
+    assert [result["rank"] for result in seen["outcome"]["results"]] == [0, 1, 2, 3]
+    assert read_run_meta(seen["run_path"])["status"] == "finished"
+    assert _train_steps(seen["run_path"]) == {rank: list(range(300)) for rank in range(4)}
+    finding = _finding(seen["run_path"], "link_down")
+    print(f"finding: {finding['text']}")
+    assert finding["ranks"] == "2" and finding["text"].startswith("node3's link")
+    assert 6 <= finding["seconds_lost"] <= 12 + 15  # what the connections saw: at most the outage plus TCP's backoff
+
+
+def test_a_link_slowed_mid_run_is_named_with_when(restored, tmp_path):
+    """node3's link at 100 Mbit/s for 15 s of a run at 1 Gbit/s: named while slowed, then a finding with the
+    stretch; the timeline's allreduces in the stretch are the slow ones."""
+    mini = restored
+    seen = _with_fault(
+        mini, tmp_path, lambda: mini.shape("node3", "100mbit"), lambda: mini.shape("node3", "1gbit"),
+        steps=500, hold_s=15.0,
+    )  # fmt: skip
+    print(f"\nnode3's link slowed: named after {seen['detected_s']:.1f} s: {seen['alerts']}")
+    assert any(alert.startswith("node3's link slowed") for alert in seen["alerts"]), seen["alerts"]
+    assert read_run_meta(seen["run_path"])["status"] == "finished"
+    finding = _finding(seen["run_path"], "slowed_link")
+    print(f"finding: {finding['text']}")
+    assert finding["ranks"] == "2" and finding["text"].startswith("node3's link slowed from")
+    events = RunData.load(seen["run_path"]).events
+    allreduce = events[events["name"] == "allreduce"]
+    middle = (allreduce["start_ns"] + allreduce["end_ns"]) / 2e9
+    during = (middle > seen["fault_at"] + 2) & (middle < seen["restored_at"] - 1)
+    seconds = (allreduce["end_ns"] - allreduce["start_ns"]) / 1e9
+    print(f"allreduce median: {seconds[during].median() * 1e3:.3g} ms slowed, {seconds[~during].median() * 1e3:.3g} ms")
+    assert seconds[during].median() > 3 * seconds[~during].median()
+
+
+def test_the_run_folder_filling_mid_run_is_said_once_and_nothing_recorded_is_lost(restored, tmp_path, caplog):
+    """The run folder on a 64 MB disk that a file fills for 8 s mid-run: the watch says so as it happens, each
+    rank's recorder says so once and holds its records, and once there is room every step of every rank is in
+    the run, with a note of when the folder refused the writes."""
+    STEPS = 1200  # about 30 s: the run goes on well past the 8 s the folder is full
+    with mounted_tmpfs(tmp_path / "disk", "64m") as disk:
+        with restored.cluster(4) as cluster, caplog.at_level("WARNING", logger="workbench.cluster"):
+            experiment = Experiment(StepCase(), ranks=4, out=disk, steps=STEPS, compute_s=0.005, tensor_mb=0.1)
+            live = experiment.start(cluster, experiment.plan()[0], stall_after_s=3)
+            outcome: dict[str, Any] = {}
+
+            def wait() -> None:
+                try:
+                    outcome["results"] = live.wait()
+                except Exception:  # said by the assertion below
+                    outcome["error"] = traceback.format_exc()
+
+            waiter = threading.Thread(target=wait, daemon=True)
+            waiter.start()
+            _wait_for(lambda: len(_events_per_rank(live.run_path)) == 4, "events of 4 ranks")
+            filler = fill(disk)
+            filled = time.monotonic()
+            detected_s = _wait_for(lambda: "disk is full" in caplog.text, "the watch saying the disk is full", 10)
+            time.sleep(max(0.0, 8 - (time.monotonic() - filled)))
+            filler.unlink()
+            waiter.join(CEILING_S)
+        said = "".join(live.pending.stderr)
+        print(f"\nrun folder full for 8 s: the watch said so after {detected_s:.1f} s")
+        assert "error" not in outcome, outcome.get("error")
+        assert [result["rank"] for result in outcome["results"]] == [0, 1, 2, 3]
+        for rank in range(4):
+            assert said.count(f"workbench recorder, rank {rank}: cannot write to") == 1, said
+        assert _train_steps(live.run_path) == {rank: list(range(STEPS)) for rank in range(4)}
+        note = _finding(live.run_path, "records_held")
+        print(f"finding: {note['text']}")
+        assert "nothing was lost" in note["text"] and "No space left on device" in note["text"]

@@ -67,7 +67,8 @@ def test_the_made_runs_exercise_every_registered_piece(whole_runs):
     # what the made CPU run was made to show, named on the evidence it was made with
     kinds = set(cpu.findings["kind"])
     assert {"straggler", "retracing", "memory_growth", "keras_call", "slow_link", "stalled_collective",
-            "serial_python_input", "serial_evaluation", "backwards_spans", "setup_time"} <= kinds  # fmt: skip
+            "serial_python_input", "serial_evaluation", "backwards_spans", "setup_time", "slowed_link", "link_down",
+            "records_held"} <= kinds  # fmt: skip
     assert cpu.findings.set_index("kind").loc["straggler", "ranks"] == "4"
     assert {"no_collectives", "run_interrupted", "unrecorded_tail"} <= set(
         whole_runs["cpu-no-collectives"].findings["kind"]

@@ -16,8 +16,8 @@ README = PACKAGE.parent / "README.md"
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation", ("extras", "events", "formatting", "markdown", "config", "placement", "hostspeed", "slurm")),
     ("store", ("store",)),
-    ("collect", ("recorder", "cpu_probe", "_keras", "autorecord", "_profile_boot", "links", "allreduce", "formats",
-                 "datasets", "workloads")),
+    ("collect", ("recorder", "cpu_probe", "net_probe", "_keras", "autorecord", "_profile_boot", "links", "allreduce",
+                 "formats", "datasets", "workloads")),
     ("analyse", ("analysis",)),
     ("draw", ("figures",)),
     ("present", ("widgets", "text", "report")),

@@ -8,7 +8,8 @@ Three things on disk say otherwise, and each becomes a finding here:
 - Horovod's timeline: a collective that some ranks submitted and that never ran (``timeline_unfinished``,
   written by ``profile.import_timeline``), which names the ranks that never arrived;
 - each rank's memory samples, taken by a thread from start to exit, against its recorded spans: the time
-  alive after the last span, and the set-up before the first (a note: it is spent, not lost to a fault).
+  alive after the last span, and the set-up before the first (a note: it is spent, not lost to a fault);
+- the ranks' files: stretches in which the run folder refused their writes (a full disk), and what was dropped.
 """
 
 from __future__ import annotations
@@ -320,3 +321,44 @@ def _origin_ns(lives: pd.DataFrame) -> int | None:
     starts = [int(values.min()) for column in ("first_ns", "first_sample_ns")
               if len(values := lives[column][lives[column] != NONE_NS])]  # fmt: skip
     return min(starts) if starts else None
+
+
+def write_stalls_of(rank_meta: pd.DataFrame | None) -> list[dict[str, Any]]:
+    """The stretches in which a rank's recorder could not write its run folder (the rank file's ``write_stalls``)."""
+    if rank_meta is None or not len(rank_meta) or "write_stalls" not in rank_meta:
+        return []
+    found = []
+    hosts = rank_meta["host"] if "host" in rank_meta else [""] * len(rank_meta)
+    for rank, host, stalls in zip(rank_meta["rank"], hosts, rank_meta["write_stalls"]):
+        if isinstance(stalls, (list, tuple)):
+            found += [{**stall, "rank": int(rank), "host": str(host)} for stall in stalls if isinstance(stall, Mapping)]
+    return found
+
+
+def write_stall_finding(stalls: list[dict[str, Any]], origin_ns: int | None, hosts: Mapping[int, str]) -> pd.DataFrame:
+    """One note for the stretches the run folder refused the ranks' writes (a full disk): when, and what was lost.
+
+    Nothing held is lost (the recorders wrote it when there was room); rows past the recorder's limit were
+    dropped, and the note says how many: the analysis reads what was written."""
+    if not stalls:
+        return combine_findings()
+    began, ended = min(int(s.get("from_ns", 0)) for s in stalls), max(int(s.get("to_ns", 0)) for s in stalls)
+    ranks = sorted({int(s["rank"]) for s in stalls})
+    dropped = sum(int(s.get("dropped", 0) or 0) for s in stalls)
+    at = (
+        f" from {ev.format_seconds((began - origin_ns) / NS)} to {ev.format_seconds((ended - origin_ns) / NS)} into"
+        " the run"
+        if origin_ns is not None
+        else ""
+    )
+    lost = (
+        f"; {dropped:,} records past what a recorder holds were dropped, so the analysis lacks them"
+        if dropped
+        else "; they held their records meanwhile and wrote them once there was room: nothing was lost"
+    )
+    return missing_data_finding(
+        "records_held",
+        f"the run folder refused the writes of {ev.ranks_with_hosts(ranks, hosts)}{at}"
+        f" ({stalls[0].get('error', 'an error')}){lost}: give the run folder a disk with room for the run",
+        ev.rank_list(ranks),
+    )

@@ -27,7 +27,7 @@ import pandas as pd
 
 from workbench import events as ev
 from workbench.analysis.breakdown import breakdown_from_lanes, lane_table
-from workbench.analysis.completion import completion_findings_of, life_table
+from workbench.analysis.completion import completion_findings_of, life_table, write_stall_finding, write_stalls_of
 from workbench.analysis.cpu_wait import cpu_wait_finding, cpu_wait_table
 from workbench.analysis.devices import (
     TEMPORAL_COLUMNS,
@@ -58,6 +58,7 @@ from workbench.analysis.keras_calls import (
 )
 from workbench.analysis.launches import idle_by_cause, kernel_launches, launch_findings, launch_summary
 from workbench.analysis.memory import memory_summary
+from workbench.analysis.network import network_findings, reduce_network
 from workbench.analysis.pop import pop_metrics
 from workbench.analysis.retracing import retraced_steps, retracing_finding_of
 from workbench.analysis.scaling import steps_per_rank
@@ -480,6 +481,21 @@ def _merge_slow_link(parts: list[pd.Series], state: RunState) -> None:
         state.findings.append(slow_link_finding(links, wall_s=state.wall_s, per_rank=per_rank))
 
 
+def _reduce_write_stalls(frames: GroupFrames) -> tuple[list[dict[str, Any]], int | None]:
+    origin = int(frames.events["start_ns"].min()) if len(frames.events) else None
+    return write_stalls_of(frames.rank_meta), origin
+
+
+def _merge_write_stalls(parts: list[tuple[list[dict[str, Any]], int | None]], state: RunState) -> None:
+    stalls = [stall for found, _origin in parts for stall in found]
+    origins = [origin for _found, origin in parts if origin is not None]
+    state.findings.append(write_stall_finding(stalls, min(origins, default=None), state.hosts))
+
+
+def _merge_network(parts: list[dict], state: RunState) -> None:
+    state.findings.append(network_findings(parts, wall_s=state.wall_s))
+
+
 def _merge_keras_calls(parts: list[pd.DataFrame], state: RunState) -> None:
     table = concat_frames(parts, _empty(KERAS_CALL_COLUMNS))
     state.tables["keras_calls"] = table
@@ -624,6 +640,15 @@ PIECES: tuple[Piece, ...] = (
         ("slow_link",),
         _merge_slow_link,
         lambda frames: communication_seconds(frames.events),
+    ),
+    Piece("write_stalls", ("events", "rank_meta"), ("records_held",), _merge_write_stalls, _reduce_write_stalls),
+    Piece(
+        "network",
+        ("events", "counters", "rank_meta"),
+        ("link_down", "slowed_link"),
+        _merge_network,
+        lambda frames: reduce_network(frames.counters, frames.rank_meta, frames.events),
+        after=("breakdown",),
     ),
     Piece(
         "keras_calls",

@@ -283,6 +283,11 @@ MEASUREMENTS: tuple[Measurement, ...] = (
     Measurement("dashboard-cost", "python benchmarks/dashboard_cost.py --preset reduced --repetitions 5"),
     Measurement("horovod-step", "workbench bench horovod-step --json"),
     Measurement("cpu-probe-cost", "python benchmarks/cpu_probe_cost.py --json", "the heartbeat's read of a wait"),
+    Measurement(
+        "midrun-faults",
+        "python benchmarks/midrun_faults.py --json",
+        "a link down, a link slowed and the run folder full mid-run on the miniature cluster",
+    ),
     Measurement("cluster-start", "python benchmarks/cluster_start.py --json", "starting and stopping a local cluster"),
     *varied(
         Measurement(
