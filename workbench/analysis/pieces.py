@@ -211,11 +211,51 @@ def _merge_hosts(parts: list[dict[int, str]], state: RunState) -> None:
         state.hosts.update(part)
 
 
-def _reduce_record(frames: GroupFrames) -> tuple[int, int, tuple[int, ...], tuple[int, str] | None]:
-    return len(frames.events) + frames.backwards, frames.backwards, frames.backwards_ranks, frames.backwards_first
+def _reduce_record(frames: GroupFrames) -> tuple[int, int, tuple[int, ...], tuple[int, str] | None, tuple, dict]:
+    events = frames.events
+    recorded = tuple(sorted(int(r) for r in pd.unique(events["rank"]))) if len(events) else ()
+    return (
+        len(events) + frames.backwards,
+        frames.backwards,
+        frames.backwards_ranks,
+        frames.backwards_first,
+        recorded,
+        steps_going_back(events),
+    )
+
+
+def steps_going_back(events: pd.DataFrame) -> dict[int, tuple[int, int, int, int]]:
+    """Ranks whose (epoch, step) goes back: ``{rank: (times, step before, step after, when ns)}``.
+
+    Read in the order each rank's spans were recorded (a rank's rows are together, in the order written): a
+    span whose (epoch, step) is more than one step below the span before it went back (a step counter reset,
+    a second ``fit`` without an epoch, a timeline's steps out of order); one step back is a span of the last
+    step ending after the next began. Collectives in flight are left out (they span steps). The analysis
+    groups spans by (rank, epoch, step), so such steps' spans are counted as one."""
+    if not len(events) or "step" not in events:
+        return {}
+    keep = events["step"].to_numpy() >= 0
+    if "phase" in events:
+        keep &= (events["phase"] != ev.IN_FLIGHT).to_numpy()
+    if not keep.any():
+        return {}
+    ranks = events["rank"].to_numpy()[keep].astype("int64")
+    steps = events["step"].to_numpy()[keep].astype("int64")
+    epochs = events["epoch"].to_numpy()[keep].astype("int64") if "epoch" in events else np.zeros_like(steps)
+    order = np.maximum(epochs, -1) * (1 << 40) + steps
+    back = np.flatnonzero((ranks[1:] == ranks[:-1]) & (order[1:] < order[:-1] - 1)) + 1
+    if not len(back):
+        return {}
+    starts = events["start_ns"].to_numpy()[keep]
+    going, first, times = np.unique(ranks[back], return_index=True, return_counts=True)
+    return {
+        int(rank): (int(count), int(steps[back[at] - 1]), int(steps[back[at]]), int(starts[back[at]]))
+        for rank, at, count in zip(going, first, times)
+    }
 
 
 def _merge_record(parts: list[tuple], state: RunState) -> None:
+    _merge_world_and_steps(parts, state)
     state.events = sum(p[0] for p in parts)
     state.facts["kept_events"] = sum(p[0] - p[1] for p in parts)
     backwards = sum(p[1] for p in parts)
@@ -228,6 +268,40 @@ def _merge_record(parts: list[tuple], state: RunState) -> None:
                 f"{backwards} span(s) end before they start (first: {ev.ranks_with_hosts([rank], state.hosts)},"
                 f" {name!r}) and were left out: check the ranks' clock alignment",
                 ev.rank_list(ranks),
+            )
+        )
+
+
+def _merge_world_and_steps(parts: list[tuple], state: RunState) -> None:
+    """Ranks past the run's declared world size, and ranks whose steps go back, said (their events are kept)."""
+    recorded = sorted({rank for part in parts for rank in part[4]})
+    if state.ranks is not None:
+        beyond = [rank for rank in recorded if rank not in set(state.ranks)]
+        if beyond:
+            state.findings.append(
+                missing_data_finding(
+                    "ranks_beyond_world",
+                    f"{ev.ranks_with_hosts(beyond, state.hosts)} recorded events, but the run declares"
+                    f" {len(state.ranks)} rank{'s' if len(state.ranks) != 1 else ''}"
+                    f" ({ev.rank_list(state.ranks)}); they are analysed as recorded, and the ranks declared that"
+                    " recorded nothing count as idle: check the launcher's world size and the rank each process"
+                    " took (OMPI_COMM_WORLD_RANK, PMI_RANK, HOROVOD_RANK)",
+                    ev.rank_list(beyond),
+                )
+            )
+    going_back = {rank: found for part in parts for rank, found in part[5].items()}
+    if going_back:
+        rank, (times, before, after, _when) = next(iter(sorted(going_back.items())))
+        others = len(going_back) - 1
+        more = f" (and {others} more rank{'s' if others != 1 else ''})" if others else ""
+        state.findings.append(
+            missing_data_finding(
+                "steps_backwards",
+                f"the step numbers of {ev.ranks_with_hosts([rank], state.hosts)}{more} go back {times} time"
+                f"{'s' if times != 1 else ''} (first to step {after} after step {before}): spans are grouped by"
+                " rank, epoch and step, so a step's spans from before and after count as one step; record the"
+                " epoch with the step (Recorder.epoch, the Keras callback does) or keep numbering the steps",
+                ev.rank_list(going_back),
             )
         )
 
@@ -573,7 +647,13 @@ def _merge_cpu_wait(parts: list[pd.DataFrame], state: RunState) -> None:
 #: Every piece of the analysis, in the order they merge (a piece reads only what earlier ones merged).
 PIECES: tuple[Piece, ...] = (
     Piece("hosts", ("events", "memory", "rank_meta"), ("header.rank_hosts",), _merge_hosts, _reduce_hosts),
-    Piece("record", ("events",), ("backwards_spans",), _merge_record, _reduce_record),
+    Piece(
+        "record",
+        ("events",),
+        ("backwards_spans", "ranks_beyond_world", "steps_backwards"),
+        _merge_record,
+        _reduce_record,
+    ),
     Piece("devices", ("devices",), ("devices",), _merge_devices, _reduce_devices),
     Piece("gpu_time", ("devices",), ("gpu_time",), _merge_gpu_time, _reduce_gpu_time),
     Piece(
