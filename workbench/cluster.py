@@ -58,6 +58,8 @@ HEARTBEAT_LOST_S = 5 * HEARTBEAT_INTERVAL_S
 #: evidence is this recent is going on.
 NETWORK_WINDOW_S = 600
 NETWORK_ONGOING_S = 3
+#: ... and at most this many rows of them (a large job's last minute or so): the check stays a few ms
+NETWORK_WINDOW_ROWS = 200_000
 #: A run folder whose disk has less free than this is full: the ranks' recorders hold their records in memory.
 DISK_FULL_BYTES = 1 << 20
 #: How often a run's watch asks Slurm whether the engines' job still runs.
@@ -751,7 +753,7 @@ class RunWatch:
         #: addresses of each rank read so far, and the link faults already logged
         self._network_rows: list[pd.DataFrame] = []
         self._addresses: dict[int, list[str]] = {}
-        self._network_said: set[tuple[str, str, int]] = set()
+        self._network_said: set[tuple[str, str]] = set()
         self._network_alerts: list[str] = []
         self._next_network_check = time.monotonic() + stall_every_s
         self._disk_full_since: float | None = None
@@ -865,8 +867,12 @@ class RunWatch:
         if len(rows):
             self._network_rows.append(rows)
         if len(self._network_rows) > 64:  # one frame, the last NETWORK_WINDOW_S of rows
-            merged = pd.concat(self._network_rows, ignore_index=True)
-            self._network_rows = [merged[merged["time_ns"] >= merged["time_ns"].max() - NETWORK_WINDOW_S * 10**9]]
+            self._trim_network_rows()
+
+    def _trim_network_rows(self) -> None:
+        merged = pd.concat(self._network_rows, ignore_index=True)
+        merged = merged[merged["time_ns"] >= merged["time_ns"].max() - NETWORK_WINDOW_S * 10**9]
+        self._network_rows = [merged.iloc[-NETWORK_WINDOW_ROWS:]]
 
     def network_faults(self) -> list[dict[str, Any]]:
         """The links down or slowed right now (``analysis.network.network_episodes`` still going on)."""
@@ -876,8 +882,8 @@ class RunWatch:
         self.silent_s()  # reads the counters written since the last look
         if not self._network_rows:
             return []
-        rows = pd.concat(self._network_rows, ignore_index=True)
-        self._network_rows = [rows]
+        self._trim_network_rows()
+        rows = self._network_rows[0]
         for rank in set(self.cluster.rank_pids) - set(self._addresses):
             listed = read_rank_meta(self.run_path, rank).get("addresses")
             if isinstance(listed, list):
@@ -905,11 +911,11 @@ class RunWatch:
 
         ongoing = self.network_faults()
         alerts = [episode["text"] for episode in ongoing]
+        going = {(episode["kind"], episode["host"]) for episode in ongoing}
         for episode in ongoing:
-            key = (episode["kind"], episode["host"], int(episode["began_ns"] // 10**9))
-            if key not in self._network_said:
-                self._network_said.add(key)
+            if (episode["kind"], episode["host"]) not in self._network_said:
                 log.warning("%s", episode["text"])
+        self._network_said = going  # once per fault while it lasts; a later one is said again
         if alerts == self._network_alerts:
             return
         self._network_alerts = alerts

@@ -5,8 +5,8 @@ drops for a while or slows mid-run is seen only in what the connections do then.
 for every TCP socket, what crossed it (``TCP_INFO``: bytes acknowledged, the time data waited
 in flight, how long since the peer last acknowledged, retransmissions), and the rank's sockets
 are its own open files: the probe reads ``TCP_INFO`` of each socket in ``/proc/self/fd`` that
-is a TCP connection to another address (a duplicate of the descriptor, closed at once; the
-connection is not touched). That is MPI's TCP transport (Open MPI's and MPICH's), Gloo and
+is a TCP connection to another address (``getsockopt`` and ``getpeername`` from the C library on
+the descriptor: nothing about the connection is changed). That is MPI's TCP transport (Open MPI's and MPICH's), Gloo and
 NCCL's socket transport; InfiniBand verbs bypass the kernel and are not seen.
 
 Per peer address and beat:
@@ -26,11 +26,15 @@ addresses (the rank file's ``addresses``).
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
+import functools
 import os
 import socket
 import struct
+import sys
 from dataclasses import dataclass
+from typing import Any
 
 #: Counter names (``<name>@<peer address or interface>``), written with the heartbeat.
 LINK_RATE = "net.bytes_per_s"
@@ -73,28 +77,58 @@ class TcpState:
     since_ack_ms: int
 
 
+_SOL_SOCKET, _SO_PROTOCOL = 1, 38
+_AF_INET, _AF_INET6 = int(socket.AF_INET), int(socket.AF_INET6)
+
+
+@functools.cache
+def _libc() -> Any:
+    """The C library, for ``getsockopt``/``getpeername`` on a descriptor: a Python socket object made around
+    another's descriptor could change its blocking mode (``socket.setdefaulttimeout``), this cannot."""
+    return ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+
+
+def _sockopt(fd: int, level: int, name: int, size: int) -> bytes | None:
+    libc = _libc()
+    if libc is None:
+        return None
+    buffer = ctypes.create_string_buffer(size)
+    length = ctypes.c_uint32(size)
+    if libc.getsockopt(fd, level, name, buffer, ctypes.byref(length)) != 0:
+        return None
+    return buffer.raw[: length.value]
+
+
+def _peer_address(fd: int) -> str | None:
+    """The IP address at the other end of ``fd``'s connection; None for anything else."""
+    libc = _libc()
+    if libc is None:
+        return None
+    buffer = ctypes.create_string_buffer(128)
+    length = ctypes.c_uint32(128)
+    if libc.getpeername(fd, buffer, ctypes.byref(length)) != 0:
+        return None  # not connected, not a socket, closed since the listing
+    family = struct.unpack_from("H", buffer.raw, 0)[0]
+    if family == _AF_INET:
+        return socket.inet_ntop(socket.AF_INET, buffer.raw[4:8])
+    if family == _AF_INET6:
+        address = socket.inet_ntop(socket.AF_INET6, buffer.raw[8:24])
+        return address[7:] if address.startswith("::ffff:") else address
+    return None
+
+
 def _tcp_state(fd: int) -> TcpState | None:
-    """``TCP_INFO`` of the socket behind ``fd`` when it is a TCP connection to another host, else None."""
-    try:
-        duplicate = os.dup(fd)
-    except OSError:
+    """``TCP_INFO`` of the socket behind ``fd`` when it is a TCP connection to another host, else None.
+
+    Read with the C library on the descriptor itself: nothing about the connection is changed."""
+    peer = _peer_address(fd)
+    if peer is None or peer.startswith("127.") or peer == "::1":
         return None
-    try:
-        sock = socket.socket(fileno=duplicate)
-    except OSError:
-        os.close(duplicate)
+    protocol = _sockopt(fd, _SOL_SOCKET, _SO_PROTOCOL, 4)
+    if protocol is None or len(protocol) < 4 or struct.unpack_from("i", protocol)[0] != socket.IPPROTO_TCP:
         return None
-    with sock:
-        try:
-            if sock.type != socket.SOCK_STREAM or sock.family not in (socket.AF_INET, socket.AF_INET6):
-                return None
-            peer = sock.getpeername()[0]
-            raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
-        except OSError:
-            return None  # not connected (a listening socket), or closed under us
-    if peer.startswith("::ffff:"):
-        peer = peer[7:]
-    if peer.startswith("127.") or peer == "::1" or len(raw) < _LAST_ACK_RECV + 4:
+    raw = _sockopt(fd, socket.IPPROTO_TCP, socket.TCP_INFO, 256)
+    if raw is None or len(raw) < _LAST_ACK_RECV + 4:
         return None
     unacked, since_ack = struct.unpack_from("I", raw, _UNACKED)[0], struct.unpack_from("I", raw, _LAST_ACK_RECV)[0]
     acked, busy = struct.unpack_from("Q", raw, _BYTES_ACKED)[0] if len(raw) >= _BYTES_ACKED + 8 else 0, 0

@@ -6,6 +6,7 @@ are what the rows say, worked out by hand.
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 
@@ -179,6 +180,9 @@ def test_the_probe_reads_this_process_tcp_connections_and_leaves_them_working():
     server = socket.create_server((address, 0))
     client = socket.create_connection(server.getsockname())
     accepted, _ = server.accept()
+    client.setblocking(True)
+    previous = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(5.0)  # a library's default: a socket object made around the descriptor would take it
     try:
         probe = LinkProbe()
         probe.sample()
@@ -196,9 +200,11 @@ def test_the_probe_reads_this_process_tcp_connections_and_leaves_them_working():
         state = _tcp_state(client.fileno())
         assert state is not None and state.peer == address and state.bytes_acked >= 4 << 20
         probe.sample()  # reads every socket of the process, this one included
-        client.sendall(b"after")  # the duplicate it read was closed, not the connection
+        client.sendall(b"after")  # still open and working
         read((4 << 20) + 5)
         assert bytes(received[-5:]) == b"after"
+        assert client.getblocking() and os.get_blocking(client.fileno())  # its mode is as it was
     finally:
+        socket.setdefaulttimeout(previous)
         for sock in (client, accepted, server):
             sock.close()

@@ -575,8 +575,9 @@ def oversubscription_finding_from_meta(meta: Mapping[str, Any], *, wall_s: float
     if missing:
         return missing_data_finding(
             "settings_not_recorded",
-            f"oversubscription not checked: the run does not record its {' and '.join(missing)}; record"
-            " ClusterConfig.as_dict() as config['cluster'] in create_run (Cluster and workbench profile do)",
+            f"oversubscription not checked: the run does not record its {' and '.join(missing)}; runs started by"
+            " `workbench profile` or a notebook's `Cluster` record them, and a run made with `create_run` does"
+            " when given them: `create_run(..., config={'cluster': {'ranks': 8, 'threads': 4, 'cores': 32}})`",
         )
     return oversubscription_finding(
         int(settings["ranks"]), int(settings["threads per rank"]), int(settings["cores"]), wall_s=wall_s
