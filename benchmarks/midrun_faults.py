@@ -36,6 +36,8 @@ STEPS = 1200
 DOWN_S, SLOWED_S, FULL_S = 12.0, 15.0, 8.0
 SLOWED_LINK = "100mbit"
 PROBE_CONNECTIONS = (0, 16, 64)
+#: How each fault's alert begins (the disk's: the watch's log line)
+NAMED = {"link_down": "node3's link", "slowed_link": "node3's link slowed", "disk_full": "the run folder's disk"}
 PROBE_CALLS = 200
 
 
@@ -119,8 +121,9 @@ def one_fault(mini: Any, out: Path, kind: str) -> dict[str, Any]:
                 if detected is None:
                     alerts = (read_run_meta(run_path).get("network") or {}).get("alerts", [])
                     named = [line for when, line in said.lines if when >= injected and "disk is full" in line]
-                    if (alerts and kind != "disk_full") or (named and kind == "disk_full"):
-                        detected = {"seconds": time.monotonic() - injected, "said": (alerts or named)[0]}
+                    named += [alert for alert in alerts if alert.startswith(NAMED[kind])]
+                    if named:
+                        detected = {"seconds": time.monotonic() - injected, "said": named[0]}
                 time.sleep(0.1)
             if kind == "link_down":
                 mini.set_link("node3", up=True)

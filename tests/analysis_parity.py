@@ -168,7 +168,7 @@ def _write_network_counters(path: Path, beats: list[int]) -> None:
             "host": ["node0", "node0"],
             "name": [f"{LINK_UNANSWERED}@{ADDRESSES['node1']}"] * 2,
             "time_ns": beats[-2:],
-            "value": [1.0, 2.0],
+            "value": [5.0, 6.0],
         }
     )
 

@@ -153,6 +153,14 @@ def test_a_link_down_names_the_host_its_peers_waited_for():
     assert "for 10.0 s, from 30.5 s to 40.5 s into the run" in down["text"]
 
 
+def test_a_congested_links_retransmission_waits_are_no_link_down():
+    """node3's connections wait 1-3 s for an answer now and then (TCP's timeouts on a link dropping packets): under
+    the 5 s a link down needs where no interface lost its carrier."""
+    rows = _ring(20)
+    rows += [(2, 5 + waited, LINK_UNANSWERED, 3, waited) for waited in (1.0, 2.0, 3.0)]
+    assert network_episodes([reduce_network(_counters(rows), _rank_meta(), _communication(20))]) == []
+
+
 def test_an_interface_without_carrier_is_said():
     rows = [*_ring(10), (2, 10, NO_CARRIER, "eth0", 1.0), (2, 11, NO_CARRIER, "eth0", 1.0)]
     rows += [(3, 11, LINK_UNANSWERED, 2, 1.5)]

@@ -6,9 +6,9 @@ ranks' TCP connections did then. Each rank's heartbeat wrote, per peer address, 
 connections carried while they had data in flight, and how long a connection had waited for an
 answer. Here those become, per pair of hosts and second of the run:
 
-- **a link down**: connections waiting for an answer; the host common to every waiting pair is the
-  one whose link is down (two hosts: the link between them), and an interface without carrier says
-  so outright;
+- **a link down**: connections waiting for an answer for ``LINK_DOWN_AFTER_S`` or more; the host
+  common to every waiting pair is the one whose link is down (two hosts: the link between them), and
+  an interface without carrier says so outright (at once);
 - **a link slowed**: a host's link rate (its fastest pair: a slow peer does not make it look slow,
   as at start) below ``SLOWED_SHARE`` of its own usual rate (``USUAL_QUANTILE`` of its seconds) for
   at least ``MIN_SLOW_S``, while another host's was not (of two hosts: the link between them).
@@ -35,6 +35,9 @@ COMMUNICATION_COLUMNS = ("rank", "second", "communication_s")
 SLOWED_SHARE = 0.5
 #: A host's usual rate: this quantile of its seconds' rates (a link slowed for up to 3/4 of the run is still seen).
 USUAL_QUANTILE = 0.75
+#: Seconds connections must wait for an answer to name a link down where no interface lost its carrier: TCP's
+#: retransmission timeouts on a congested or slowed link leave a connection waiting 1-3 s (seen at 100 Mbit/s).
+LINK_DOWN_AFTER_S = 5.0
 #: Seconds a host's link must stay slowed to be named (one slow second is a busy switch).
 MIN_SLOW_S = 2
 #: Seconds without a rate that a slowed stretch may span (a second with too few bytes to measure).
@@ -137,7 +140,11 @@ def link_down_rows(
             episodes.append([interval])
     found = []
     for episode in episodes:
-        began, ended = min(i[0] for i in episode), max(i[1] for i in episode)
+        carrier_lost = any(peer.startswith("interface ") for _s, _e, _h, peer in episode)
+        longest = max((end - start for start, end, _h, peer in episode if not peer.startswith("interface ")), default=0)
+        if not carrier_lost and longest < LINK_DOWN_AFTER_S * ev.NS_PER_S:
+            continue  # a congested or slowed link's retransmission timeouts (200 ms, doubling): not a link down
+        began, ended = max(start_ns, min(i[0] for i in episode)), max(i[1] for i in episode)
         pairs = sorted({(host, peer) for _s, _e, host, peer in episode if not peer.startswith("interface ")})
         no_carrier = {}
         for _s, _e, host, peer in episode:
