@@ -876,7 +876,7 @@ class RunWatch:
 
     def network_faults(self) -> list[dict[str, Any]]:
         """The links down or slowed right now (``analysis.network.network_episodes`` still going on)."""
-        from workbench.analysis.network import network_episodes
+        from workbench.analysis.network import network_episodes, no_communication
         from workbench.store import read_rank_meta
 
         self.silent_s()  # reads the counters written since the last look
@@ -893,13 +893,12 @@ class RunWatch:
         hosts.update(getattr(self.cluster, "rank_hosts", None) or {})
         addresses = {str(address): hosts[rank] for rank, listed in self._addresses.items() if rank in hosts
                      for address in listed}  # fmt: skip
-        empty = pd.DataFrame({"rank": [], "second": [], "communication_s": []})
         part = {
             "rows": rows,
             "addresses": addresses,
             "hosts": hosts,
             "start_ns": int(self.started * 1e9),
-            "communication": empty,
+            "communication": no_communication(),  # the watch reads no spans: a fault's cost is the analysis'
         }
         latest = int(rows["time_ns"].max())
         return [

@@ -77,13 +77,18 @@ def network_rows(counters: pd.DataFrame | None, rank_meta: pd.DataFrame | None) 
     return rows, addresses
 
 
+def no_communication() -> pd.DataFrame:
+    """No rank's communication seconds (``COMMUNICATION_COLUMNS``): where no spans were read."""
+    return pd.DataFrame({column: pd.Series(dtype="float64") for column in COMMUNICATION_COLUMNS})
+
+
 def communication_per_second(events: pd.DataFrame) -> pd.DataFrame:
     """Each rank's seconds in ``communication`` spans, by the whole second of the epoch its span's middle is in."""
     if events is None or not len(events):
-        return pd.DataFrame({column: pd.Series(dtype="float64") for column in COMMUNICATION_COLUMNS})
+        return no_communication()
     spans = events[events["phase"] == ev.COMMUNICATION]
     if not len(spans):
-        return pd.DataFrame({column: pd.Series(dtype="float64") for column in COMMUNICATION_COLUMNS})
+        return no_communication()
     middle = (spans["start_ns"] // 2 + spans["end_ns"] // 2) // ev.NS_PER_S
     seconds = (spans["end_ns"] - spans["start_ns"]) / ev.NS_PER_S
     table = seconds.groupby([spans["rank"].astype("int64"), middle.astype("int64")]).sum()
@@ -118,7 +123,7 @@ def _hosts_text(hosts: list[str]) -> str:
 
 
 def link_down_rows(
-    rows: pd.DataFrame, addresses: Mapping[str, str], start_ns: int, communication: pd.DataFrame, ranks_of: dict
+    rows: pd.DataFrame, addresses: Mapping[str, str], start_ns: int, ranks_of: dict
 ) -> list[dict[str, Any]]:
     """A finding per stretch of the run in which connections waited for an answer (``link_down``)."""
     waiting = rows[rows["kind"] == LINK_UNANSWERED]
@@ -283,11 +288,7 @@ def network_episodes(parts: list[dict]) -> list[dict[str, Any]]:
     for part in parts:
         addresses.update(part["addresses"])
     kept = [part["communication"] for part in parts if len(part["communication"])]
-    communication = (
-        pd.concat(kept, ignore_index=True)
-        if kept
-        else pd.DataFrame({column: pd.Series(dtype="float64") for column in COMMUNICATION_COLUMNS})
-    )
+    communication = pd.concat(kept, ignore_index=True) if kept else no_communication()
     starts = [part["start_ns"] for part in parts if part.get("start_ns") is not None]
     start = min(starts) if starts else int(rows["time_ns"].min())
     hosts = {rank: host for part in parts for rank, host in part["hosts"].items()}
@@ -295,7 +296,7 @@ def network_episodes(parts: list[dict]) -> list[dict[str, Any]]:
     ranks_of: dict[str, list[int]] = {}
     for rank, host in sorted(hosts.items()):
         ranks_of.setdefault(host, []).append(rank)
-    found = link_down_rows(rows, addresses, start, communication, ranks_of)
+    found = link_down_rows(rows, addresses, start, ranks_of)
     found += slowed_link_rows(rows, addresses, start, communication, ranks_of)
     return sorted(found, key=lambda episode: episode["began_ns"])
 
