@@ -43,6 +43,7 @@ _IPYPARALLEL = Requirement("ipyparallel", "ipyparallel", "cluster")
 _MPI4PY = Requirement("mpi4py", "mpi4py", "cluster")
 _IPYWIDGETS = Requirement("ipywidgets", "ipywidgets", "notebook")
 _ANYWIDGET = Requirement("anywidget", "anywidget", "notebook")
+_TQDM = Requirement("tqdm", "tqdm", "notebook")
 
 #: Every part beyond the core, in the order ``workbench doctor`` lists them.
 PARTS: dict[str, Part] = {
@@ -61,7 +62,7 @@ PARTS: dict[str, Part] = {
                 Requirement("PIL", "pillow", "cases"),
             ),
         ),
-        Part("notebook", "the live dashboard and figure widgets in JupyterLab", (_IPYWIDGETS, _ANYWIDGET)),
+        Part("notebook", "the live dashboard and figure widgets in JupyterLab", (_IPYWIDGETS, _ANYWIDGET, _TQDM)),
         Part(
             "nvml",
             "GPU memory and utilisation sampled by the recorder",

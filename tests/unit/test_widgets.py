@@ -381,29 +381,54 @@ def test_timings_and_text_fallback(dash, source):
 
 # ---------------------------------------------------------------- progress
 def test_progress_state_eta():
+    """The state is read without a display; its line is tqdm's meter of the same numbers."""
     clock = Clock()
     state = ProgressState(total=10, desc="sweep", clock=clock)
     clock.now += 4
     state.advance(4)
-    assert state.elapsed == 4 and state.rate == 1 and state.eta == 6
-    assert state.line() == "sweep  40% 4/10 [00:04<00:06, 1 it/s]"
+    assert state.elapsed == 4 and state.rate == 1 and state.eta == 6 and state.fraction == 0.4
+    line = state.line()
+    assert line.startswith("sweep:  40%|") and "4/10 [00:04<00:06,  1.00it/s]" in line
 
 
 def test_progress_text_mode_prints_lines():
     out = io.StringIO()
     items = list(progress(range(3), desc="runs", widget=False, stream=out))
     assert items == [0, 1, 2]
-    assert out.getvalue().splitlines()[-1].startswith("runs 100% 3/3")
+    last = out.getvalue().split("\r")[-1].strip()
+    assert last.startswith("runs: 100%|") and "3/3 [" in last
+    with ProgressBar(total=1, widget=False, stream=io.StringIO()) as logged:
+        assert logged.min_interval_s == 1.0  # not a terminal: a log gets at most a line a second
+
+
+def test_progress_in_a_terminal_writes_a_tqdm_line_and_counts():
+    """Outside a notebook the bar is tqdm's text line on the given stream, and the state counts as it goes."""
+    from tqdm.std import tqdm
+
+    out = io.StringIO()
+    with ProgressBar(total=5, desc="points", widget=False, stream=out, min_interval_s=0) as bar:
+        assert type(bar.tqdm) is tqdm and bar.box is None
+        bar.update(2)
+        assert bar.state.done == 2 and bar.tqdm.n == 2
+        assert out.getvalue().split("\r")[-1].startswith("points:  40%|")
+        bar.set_total(4)
+        bar.update(2)
+    assert bar.state.done == 4 and bar.state.total == 4 and bar.state.fraction == 1.0 and bar.tqdm.n == 4
+    final = out.getvalue().rstrip("\n").split("\r")[-1]
+    assert final.startswith("points: 100%|") and "4/4 [" in final
+    assert repr(bar).startswith("ProgressBar(points: 100%|")
 
 
 def test_progress_widget_mode():
     with ProgressBar(total=4, desc="runs", widget=True, min_interval_s=0) as bar:
         bar.update(3)
-        assert bar._bar.value == 3 and "3/4" in bar._label.value
-    assert bar._bar.bar_style == "warning"  # closed before the end
+        label, gauge, numbers = bar.box.children  # tqdm.notebook's container
+        assert gauge.value == 3 and "3/4" in numbers.value and label.value.startswith("runs")
+    assert gauge.bar_style == "danger"  # closed before the end (tqdm.notebook's colour)
     with ProgressBar(total=2, desc="runs", widget=True) as done:
         done.update(2)
-    assert done._bar.value == 2 and done._bar.bar_style == "success"
+    assert done.box.children[1].value == 2 and done.box.children[1].bar_style == "success"
+    assert done.state.done == 2
 
 
 @pytest.mark.parametrize(

@@ -1,10 +1,12 @@
 """Notebook widgets: the live dashboard and progress bars.
 
 Widgets hold figures, controls and an ``update()``; data and numbers come in through injected
-callables (a source with ``poll()``, an ``analyse`` function), never computed here.
+callables (a source with ``poll()``, an ``analyse`` function), never computed here. The dashboard is
+made of panels (``workbench.widgets.panels``), each a widget redrawn by one ``update(frame)``.
 
-Progress works everywhere (a text line outside a notebook); the dashboard and its figure widgets need the
-``notebook`` extra (ipywidgets, anywidget) and load on first use, so a missing one is one line naming it.
+Progress is tqdm's (``tqdm.auto``: a widget bar in a notebook, a text line elsewhere). It and the dashboard
+need the ``notebook`` extra (tqdm; ipywidgets, anywidget) and load it on first use, so importing this
+package works on the core install and a missing package is one line naming it.
 """
 
 from __future__ import annotations

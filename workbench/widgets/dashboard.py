@@ -1,16 +1,16 @@
 """Live dashboard: timeline, phase breakdown and memory of a running job, refreshed in the notebook.
 
-The dashboard only holds figures, controls and the frames it was sent. Rows come from an injected
-``source`` (``store.RunTail`` or anything with ``poll() -> (events, memory)`` returning new rows);
-numbers come from an injected ``analyse`` callable. So it can be driven headless in tests by calling
-``update()``, and a failure anywhere becomes one line in the status bar instead of a traceback that
-would bury the notebook output while a job runs.
+The dashboard composes panels (``workbench.widgets.panels``: each a widget and one ``update(frame)``)
+and feeds them. Rows come from an injected ``source`` (``store.RunTail`` or anything with
+``poll() -> (events, memory)`` returning new rows); numbers come from an injected ``analyse`` callable,
+run here and nowhere in the panels. So it can be driven headless in tests by calling ``update()``, and a
+failure anywhere becomes one line in the status bar instead of a traceback that would bury the notebook
+output while a job runs.
 """
 
 from __future__ import annotations
 
 import asyncio
-import html
 import importlib
 import logging
 import threading
@@ -31,19 +31,36 @@ except ImportError:  # the notebook extra is not installed: one line naming it
     require("notebook", for_what="the live dashboard (workbench.Dashboard)")
     raise
 
-from workbench.events import NS_PER_S, host_count, hosts_summary, rank_hosts, rank_list, ranks_with_hosts
-from workbench.figures import (
-    breakdown_figure,
-    colours_for,
-    counter_figure,
-    memory_figure,
-    phase_order,
-    rank_rows,
-    rank_time_figure,
-    timeline_figure,
-)
+from workbench.events import NS_PER_S, host_count, rank_hosts, ranks_with_hosts
+from workbench.figures import phase_order
 from workbench.figures.timeline import DEFAULT_MAX_SPANS, MAX_TIMELINE_RANKS
-from workbench.widgets.figure import figure_widget, preload
+from workbench.widgets.figure import preload
+
+# NO_MEMORY, WAITING and sync_figure live with the panels that show and use them; still importable from here
+from workbench.widgets.panels import (
+    NO_MEMORY as NO_MEMORY,
+)
+from workbench.widgets.panels import (
+    WAITING,
+    Banner,
+    BreakdownFrame,
+    BreakdownPanel,
+    Controls,
+    ControlsFrame,
+    CountersFrame,
+    CountersPanel,
+    HeatmapFrame,
+    HeatmapPanel,
+    MemoryFrame,
+    MemoryPanel,
+    Panel,
+    StacksFrame,
+    StacksPanel,
+    StatusFrame,
+    TimelineFrame,
+    TimelinePanel,
+)
+from workbench.widgets.panels import sync_figure as sync_figure
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +72,6 @@ LIVE_MAX_SPANS = DEFAULT_MAX_SPANS // 2
 
 preload()  # in a kernel: plotly's widget bundle starts on its way to the browser now, not at the first figure
 
-WAITING = "waiting for the first events from the ranks…"
 #: Seconds between refreshes: while the ranks have cores to spare, and while they fill this machine's cores
 #: (every redraw is then taken from them). benchmarks/dashboard_cost.py, 2 ranks on 2 cores, live against
 #: headless: 0.29 of a core and 1.25x the ranks' wall time at 0.5 s; 0.18-0.26 of a core and 1.14-1.23x at
@@ -77,11 +93,6 @@ MAX_STALE_NAMED = 3
 #: sits above it and the timeline shows ``SLOWEST_RANKS`` ranks: the slowest, or those you select.
 TIMELINE_MAX_RANKS = MAX_TIMELINE_RANKS
 SLOWEST_RANKS = 16
-#: What the memory tab says until the first sample arrives: an empty box reads as a broken tab.
-NO_MEMORY = (
-    "no memory samples yet: the ranks record them with Recorder(memory_interval_s=...) or "
-    "Recorder.sample_memory(); this run has sent none so far"
-)
 
 
 class Source(Protocol):
@@ -164,11 +175,13 @@ def one_line(where: str, exc: BaseException, limit: int = 200) -> str:
 class Dashboard:
     """Live view of a run: tabs (timeline, breakdown, memory), controls and a status line.
 
-    ``update()`` polls once and redraws synchronously; ``start()`` does so every ``refresh_s``
-    without blocking the kernel; the Stop button (or ``stop()``) ends refreshing and calls
-    ``on_stop``. ``on_stacks`` (e.g. ``cluster.stacks``: rank -> Python stack text) enables the Stacks
-    button, which turns orange when a rank stalls and shows every rank's stack without stopping it.
-    ``clock`` (monotonic seconds) is injectable for tests of the stale-rank message.
+    The panels (``workbench.widgets.panels``) each redraw from one frame; the dashboard polls the
+    source, keeps the rows, runs the injected analyses, owns what the controls do and calls each panel's
+    ``update()`` (a hidden tab's when it is shown). ``update()`` polls once and redraws synchronously;
+    ``start()`` does so every ``refresh_s`` without blocking the kernel; the Stop button (or ``stop()``)
+    ends refreshing and calls ``on_stop``. ``on_stacks`` (e.g. ``cluster.stacks``: rank -> Python stack
+    text) enables the Stacks button, which turns orange when a rank stalls and shows every rank's stack
+    without stopping it. ``clock`` (monotonic seconds) is injectable for tests of the stale-rank message.
     """
 
     def __init__(
@@ -226,14 +239,12 @@ class Dashboard:
         self._last_seen: dict[int, float] = {}
         #: each rank's host, as first seen in its events ({rank: host})
         self._hosts: dict[int, str] = {}
+        #: every phase seen, in drawing order
         self._phases: list[str] = []
         self._hidden_ranks: set[int] = set()
         self._view: tuple[float, float] | None = None
-        self._drawn_range: tuple[float, float] | None = None
         self._stale_tabs: set[int] = {TAB_TIMELINE, TAB_BREAKDOWN, TAB_MEMORY, TAB_COUNTERS}
         self._drawing = False
-        self._drawn_spans = 0
-        self._resolution_s = 0.0
         self._running = False
         self._stopped = False
         self._task: asyncio.Task | None = None
@@ -244,48 +255,46 @@ class Dashboard:
 
     # ------------------------------------------------------------------ widgets
     def _build_widgets(self) -> None:
-        self.status = w.HTML(layout=w.Layout(width="100%"))
-        self.rank_select = w.SelectMultiple(
-            options=[], value=[], description="ranks", rows=4, layout=w.Layout(width="160px")
-        )
-        self.window_slider = w.SelectionSlider(
-            options=list(WINDOWS), value=0.0, description="window", continuous_update=False
-        )
-        self.phase_box = w.HBox([], layout=w.Layout(flex_flow="row wrap"))
-        self.phase_checks: dict[str, w.Checkbox] = {}
-        self.stop_button = w.Button(description="Stop", button_style="danger", icon="stop")
-        self.stacks_button = w.Button(
-            description="Stacks",
-            icon="list",
-            tooltip="every rank's Python stack now, without stopping it"
-            if self.on_stacks is not None
-            else "pass on_stacks=cluster.stacks to see the ranks' stacks",
-            disabled=self.on_stacks is None,
-        )
-        self.stacks_view = w.HTML()
-        self.timeline = figure_widget()
-        self.heatmap_note = w.HTML()
-        self.heatmap_value = w.Dropdown(options=["waiting"], value="waiting", description="colour by")
-        # the rank × time heatmap: made when a run has more ranks than the timeline shows
-        self._heatmap: go.FigureWidget | None = None
-        #: the heatmap's ranks top down (``figures.rank_rows``): a click's row is one of them
-        self._heatmap_rows: list[int] = []
-        self._heatmap_box = w.VBox([])
-        self.breakdown_note = w.HTML()
-        # plotly's widget bundle (~5 MB) goes to the browser once per kernel (figure_widget); the other
-        # tabs' figures are still made when first shown, so a dashboard opens with one figure to draw.
-        self._breakdown: go.FigureWidget | None = None
-        self._memory_figure: go.FigureWidget | None = None
-        self._breakdown_box = w.VBox([self.breakdown_note])
-        self._memory_box = w.VBox([w.HTML(html.escape(NO_MEMORY))])
-        self._counters_figure: go.FigureWidget | None = None
-        self._counters_box = w.VBox([w.HTML(html.escape("no counters recorded yet (Recorder.counter)"))])
-        timeline_tab = w.VBox([self._heatmap_box, self.timeline])
-        self.tabs = w.Tab(children=[timeline_tab, self._breakdown_box, self._memory_box, self._counters_box])
+        """The panels, laid out as tabs under the status line and the controls, and the controls' handlers."""
+        self.banner = Banner()
+        self.controls = Controls(WINDOWS, stacks=self.on_stacks is not None, on_phase=self._guarded(self._on_phase))
+        self.stacks_panel = StacksPanel()
+        self.timeline_panel = TimelinePanel()
+        self.heatmap_panel = HeatmapPanel(on_click=self._guarded(self._on_heatmap_click))
+        self.breakdown_panel = BreakdownPanel()
+        self.memory_panel = MemoryPanel()
+        self.counters_panel = CountersPanel()
+        #: every panel by name: each redraws from one frame in its ``update()``
+        self.panels: dict[str, Panel] = {
+            "banner": self.banner,
+            "controls": self.controls,
+            "stacks": self.stacks_panel,
+            "heatmap": self.heatmap_panel,
+            "timeline": self.timeline_panel,
+            "breakdown": self.breakdown_panel,
+            "memory": self.memory_panel,
+            "counters": self.counters_panel,
+        }
+        # the widgets tests, notebooks and benchmarks reach by their old names
+        self.status = self.banner.root
+        self.rank_select = self.controls.rank_select
+        self.window_slider = self.controls.window_slider
+        self.phase_box = self.controls.phase_box
+        self.phase_checks = self.controls.phase_checks
+        self.stop_button = self.controls.stop_button
+        self.stacks_button = self.controls.stacks_button
+        self.stacks_view = self.stacks_panel.root
+        self.timeline = self.timeline_panel.root
+        self.heatmap_note = self.heatmap_panel.note
+        self.heatmap_value = self.heatmap_panel.colour_by
+        self.breakdown_note = self.breakdown_panel.note
+        self._memory_box = self.memory_panel.root
+
+        timeline_tab = w.VBox([self.heatmap_panel.root, self.timeline])
+        tabs = [timeline_tab, self.breakdown_panel.root, self.memory_panel.root, self.counters_panel.root]
+        self.tabs = w.Tab(children=tabs)
         self.tabs.titles = ("timeline", "breakdown", "memory", "counters")
-        buttons = w.VBox([self.stop_button, self.stacks_button])
-        controls = w.HBox([self.rank_select, w.VBox([self.window_slider, self.phase_box]), buttons])
-        self.widget = w.VBox([self.status, controls, self.stacks_view, self.tabs])
+        self.widget = w.VBox([self.status, self.controls.root, self.stacks_view, self.tabs])
         self.widget.add_class("workbench-dashboard")  # a hook for page styles and the browser tests
 
         self.rank_select.observe(self._guarded(self._on_ranks), names="value")
@@ -299,34 +308,47 @@ class Dashboard:
     @property
     def breakdown(self) -> go.FigureWidget:
         """The breakdown tab's figure, created on first use."""
-        if self._breakdown is None:
-            self._breakdown = figure_widget()
-            self._breakdown_box.children = (self.breakdown_note, self._breakdown)
-        return self._breakdown
+        return self.breakdown_panel.figure
 
     @property
     def heatmap(self) -> go.FigureWidget:
         """The rank × time heatmap above the timeline, created when first needed; a click on a row adds its rank."""
-        if self._heatmap is None:
-            self._heatmap = figure_widget()
-            self._heatmap_box.children = (w.HBox([self.heatmap_value, self.heatmap_note]), self._heatmap)
-        return self._heatmap
+        return self.heatmap_panel.figure
+
+    @property
+    def _heatmap(self) -> go.FigureWidget | None:
+        """The heatmap if it was made (None while the timeline shows every rank)."""
+        return self.heatmap_panel._figure
 
     @property
     def memory(self) -> go.FigureWidget:
         """The memory tab's figure, created on first use."""
-        if self._memory_figure is None:
-            self._memory_figure = figure_widget()
-            self._memory_box.children = (self._memory_figure,)
-        return self._memory_figure
+        return self.memory_panel.figure
 
     @property
     def counters(self) -> go.FigureWidget:
         """The counters tab's figure (queue depth, ...), created on first use."""
-        if self._counters_figure is None:
-            self._counters_figure = figure_widget()
-            self._counters_box.children = (self._counters_figure,)
-        return self._counters_figure
+        return self.counters_panel.figure
+
+    @property
+    def _drawn_spans(self) -> int:
+        return self.timeline_panel.drawn_spans
+
+    @property
+    def _resolution_s(self) -> float:
+        return self.timeline_panel.resolution_s
+
+    @property
+    def _drawn_range(self) -> tuple[float, float] | None:
+        return self.timeline_panel.drawn_range
+
+    def _draw(self, panel: Panel, frame: Any) -> None:
+        """``panel.update(frame)`` with the controls' handlers quiet: what it sets is not the user's doing."""
+        self._drawing = True
+        try:
+            panel.update(frame)
+        finally:
+            self._drawing = False
 
     def _guarded(self, handler: Callable[..., object]) -> Callable[..., None]:
         """Wrap a widget callback so that an error lands in the status line, not the log area."""
@@ -340,6 +362,7 @@ class Dashboard:
 
         return run
 
+    # ------------------------------------------------------------------ what the controls do
     def _on_ranks(self, change: dict) -> None:
         if self._drawing:
             return
@@ -354,25 +377,22 @@ class Dashboard:
 
     def _on_heatmap_click(self, _trace: Any, points: Any, _state: Any) -> None:
         """A click on a heatmap cell adds that row's rank to the timeline (and stops following the slowest)."""
-        meta = (self._heatmap.layout.meta or {}) if self._heatmap is not None else {}
-        rows = self._heatmap_rows
-        picked = {
-            int(y) if meta.get("rank_order") else rows[int(y)]
-            for y in points.ys
-            if y is not None and (meta.get("rank_order") or 0 <= int(y) < len(rows))
-        }
-        picked = {rank for rank in picked if rank in self._last_seen}
+        picked = {rank for rank in self.heatmap_panel.ranks_at(points) if rank in self._last_seen}
         if not picked:
             return
         shown = set(self._visible_ranks())
         self._auto_ranks = False
         self._hidden_ranks -= picked
+        self._set_ranks(sorted(shown | picked))
+        self._redraw(force=True)
+
+    def _set_ranks(self, ranks: list[int]) -> None:
+        """Select ``ranks`` in the rank picker without it counting as the user's pick."""
         self._drawing = True
         try:
-            self.rank_select.value = sorted(shown | picked)
+            self.rank_select.value = ranks
         finally:
             self._drawing = False
-        self._redraw(force=True)
 
     def _on_window(self, _change: dict) -> None:
         self._view = None
@@ -412,7 +432,11 @@ class Dashboard:
 
     # ------------------------------------------------------------------ data
     def update(self) -> None:
-        """Poll the source once and redraw; errors become the status line, never a traceback."""
+        """Poll the source once and redraw; errors become the status line, never a traceback.
+
+        One refresh updates the controls, the shown tab's panels (a hidden tab's wait until it is shown)
+        and the banner, each once.
+        """
         if not self._lock.acquire(blocking=False):
             return  # an update is already running (timer thread and a manual call)
         try:
@@ -428,6 +452,8 @@ class Dashboard:
                 if counters is not None and len(counters):
                     self._counter_chunks.append(counters)
                     self._stale_tabs.add(TAB_COUNTERS)
+                if new_events:
+                    self._draw(self.controls, self._controls_frame())
                 self.error = ""
             except Exception as exc:
                 poll_s = time.perf_counter() - started
@@ -469,7 +495,9 @@ class Dashboard:
             if self.run_id is None and "run_id" in events:
                 ids = [r for r in pd.unique(events["run_id"]) if r]
                 self.run_id = str(ids[0]) if ids else None
-            self._sync_controls(pd.unique(events["phase"].astype(str)))
+            added = [p for p in pd.unique(events["phase"].astype(str)) if p not in self._phases]
+            if added:
+                self._phases = phase_order([*self._phases, *added])
             self._stale_tabs.add(TAB_BREAKDOWN)
             if self._in_view(events):  # a zoomed view that the new spans miss would be redrawn unchanged
                 self._stale_tabs.add(TAB_TIMELINE)
@@ -491,35 +519,6 @@ class Dashboard:
         """Mask of the spans that overlap ``window`` (seconds since the run's first event)."""
         low, high = (self._t0_ns + int(edge * NS_PER_S) for edge in window)  # type: ignore[operator]
         return (events["end_ns"].to_numpy() >= low) & (events["start_ns"].to_numpy() <= high)
-
-    def _sync_controls(self, new_phases: Any) -> None:
-        """Add newly seen ranks (shown unless hidden before) and phases (checked) to the controls."""
-        self._drawing = True
-        try:
-            ranks = sorted(self._last_seen)
-            if list(self.rank_select.options) != ranks:
-                self.rank_select.options = ranks
-                self.rank_select.value = [r for r in ranks if r not in self._hidden_ranks]
-                self.rank_select.rows = 4 if len(ranks) <= self.timeline_max_ranks else 8
-            added = [p for p in new_phases if p not in self._phases]
-            if added:
-                self._phases = phase_order([*self._phases, *added])
-                colours = colours_for(self._phases)
-                for phase in added:
-                    box = w.Checkbox(value=True, description=phase, indent=False, layout=w.Layout(width="auto"))
-                    box.observe(self._guarded(self._on_phase), names="value")
-                    self.phase_checks[phase] = box
-                self.phase_box.children = [
-                    w.HBox(
-                        [
-                            w.HTML(f'<span style="color:{colours[p]};font-size:1.3em">■</span>'),
-                            self.phase_checks[p],
-                        ]
-                    )
-                    for p in self._phases
-                ]
-        finally:
-            self._drawing = False
 
     @property
     def events(self) -> pd.DataFrame | None:
@@ -552,24 +551,6 @@ class Dashboard:
         end = (int(events["end_ns"].max()) - self._t0_ns) / NS_PER_S
         return (max(end - seconds, 0.0), end)
 
-    # ------------------------------------------------------------------ drawing
-    def _redraw(self, force: bool = False) -> None:
-        """Redraw the visible tab if its data or controls changed; other tabs wait until shown."""
-        if force:
-            self._stale_tabs.update((TAB_TIMELINE, TAB_BREAKDOWN, TAB_MEMORY, TAB_COUNTERS))
-        tab = self.tabs.selected_index or 0
-        if tab not in self._stale_tabs:
-            return
-        self._stale_tabs.discard(tab)
-        if tab == TAB_TIMELINE:
-            self._draw_timeline()
-        elif tab == TAB_BREAKDOWN:
-            self._draw_breakdown()
-        elif tab == TAB_MEMORY:
-            self._draw_memory()
-        else:
-            self._draw_counters()
-
     def _filtered_events(self) -> pd.DataFrame | None:
         events = self.events
         if events is None:
@@ -591,57 +572,49 @@ class Dashboard:
         if not self._auto_ranks or not slowest or slowest == self._visible_ranks():
             return
         self._hidden_ranks = set(self._last_seen) - set(slowest)
-        self._drawing = True
-        try:
-            self.rank_select.value = slowest
-        finally:
-            self._drawing = False
+        self._set_ranks(slowest)
 
-    def _draw_heatmap(self) -> None:
+    # ------------------------------------------------------------------ frames: rows selected, numbers analysed
+    def _controls_frame(self) -> ControlsFrame:
+        return ControlsFrame(
+            ranks=sorted(self._last_seen),
+            hidden=frozenset(self._hidden_ranks),
+            phases=list(self._phases),
+            many_ranks=self.many_ranks,
+        )
+
+    def _heatmap_frame(self) -> HeatmapFrame:
         """Every rank's share of each time bin (waiting by default), the slowest ranks and host marked."""
         if self.grid is None or self._activity is None:
-            self.heatmap_note.value = html.escape(f"rank × time heatmap unavailable ({self._grid_missing})")
-            return
-        heatmap = self.heatmap
+            return HeatmapFrame(missing=self._grid_missing)
         values = self.grid.values()
-        if list(self.heatmap_value.options) != values:
-            self._drawing = True
-            try:
-                current = self.heatmap_value.value
-                self.heatmap_value.options = values
-                self.heatmap_value.value = current if current in values else values[0]
-            finally:
-                self._drawing = False
+        current = self.heatmap_value.value
+        value = current if current in values else values[0]
         activity = self._activity.rank_activity(self.grid, slowest=self.slowest_ranks, hosts=self._hosts)
         marks = self._activity.heatmap_marks(activity)
         self._follow_slowest(marks["marked"])
-        hosts = {**self.grid.hosts, **self._hosts}
-        share = self.grid.share(self.heatmap_value.value)
-        self._heatmap_rows = rank_rows(list(share.index), hosts)
-        fig = rank_time_figure(share, value=self.heatmap_value.value, hosts=hosts, **marks)
-        first = not heatmap.data
-        self._sync(heatmap, fig)
-        if first and heatmap.data:
-            heatmap.data[0].on_click(self._guarded(self._on_heatmap_click))
-        shown = self._visible_ranks()
-        chosen = "the slowest" if self._auto_ranks else "your selection:"
-        self.heatmap_note.value = html.escape(
-            f"{len(self._last_seen)} ranks · {self._activity.describe_slowest(activity)} · the timeline below"
-            f" shows {len(shown)}, {chosen} {rank_list(shown)} (pick in 'ranks' or click a row)"
+        return HeatmapFrame(
+            share=self.grid.share(value),
+            value=value,
+            values=values,
+            hosts={**self.grid.hosts, **self._hosts},
+            marks=marks,
+            n_ranks=len(self._last_seen),
+            slowest=self._activity.describe_slowest(activity),
+            shown=self._visible_ranks(),
+            following=self._auto_ranks,
         )
 
-    def _draw_timeline(self) -> None:
-        if self.many_ranks:
-            self._draw_heatmap()
+    def _timeline_frame(self) -> TimelineFrame | None:
         events = self._filtered_events()
         if events is None:
-            return
+            return None
         window = self._window(events)
         if window is not None and self._t0_ns is not None:  # only the window's spans go on: a bounded redraw
             inside = self._overlapping(events, window)
             if not inside.all():
                 events = events[inside]
-        fig = timeline_figure(
+        return TimelineFrame(
             events,
             t0_ns=self._t0_ns,
             window=window,
@@ -651,48 +624,55 @@ class Dashboard:
             known_phases=self._phases,
             hosts=self._hosts,
         )
-        meta = fig.layout.meta or {}
-        self._drawn_spans = int(meta.get("drawn", 0))
-        self._resolution_s = float(meta.get("resolution_s", 0.0))
-        self._drawn_range = window
-        self._sync(self.timeline, fig)
 
-    def _draw_breakdown(self) -> None:
+    def _breakdown_frame(self) -> BreakdownFrame:
         if self.analyse is None:
-            self.breakdown_note.value = html.escape(f"analysis unavailable ({self._analyse_missing})")
-            return
+            return BreakdownFrame(note=f"analysis unavailable ({self._analyse_missing})")
         events = self._filtered_events()
         if events is None or len(events) == 0:
-            self.breakdown_note.value = html.escape(WAITING)
-            return
-        self.breakdown_note.value = ""
-        fig = breakdown_figure(self.analyse(events), phases=self._shown_phases())
-        self._sync(self.breakdown, fig)
+            return BreakdownFrame(note=WAITING)
+        return BreakdownFrame(table=self.analyse(events), phases=self._shown_phases())
 
-    def _draw_memory(self) -> None:
+    def _memory_frame(self) -> MemoryFrame | None:
         samples = self.memory_samples
         if samples is None:
-            return
+            return None
         if self._hidden_ranks:
             samples = samples[~samples["rank"].isin(self._hidden_ranks)]
         growth = self.analyse_memory(samples) if self.analyse_memory is not None else None
-        self._sync(self.memory, memory_figure(samples, growth, t0_ns=self._t0_ns))
+        return MemoryFrame(samples, growth, t0_ns=self._t0_ns)
 
-    def _draw_counters(self) -> None:
+    def _counters_frame(self) -> CountersFrame | None:
         if not self._counter_chunks:
-            return
+            return None
         counters = pd.concat(self._counter_chunks, ignore_index=True)
         self._counter_chunks = [counters]
         if self._hidden_ranks:
             counters = counters[~counters["rank"].isin(self._hidden_ranks)]
-        self._sync(self.counters, counter_figure(counters, t0_ns=self._t0_ns))
+        return CountersFrame(counters, t0_ns=self._t0_ns)
 
-    def _sync(self, widget: go.FigureWidget, fig: go.Figure) -> None:
-        self._drawing = True
-        try:
-            sync_figure(widget, fig)
-        finally:
-            self._drawing = False
+    # ------------------------------------------------------------------ drawing
+    def _redraw(self, force: bool = False) -> None:
+        """Redraw the visible tab's panels if their data or controls changed; other tabs wait until shown."""
+        if force:
+            self._stale_tabs.update((TAB_TIMELINE, TAB_BREAKDOWN, TAB_MEMORY, TAB_COUNTERS))
+        tab = self.tabs.selected_index or 0
+        if tab not in self._stale_tabs:
+            return
+        self._stale_tabs.discard(tab)
+        if tab == TAB_TIMELINE:
+            if self.many_ranks:
+                self._draw(self.heatmap_panel, self._heatmap_frame())
+            frame: Any = self._timeline_frame()
+            panel: Panel = self.timeline_panel
+        elif tab == TAB_BREAKDOWN:
+            frame, panel = self._breakdown_frame(), self.breakdown_panel
+        elif tab == TAB_MEMORY:
+            frame, panel = self._memory_frame(), self.memory_panel
+        else:
+            frame, panel = self._counters_frame(), self.counters_panel
+        if frame is not None:  # nothing received yet: the panel keeps its placeholder
+            self._draw(panel, frame)
 
     # ------------------------------------------------------------------ status
     def _fail(self, where: str, exc: BaseException) -> None:
@@ -700,34 +680,31 @@ class Dashboard:
         self.last_exception = exc
         log.debug("dashboard %s failed", where, exc_info=exc)
 
-    def status_text(self) -> str:
-        """The status line as plain text (also what the widget shows)."""
-        parts = []
-        if self._stopped:
-            parts.append("stopped")
-        if self.error:
-            parts.append(self.error)
+    def _status_frame(self) -> StatusFrame:
+        alerts: list[str] = []
         try:  # a failed or stalled rank, from run.json (RunTail.alerts): the banner comes first
-            parts[:0] = self.source.alerts() if hasattr(self.source, "alerts") else []
+            alerts = list(self.source.alerts()) if hasattr(self.source, "alerts") else []
         except Exception:
             pass
-        if not self._last_seen:
-            parts.append(WAITING)
-            return " · ".join(parts)
         now = self.clock()
-        if self.run_id:
-            parts.append(f"run {self.run_id}")
-        ranks = sorted(self._last_seen)
-        where = hosts_summary({rank: self._hosts.get(rank, "") for rank in ranks}, ranks_word="ranks seen")
-        parts.append(where or f"{len(ranks)} rank{'s' if len(ranks) != 1 else ''} seen ({rank_list(ranks)})")
-        parts.append(f"{self._n_events:,} events")
-        parts.append(f"last event {now - max(self._last_seen.values()):.0f} s ago")
-        if self.refresh_reason:
-            parts.append(self.refresh_reason)
-        if self._resolution_s > 0:
-            parts.append(f"drawing {self._drawn_spans:,} bars (spans closer than {self._resolution_s:.2g} s merged)")
-        parts.extend(self.stale_messages(now))
-        return " · ".join(parts)
+        return StatusFrame(
+            alerts=alerts,
+            stopped=self._stopped,
+            error=self.error,
+            seen=dict(self._last_seen),
+            now=now,
+            run_id=self.run_id,
+            hosts=self._hosts,
+            n_events=self._n_events,
+            refresh_reason=self.refresh_reason,
+            drawn_spans=self._drawn_spans,
+            resolution_s=self._resolution_s,
+            stale=self.stale_messages(now),
+        )
+
+    def status_text(self) -> str:
+        """The status line as plain text (also what the widget shows)."""
+        return self._status_frame().text
 
     def stale_messages(self, now: float | None = None) -> list[str]:
         """Ranks silent for more than ``stale_s`` while another rank is not: one message per rank, up to
@@ -762,27 +739,14 @@ class Dashboard:
             self._fail("stacks", exc)
             self._show_status()
             return {}
-        text = "\n".join(
-            f"=== {ranks_with_hosts([rank], self._hosts)} ===\n{stack.rstrip()}"
-            for rank, stack in sorted(stacks.items())
-        )
-        when = time.strftime("%H:%M:%S")
-        self.stacks_view.value = (
-            f"<details open><summary>every rank's Python stack at {when} ({len(stacks)} ranks)</summary>"
-            f'<pre style="max-height:24em;overflow:auto;white-space:pre">{html.escape(text)}</pre></details>'
-        )
+        self._draw(self.stacks_panel, StacksFrame(stacks, self._hosts, when=time.strftime("%H:%M:%S")))
         return stacks
 
     def _show_status(self) -> None:
-        text = self.status_text()
-        stalled = "sent nothing for" in text or text.startswith("STALL")
+        frame = self._status_frame()
         if self.on_stacks is not None:
-            self.stacks_button.button_style = "warning" if stalled else ""
-        colour = "#b00020" if self.error or text.startswith("FAILED") else ("#a05a00" if stalled else "inherit")
-        self.status.value = (
-            f'<div style="white-space:normal;overflow-wrap:anywhere;line-height:1.4;color:{colour}" '
-            f'title="{html.escape(text)}">{html.escape(text)}</div>'
-        )
+            self.stacks_button.button_style = "warning" if frame.stalled else ""
+        self._draw(self.banner, frame)
 
     # ------------------------------------------------------------------ refresh loop
     def start(self) -> Dashboard:
@@ -869,33 +833,6 @@ class Dashboard:
         bundle = self.widget._repr_mimebundle_(**kwargs)
         bundle["text/plain"] = self.text_summary()
         return bundle
-
-
-def sync_figure(widget: go.FigureWidget, fig: go.Figure) -> None:
-    """Copy ``fig`` into ``widget`` with as few messages as possible.
-
-    Same traces (type and name, in order): one batched restyle of the changed properties, which
-    keeps the browser's zoom and legend state. Otherwise the traces are replaced.
-    """
-    same = [(t.type, t.name) for t in widget.data] == [(t.type, t.name) for t in fig.data]
-    if not same:
-        widget.data = []
-        widget.add_traces(list(fig.data))
-    with widget.batch_update():
-        if same:
-            for old, new in zip(widget.data, fig.data, strict=True):
-                props = new.to_plotly_json()
-                props.pop("type", None)
-                old.update(props, overwrite=True)
-        layout = fig.layout.to_plotly_json()
-        layout.pop("template", None)
-        # plotly.js fixes the width (autosize off) when a relayout changes the height alone:
-        # keep the plot as wide as its container by sending autosize with every layout update.
-        layout.pop("width", None)
-        layout["autosize"] = True
-        widget.layout.update(layout, overwrite=True)
-        widget.layout.annotations = fig.layout.annotations
-        widget.layout.shapes = fig.layout.shapes  # the timeline's host bands: gone when the hosts are
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

@@ -1,8 +1,9 @@
-"""Progress for runs and sweeps: a widget bar in a notebook, a text line elsewhere.
+"""Progress for runs and sweeps, drawn by ``tqdm.auto``: a widget bar in a notebook, a text line elsewhere.
 
-The state (done, total, timing) is kept apart from its display, so tests and logs read the same
-numbers the bar shows, and a run started from a script or CI prints plain lines instead of widget
-placeholders.
+The counts (done, total, timing) live in ``ProgressState``, apart from the display, so tests and logs read
+the numbers the bar shows without one. tqdm draws them and decides between notebook and terminal, so none
+of that is redone here. tqdm comes with the ``notebook`` extra and is imported when a bar is made: the core
+install still imports ``workbench.widgets``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import IO, TypeVar
+from typing import IO, Any, TypeVar
+
+from workbench.extras import require_module
 
 T = TypeVar("T")
 
@@ -60,43 +63,57 @@ class ProgressState:
         return None if not self.total else min(self.done / self.total, 1.0)
 
     def line(self) -> str:
-        """One tqdm-like line: ``desc  40% 4/10 [00:02<00:03, 1.9 it/s]``."""
-        parts = [self.desc] if self.desc else []
-        if self.fraction is not None:
-            parts.append(f"{self.fraction:4.0%}")
-        parts.append(f"{self.done}/{self.total}" if self.total is not None else f"{self.done}")
-        timing = _clock_text(self.elapsed)
-        if self.eta is not None:
-            timing += f"<{_clock_text(self.eta)}"
-        if self.rate is not None:
-            timing += f", {self.rate:.3g} it/s"
-        parts.append(f"[{timing}]")
-        return " ".join(parts)
+        """The state as tqdm's meter, the line a terminal bar shows: ``sweep:  40%|████ | 4/10 [00:04<00:06, ...]``."""
+        _need_tqdm()
+        from tqdm.std import tqdm
+
+        return tqdm.format_meter(self.done, self.total, self.elapsed, prefix=self.desc)
 
 
-def _clock_text(seconds: float) -> str:
-    seconds = round(seconds)
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes:02d}:{secs:02d}"
+def _need_tqdm() -> None:
+    """One line naming the extra when tqdm is missing (the core install does not bring it)."""
+    require_module("tqdm", "tqdm", "notebook", for_what="a progress bar")
 
 
 def in_notebook() -> bool:
-    """True inside a Jupyter kernel that can show widgets (not a terminal IPython or a script)."""
+    """True where ``tqdm.auto`` draws a widget bar: a Jupyter kernel with ipywidgets (not a terminal or script)."""
     try:
-        import ipywidgets  # noqa: F401
-        from IPython import get_ipython
+        import tqdm.auto  # noqa: F401  (imports tqdm.autonotebook with its notebook-mode warning silenced)
+        from tqdm.autonotebook import tqdm as chosen
+        from tqdm.std import tqdm as terminal
     except ImportError:
         return False
-    shell = get_ipython()
-    return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
+    return chosen is not terminal
+
+
+def _isatty(stream: IO[str]) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def _bar_class(widget: bool | None) -> tuple[type, dict[str, Any]]:
+    """tqdm's bar class for ``widget`` (None: tqdm.auto decides) and the keywords it needs."""
+    if widget is None:
+        from tqdm.auto import tqdm
+
+        return tqdm, {}
+    if widget:
+        from tqdm.notebook import tqdm
+
+        return tqdm, {"display": False}  # the caller shows ``box`` where it wants it
+    from tqdm.std import tqdm
+
+    return tqdm, {}
 
 
 class ProgressBar:
-    """Progress display over a ``ProgressState``: IntProgress + label, or text lines.
+    """A ``ProgressState`` shown by a tqdm bar: a widget in a notebook (``box``), a text line elsewhere.
 
-    ``widget=None`` picks the widget in a notebook. Text output rewrites one line on a terminal and
-    prints a new line at most every ``min_interval_s`` otherwise (logs stay short).
+    ``widget=None`` lets ``tqdm.auto`` pick and show it; ``True`` makes the widget bar without showing it,
+    ``False`` the text line on ``stream`` (stderr by default). It is redrawn at most every ``min_interval_s``:
+    by default 0.1 s, and 1 s on a stream that is not a terminal, so that a log keeps few lines.
     """
 
     def __init__(
@@ -106,77 +123,46 @@ class ProgressBar:
         *,
         widget: bool | None = None,
         stream: IO[str] | None = None,
-        min_interval_s: float = 0.1,
+        min_interval_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        _need_tqdm()
         self.state = ProgressState(total=total, desc=desc, clock=clock)
         self.stream = stream if stream is not None else sys.stderr
+        if min_interval_s is None:
+            shown_live = widget or (widget is None and in_notebook()) or _isatty(self.stream)
+            min_interval_s = 0.1 if shown_live else 1.0
         self.min_interval_s = min_interval_s
-        self._last_shown = float("-inf")
         self._closed = False
-        self.box = None
-        use_widget = in_notebook() if widget is None else widget
-        if use_widget:
-            import ipywidgets as w
-
-            self._bar = w.IntProgress(value=0, min=0, max=max(total or 0, 1), description=desc[:20])
-            self._label = w.Label(value=self.state.line())
-            self.box = w.HBox([self._bar, self._label])
-            if widget is None:
-                from IPython.display import display
-
-                display(self.box)
-        if not use_widget:
-            interval = 1.0 if not self._isatty() else min_interval_s
-            self.min_interval_s = max(min_interval_s, interval)
-        self._show(force=True)
-
-    def _isatty(self) -> bool:
-        try:
-            return bool(self.stream.isatty())
-        except (AttributeError, ValueError):
-            return False
+        bar_class, options = _bar_class(widget)
+        #: the tqdm bar that draws the state
+        self.tqdm = bar_class(total=total, desc=desc or None, file=self.stream, mininterval=min_interval_s, **options)
+        #: the widget (tqdm's container) in a notebook, None for a text line
+        self.box = getattr(self.tqdm, "container", None)
 
     def update(self, n: int = 1) -> None:
-        """Count ``n`` items done and refresh the display when due."""
+        """Count ``n`` items done; tqdm redraws when due."""
         self.state.advance(n)
-        self._show()
+        self.tqdm.update(n)
 
     def set_total(self, total: int) -> None:
-        """Change the total (a sweep that learns its size late)."""
+        """Change the total (a sweep that learns its size late), keeping the count."""
         self.state.total = total
-        if self.box is not None:
-            self._bar.max = max(total, 1)
-        self._show(force=True)
-
-    def _show(self, force: bool = False) -> None:
-        now = self.state.clock()
-        if not force and now - self._last_shown < self.min_interval_s:
-            return
-        self._last_shown = now
-        text = self.state.line()
-        if self.box is not None:
-            self._bar.value = min(self.state.done, self._bar.max)
-            self._label.value = text
-        elif self._isatty():
-            self.stream.write("\r" + text)
-            self.stream.flush()
-        else:
-            self.stream.write(text + "\n")
-            self.stream.flush()
+        self.tqdm.total = total
+        if self.box is not None:  # tqdm.notebook's reset() would also zero the count
+            bar = self.box.children[1]
+            bar.max = max(total, 1)
+            bar.bar_style = ""
+            bar.layout.width = None
+        self.tqdm.refresh()
 
     def close(self) -> None:
-        """Show the final state once (a finished bar turns green)."""
+        """Show the final state once (tqdm turns a finished widget bar green, an unfinished one red)."""
         if self._closed:
             return
         self._closed = True
         self.state.now = self.state.clock()
-        if self.box is not None:
-            self._bar.bar_style = "success" if self.state.total in (None, self.state.done) else "warning"
-        self._show(force=True)
-        if self.box is None and self._isatty():
-            self.stream.write("\n")
-            self.stream.flush()
+        self.tqdm.close()
 
     def __enter__(self) -> ProgressBar:
         return self
