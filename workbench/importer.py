@@ -8,6 +8,12 @@ What it reads (a folder is searched for them; several files of one job become on
 - PyTorch profiler (Kineto) traces, one file per rank (``formats.kineto``): each file's rank is its
   ``distributedInfo.rank``.
 
+Which formats: those registered in ``formats.registry`` (each format's module registers its ``TraceReader``),
+so that a new format is its module and one ``register_reader``, never an edit here. The importer asks the
+readers for the names a folder is searched for, which one claims a file (``sniff``), whether it is refused
+(TensorBoard's older ``*.trace``), and reads each profile with its reader into a ``DeviceTrace``; a reader of
+kind ``timeline`` (Horovod's) is streamed here instead, all of a job's fragments as one.
+
 How ranks are placed: each GPU that ran something is a rank (Horovod runs one rank per GPU; a
 MirroredStrategy worker's GPUs are its replicas), numbered by host (in natural order) then GPU index; its
 spans come from its GPU's activity (``analysis.devices.device_phase_spans``) and the activity itself is
@@ -25,7 +31,6 @@ The user's files are only read: no converter writes beside them; the run's folde
 from __future__ import annotations
 
 import shutil
-import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,21 +42,13 @@ import pyarrow as pa
 
 from workbench import events as ev
 from workbench.analysis.devices import device_phase_spans, group_codes
-from workbench.formats.gpu_trace import DeviceTrace, TraceFormatError, read_json_activity, read_xplane_activity
-from workbench.formats.horovod_timeline import (
-    TimelineError,
-    iter_horovod_timeline,
-    open_maybe_compressed,
-    timeline_tensor_bytes,
-)
-from workbench.formats.kineto import read_kineto_activity
-from workbench.formats.xplane import XPlaneError
+from workbench.formats.gpu_trace import DeviceTrace
+from workbench.formats.horovod_timeline import TimelineError, iter_horovod_timeline, timeline_tensor_bytes
+from workbench.formats.registry import TraceReader, file_patterns, reader_named, sniff_reader
 from workbench.store import StreamWriter, create_run, update_run_meta, write_rank_meta
 
 #: Timestamps (ns) above this are since the Unix epoch (after 1973); below, since some start the file omits.
 EPOCH_NS = 10**17
-#: Files looked at inside a folder, by how their names end.
-_PATTERNS = ("*.xplane.pb", "*.trace.json.gz", "*.trace.json", "*.json", "*.json.gz", "*.trace")
 
 
 class TraceImportError(ValueError):
@@ -70,26 +67,10 @@ class ImportResult:
     lines: list[str] = field(default_factory=list)
 
 
-
 def sniff(path: Path) -> str:
-    """Which format a file is: xplane, trace_json, horovod_timeline, kineto, old_trace or unknown."""
-    name = path.name
-    if name.endswith(".xplane.pb"):
-        return "xplane"
-    if name.endswith(".trace"):
-        return "old_trace"
-    try:
-        with open_maybe_compressed(path) as handle:
-            head = handle.read(4096).lstrip()
-    except (OSError, EOFError, zlib.error):  # a damaged trace file: its reader says what is wrong with it
-        return "trace_json" if name.endswith((".trace.json.gz", ".trace.json", ".json.gz")) else "unknown"
-    if head.startswith(b"["):
-        return "horovod_timeline"
-    if head.startswith(b"{"):
-        if b"schemaVersion" in head or b"distributedInfo" in head or b"deviceProperties" in head:
-            return "kineto"
-        return "trace_json"
-    return "unknown"
+    """Which registered format a file is (xplane, trace_json, horovod_timeline, kineto, old_trace ...) or unknown."""
+    reader = sniff_reader(path)
+    return reader.name if reader else "unknown"
 
 
 def discover(paths: list[str | Path]) -> list[tuple[str, Path]]:
@@ -100,7 +81,7 @@ def discover(paths: list[str | Path]) -> list[tuple[str, Path]]:
         if not path.exists():
             raise TraceImportError(f"{path} does not exist: pass trace files or the folder that holds them")
         if path.is_dir():
-            files = sorted({f for pattern in _PATTERNS for f in path.rglob(pattern) if f.is_file()})
+            files = sorted({f for pattern in file_patterns() for f in path.rglob(pattern) if f.is_file()})
             chosen = [(sniff(f), f) for f in files]
             chosen = [(kind, f) for kind, f in chosen if kind != "unknown"]
             if not chosen:
@@ -117,11 +98,10 @@ def discover(paths: list[str | Path]) -> list[tuple[str, Path]]:
 def import_traces(paths: list[str | Path], *, out: str | Path | None = None, name: str | None = None) -> ImportResult:
     """Read the traces and write one run (see the module docstring); one clear error when nothing is readable."""
     sources = discover(paths)
-    for kind, path in sources:
-        _check_readable(kind, path)
+    readers = [(_check_readable(kind, path), path) for kind, path in sources]
     lines: list[str] = []
-    timelines = [path for kind, path in sources if kind == "horovod_timeline"]
-    profiles = [(kind, path) for kind, path in sources if kind in ("xplane", "trace_json", "kineto")]
+    timelines = [path for reader, path in readers if reader.kind == "timeline"]
+    profiles = [(reader, path) for reader, path in readers if reader.kind == "activity"]
     title = name or _default_name(sources)
     run_path = create_run(out, title, config={"source": "import"}, ranks=None)
     run_id = run_path.name
@@ -131,16 +111,16 @@ def import_traces(paths: list[str | Path], *, out: str | Path | None = None, nam
     idle_devices: dict[str, list[str]] = {}
     world_sizes: set[int] = set()
     # one profile at a time, written before the next is read: memory is one host's activity, however many hosts
-    for kind, path in profiles:
+    for reader, path in profiles:
         try:
-            trace, own_rank, world_size = _read_profile(kind, path)
+            trace = _read_profile(reader, path)
         except TraceImportError:
             shutil.rmtree(run_path, ignore_errors=True)  # no half-made run left behind the one line
             raise
         lines += trace.notes
-        if world_size:
-            world_sizes.add(world_size)
-        ranks = _place_ranks(trace, first_rank=len(hosts_of_rank) if own_rank is None else own_rank)
+        if trace.world_size:
+            world_sizes.add(trace.world_size)
+        ranks = _place_ranks(trace, first_rank=len(hosts_of_rank) if trace.rank is None else trace.rank)
         for (host, _device), rank in ranks.items():
             hosts_of_rank[rank] = host
         activity = _placed_activity(trace, ranks, run_id)
@@ -240,27 +220,25 @@ def _default_name(sources: list[tuple[str, Path]]) -> str:
     return "import-" + (first.parent.name if first.parent.name else first.stem)
 
 
-def _check_readable(kind: str, path: Path) -> None:
-    """One line for a file of a format this does not read, before anything is written."""
-    if kind == "old_trace":
-        raise TraceImportError(
-            f"{path} is TensorBoard's older *.trace protobuf, which this does not read: open the profile"
-            " in TensorBoard 2.x and pass the *.xplane.pb (or trace.json.gz) it writes"
-        )
-    if kind not in ("xplane", "trace_json", "horovod_timeline", "kineto"):
+def _check_readable(kind: str, path: Path) -> TraceReader:
+    """The file's reader; one line for a file of a format this does not read, before anything is written."""
+    reader = reader_named(kind)
+    if reader is not None and reader.refusal:
+        raise TraceImportError(reader.refusal.format(path=path))
+    if reader is None or (reader.kind == "activity" and reader.read is None):
         raise TraceImportError(
             f"{path} is not a trace this reads (not an XPlane, Chrome-trace JSON or Horovod timeline):"
             " pass *.xplane.pb, *.trace.json.gz or the file HOROVOD_TIMELINE wrote"
         )
+    return reader
 
 
-def _read_profile(kind: str, path: Path) -> tuple[DeviceTrace, int | None, int | None]:
-    """One profile's activity, and its rank and world size where the file says them (PyTorch's do)."""
+def _read_profile(reader: TraceReader, path: Path) -> DeviceTrace:
+    """One profile's activity (with its rank and world size where the file says them: PyTorch's do)."""
+    assert reader.read is not None  # ``_check_readable`` refused the formats without a reader
     try:
-        if kind == "kineto":
-            return read_kineto_activity(path)
-        return (read_xplane_activity(path) if kind == "xplane" else read_json_activity(path)), None, None
-    except (XPlaneError, TraceFormatError, OSError) as error:
+        return reader.read(path)
+    except reader.errors as error:
         raise TraceImportError(str(error)) from None
 
 

@@ -59,8 +59,8 @@ def test_kernel_types_on_a_hand_made_timeline():
 def test_htas_samples_give_htas_kernel_breakdown():
     parts = []
     for path in sorted(SAMPLES.glob("*.json.gz")):
-        trace, rank, _world = kineto.read_kineto_activity(path)
-        parts.append(trace.activity.assign(rank=rank))
+        trace = kineto.read_kineto_activity(path)
+        parts.append(trace.activity.assign(rank=trace.rank))
     activity = without_last_step(concat_activity(parts))
     job = kernel_type_breakdown(activity).groupby("kernel_type")["seconds"].sum() * 1e6
     assert job.round().astype(int).to_dict() == HTA_KERNEL_TYPES_US

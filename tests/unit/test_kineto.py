@@ -15,7 +15,7 @@ import pytest
 
 from workbench import Run
 from workbench.analysis.devices import temporal_breakdown
-from workbench.bench.kineto import MadeKinetoStep, write_made_kineto
+from workbench.datasets.made_traces.kineto import MadeKinetoStep, write_made_kineto
 from workbench.formats import kineto
 from workbench.formats.gpu_trace import TraceFormatError, concat_activity
 from workbench.importer import import_traces
@@ -31,8 +31,8 @@ HTA_SAMPLES = {
 def _breakdown(paths: list[Path]):
     parts = []
     for path in paths:
-        trace, rank, _world = kineto.read_kineto_activity(path)
-        parts.append(trace.activity.assign(rank=rank))
+        trace = kineto.read_kineto_activity(path)
+        parts.append(trace.activity.assign(rank=trace.rank))
     return temporal_breakdown(concat_activity(parts)).set_index("rank")
 
 
@@ -80,7 +80,7 @@ def test_both_readers_agree(tmp_path, monkeypatch, layout):
     for column in ("name", "cat"):
         labels = [arrow[column][1][i] for i in arrow[column][0]]
         assert labels == [python[column][1][i] for i in python[column][0]], column
-    trace, _rank, _world = kineto.read_kineto_activity(path)
+    trace = kineto.read_kineto_activity(path)
     runtime = trace.activity[trace.activity["kind"] == "runtime"]
     # µs since the epoch to the ns: the second call of step 0 starts 1 µs after the step (float µs * 1000 would
     # be off by up to 128 ns there)

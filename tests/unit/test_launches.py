@@ -12,7 +12,7 @@ import pytest
 from workbench import Run
 from workbench.analysis.devices import without_last_step
 from workbench.analysis.launches import idle_by_cause, kernel_launches, launch_findings, launch_summary
-from workbench.bench.kineto import MadeKinetoStep, write_made_kineto
+from workbench.datasets.made_traces.kineto import MadeKinetoStep, write_made_kineto
 from workbench.formats import kineto
 from workbench.formats.gpu_trace import concat_activity
 from workbench.importer import import_traces
@@ -32,8 +32,8 @@ HTA_LAUNCHES = {
 def _activity(paths: list[Path]) -> pd.DataFrame:
     parts = []
     for path in paths:
-        trace, rank, _world = kineto.read_kineto_activity(path)
-        parts.append(trace.activity.assign(rank=rank))
+        trace = kineto.read_kineto_activity(path)
+        parts.append(trace.activity.assign(rank=trace.rank))
     return concat_activity(parts)
 
 

@@ -25,6 +25,7 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from workbench import events as ev
+from workbench.formats.registry import FileStart, TraceFormatError, TraceReader, register_reader
 from workbench.formats.xplane import XPlaneError, XSpaceData, read_xspace
 
 #: Lines TensorFlow derives on a GPU plane from its streams (they repeat the streams' time): not activity.
@@ -114,10 +115,6 @@ def args_of(record: dict) -> dict:
     return args if isinstance(args, dict) else {}
 
 
-class TraceFormatError(ValueError):
-    """A file that is none of the GPU trace formats read here; the message names the file and what to pass."""
-
-
 def activity_kind(name: str, lane: str = "") -> str:
     """``events.DEVICE_KINDS`` entry of one activity on a GPU, from its name and its lane's (see module docstring)."""
     text = f"{name} {lane}" if "memcpy" in lane.lower() and "memcpy" not in name.lower() else name
@@ -157,6 +154,10 @@ class DeviceTrace:
     #: True when the timestamps are ns since the Unix epoch (XPlane); False when relative to the profile's start.
     epoch_aligned: bool
     notes: list[str] = field(default_factory=list)
+    #: The rank the file says it was (PyTorch's ``distributedInfo.rank``); None: placed in the files' order.
+    rank: int | None = None
+    #: The job's world size where the file says it (PyTorch's): the import says when only some ranks were given.
+    world_size: int | None = None
 
     @property
     def window_ns(self) -> tuple[int, int] | None:
@@ -506,6 +507,52 @@ def _device_order(device: str) -> tuple[str, int]:
     kind, _, number = device.partition(":")
     return kind, int(number) if number.isdigit() else -1
 
+
+#: Why the two TensorFlow profile readers' failures are the file's: damage, a format they do not read, I/O.
+READ_ERRORS = (XPlaneError, TraceFormatError, OSError)
+_JSON_TRACE_NAMES = (".trace.json.gz", ".trace.json", ".json.gz")
+
+register_reader(
+    TraceReader(
+        "xplane",
+        ("*.xplane.pb",),
+        lambda file: file.name.endswith(".xplane.pb"),
+        read=read_xplane_activity,
+        errors=READ_ERRORS,
+        precedence=10,
+    )
+)
+register_reader(
+    TraceReader(
+        "old_trace",
+        ("*.trace",),
+        lambda file: file.name.endswith(".trace"),
+        refusal=(
+            "{path} is TensorBoard's older *.trace protobuf, which this does not read: open the profile"
+            " in TensorBoard 2.x and pass the *.xplane.pb (or trace.json.gz) it writes"
+        ),
+        precedence=10,
+    )
+)
+
+
+def _is_json_trace(file: FileStart) -> bool:
+    """A JSON object (Kineto's, asked first, has its own keys), or a damaged file named as a trace: its reader
+    says what is wrong with it."""
+    head = file.head
+    return head.startswith(b"{") if head is not None else file.name.endswith(_JSON_TRACE_NAMES)
+
+
+register_reader(
+    TraceReader(
+        "trace_json",
+        ("*.trace.json.gz", "*.trace.json", "*.json", "*.json.gz"),
+        _is_json_trace,
+        read=read_json_activity,
+        errors=READ_ERRORS,
+        precedence=40,
+    )
+)
 
 __all__ = [
     "DeviceTrace",

@@ -27,7 +27,6 @@ being written or cut off mid-record is read up to its last complete record.
 from __future__ import annotations
 
 import ctypes
-import gzip
 import json
 import math
 import re
@@ -37,7 +36,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
-from typing import Any, BinaryIO, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -47,6 +46,7 @@ import pyarrow.json as pa_json
 from numpy.lib.stride_tricks import as_strided
 
 from workbench.events import EVENT_COLUMNS, EVENT_SCHEMA, IN_FLIGHT, writable_text
+from workbench.formats.registry import TraceReader, open_maybe_compressed, register_reader
 
 #: Bytes read per chunk unless told otherwise.
 DEFAULT_CHUNK_MB = 8
@@ -102,16 +102,6 @@ EPOCH_US = 10**15
 
 class TimelineError(ValueError):
     """A file that is not a Horovod timeline."""
-
-
-def open_maybe_compressed(path: Path) -> BinaryIO:
-    """The file's bytes, decompressed as they are read when it is gzip (``.gz`` or not: by its magic bytes)."""
-    handle = path.open("rb")
-    if handle.read(2) == b"\x1f\x8b":
-        handle.close()
-        return gzip.open(path, "rb")  # type: ignore[return-value]
-    handle.seek(0)
-    return handle
 
 
 def _record_chunks(path: Path, chunk_bytes: int) -> Iterator[tuple[bytearray, int, int]]:
@@ -961,3 +951,16 @@ def iter_horovod_timeline(
         yield pairing.frame(run_id, host)
     if damage is not None:
         raise damage
+
+
+# a JSON array: the importer streams it itself (``iter_horovod_timeline``), all of a job's fragments as one
+register_reader(
+    TraceReader(
+        "horovod_timeline",
+        ("*.json", "*.json.gz"),
+        lambda file: file.head is not None and file.head.startswith(b"["),
+        kind="timeline",
+        errors=(TimelineError, OSError),
+        precedence=20,
+    )
+)

@@ -28,6 +28,7 @@ import pyarrow.json as pa_json
 
 from workbench import events as ev
 from workbench.formats.gpu_trace import (
+    READ_ERRORS,
     DeviceTrace,
     TraceFormatError,
     activity_frame,
@@ -40,7 +41,7 @@ from workbench.formats.gpu_trace import (
     read_trace_bytes,
     usable_times,
 )
-from workbench.formats.horovod_timeline import open_maybe_compressed
+from workbench.formats.registry import FileStart, TraceReader, open_maybe_compressed, register_reader
 
 #: Kineto's categories of GPU activity.
 GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
@@ -52,6 +53,8 @@ CPU_CATEGORIES = {
     "cuda_driver": ev.RUNTIME,
 }
 _STEP = re.compile(r"^ProfilerStep#(\d+)")
+#: Keys only a Kineto trace has near its start: they tell it from the trace viewer's JSON (also an object).
+_HEAD_KEYS = (b"schemaVersion", b"distributedInfo", b"deviceProperties")
 
 
 def is_kineto(data: Any) -> bool:
@@ -62,8 +65,9 @@ def is_kineto(data: Any) -> bool:
     )
 
 
-def read_kineto_activity(path: str | Path) -> tuple[DeviceTrace, int | None, int | None]:
-    """One rank's Kineto trace: its activity, and its rank and world size from ``distributedInfo`` (None if absent).
+def read_kineto_activity(path: str | Path) -> DeviceTrace:
+    """One rank's Kineto trace: its activity, and its rank and world size from ``distributedInfo`` (``rank`` and
+    ``world_size`` of the trace; None where absent).
 
     The events are read by Arrow's JSON reader (C++, both cores) a part at a time, each part cut into one
     record per line; a file laid out otherwise (a record that does not start with ``"ph"`` or ``"name"``,
@@ -157,7 +161,7 @@ def read_kineto_activity(path: str | Path) -> tuple[DeviceTrace, int | None, int
     if unplaced.any():
         notes.append(f"{path.name}: {int(unplaced.sum())} GPU activities name no device (args.device): left out")
     aligned = bool(len(start_ns)) and int(start_ns.min()) > 10**17
-    return DeviceTrace(path, "kineto", host, frame, devices, aligned, notes), rank, world
+    return DeviceTrace(path, "kineto", host, frame, devices, aligned, notes, rank=rank, world_size=world)
 
 
 _ARROW_SCHEMA = pa.schema(
@@ -407,3 +411,21 @@ def _host_name(path: Path, rank: int | None) -> str:
     if match:
         return match.group(1)
     return f"rank{rank}" if rank is not None else stem
+
+
+def _is_kineto_file(file: FileStart) -> bool:
+    head = file.head
+    return head is not None and head.startswith(b"{") and any(key in head for key in _HEAD_KEYS)
+
+
+# before the trace viewer's JSON (precedence 40), whose test (a JSON object) is the broader
+register_reader(
+    TraceReader(
+        "kineto",
+        ("*.json", "*.json.gz"),
+        _is_kineto_file,
+        read=read_kineto_activity,
+        errors=READ_ERRORS,
+        precedence=30,
+    )
+)
