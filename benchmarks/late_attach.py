@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from workbench.bench.live import LiveSyntheticJob
+from docsbench.live import LiveSyntheticJob
 from workbench.events import NS_PER_S
 from workbench.store import MERGE_FANOUT, create_run
 

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import psutil
 
-from workbench.bench.kineto import MadeKinetoStep, write_made_kineto
+from workbench.datasets.made_traces.kineto import MadeKinetoStep, write_made_kineto
 
 ROOT = Path(__file__).resolve().parents[1]
 HTA_PYTHON = ROOT / ".venv-hta" / "bin" / "python"
@@ -96,8 +96,8 @@ ranks, load_s, types = {}, 0.0, {}
 imported = time.perf_counter()
 for path in sorted(p for p in Path(sys.argv[1]).iterdir() if ".json" in p.name):
     before = time.perf_counter()
-    trace, rank, _world = read_kineto_activity(path)
-    activity = without_last_step(trace.activity.assign(rank=rank))  # as HTA reads a trace by default
+    trace = read_kineto_activity(path)
+    activity = without_last_step(trace.activity.assign(rank=trace.rank))  # as HTA reads a trace by default
     del trace
     load_s += time.perf_counter() - before
     row = temporal_breakdown(activity, include_last_step=True).iloc[0]

@@ -9,11 +9,11 @@ Each measured table in README.md and docs/*.md sits between two markers::
 and is rendered from ``benchmarks/results/NAME.json``, which holds what a command printed with
 ``--json`` plus the command itself and when it ran (``save`` writes that file). ``--check`` (what
 the tests run) fails when a block in any of those files differs from what its JSON renders;
-``--write`` rewrites them. A case study's tables are the case's own (``Case.docs_tables``, its prose
+``--write`` rewrites them. A case study's tables are the case's own (``docsbench.cases``: ``CaseDocs.tables``, its prose
 ``Case.text``), and a case with none gets its headline table and text: a new case needs no code here.
 
-Every saved result is a registered measurement (``workbench.bench.measurements()``: the benchmarks' and each
-case's ``Case.measurements``); ``measure`` runs them again, saves each and rewrites the tables (what
+Every saved result is a registered measurement (``docsbench.registry.measurements()``: the benchmarks' and each
+case's ``CaseDocs.measurements``); ``measure`` runs them again, saves each and rewrites the tables (what
 ``benchmarks/measure_readme.sh`` calls), ``list`` prints them::
 
     python benchmarks/render_readme.py list
@@ -38,11 +38,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from workbench.cases.docs import case_text
-from workbench.cases.eval_frequency import EVAL_NODE_SWEEPS
-from workbench.cases.pop_scaling import POP_NODE_SWEEPS
-from workbench.cases.ps_vs_allreduce import PS_NODE_SWEEPS
-from workbench.markdown import (
+from docsbench.cases.common import case_text
+from docsbench.cases.eval_frequency import EVAL_NODE_SWEEPS
+from docsbench.cases.pop_scaling import POP_NODE_SWEEPS
+from docsbench.cases.ps_vs_allreduce import PS_NODE_SWEEPS
+from docsbench.markdown import (
     ReadmeClause,
     SavedResults,
     cell,
@@ -763,7 +763,8 @@ def render_report_open(saved: Mapping[str, Any]) -> str:
 
 
 def render_projection(saved: Mapping[str, Any]) -> str:
-    """The projection checked against the saved sweeps, then the seeds' published figures beside the model."""
+    """The projection checked against the saved sweeps, then the published studies' published figures beside
+    the model."""
     result = saved["result"]
 
     def cores(value: str | None) -> str:
@@ -845,7 +846,7 @@ def render_projection(saved: Mapping[str, Any]) -> str:
                 "",
                 summary,
                 "",
-                "The eval-frequency seed (000), evaluating every 30 epochs instead of every epoch (from this "
+                "The eval-frequency study (000), evaluating every 30 epochs instead of every epoch (from this "
                 "machine's 1-rank run):",
                 "",
                 table(
@@ -1031,7 +1032,7 @@ def step_split_table(validation: Sequence[Mapping[str, Any]]) -> list[str]:
 
 def render_projection_seeds(saved: Mapping[str, Any]) -> str:
     """Seeds 004 and 001 beside the projection from a system description: every row, its error, the misses' reasons."""
-    from workbench.bench.seed_systems import unexplained
+    from docsbench.seed_systems import unexplained
 
     result = saved["result"]
 
@@ -1073,7 +1074,7 @@ def render_projection_seeds(saved: Mapping[str, Any]) -> str:
     within = share(result["explained_within"])
     return "\n".join(
         [
-            "The ps-vs-allreduce seed (004), InceptionV3 with parameter servers, scaling efficiency (model: no"
+            "The ps-vs-allreduce study (004), InceptionV3 with parameter servers, scaling efficiency (model: no"
             " overlap – full overlap; PS: the count the model found best):",
             "",
             table(
@@ -1082,7 +1083,7 @@ def render_projection_seeds(saved: Mapping[str, Any]) -> str:
                 seed_004,
             ),
             "",
-            "The pop-scaling seed (001), ResNet-50 on BigEarthNet, POP metrics:",
+            "The pop-scaling study (001), ResNet-50 on BigEarthNet, POP metrics:",
             "",
             table(
                 ["GPUs", "metric", "seed", "model", "error", f"within {within}"],
@@ -1384,7 +1385,7 @@ MIN_NODE_ROWS = 6
 def render_projection_nodes_cpu(saved: Mapping[str, Any]) -> str:
     """Node rows beside their ranks' CPU: cores used, threads waiting for a core, the quota's periods that ran out,
     each against the 1-node run the row is predicted from (``bench projection --nodes``, 2026-11-27 on)."""
-    from workbench.bench.projection_check import nodes_of_their_share, nodes_summary
+    from docsbench.projection_check import nodes_of_their_share, nodes_summary
 
     result = saved["result"]
     rows = []
@@ -1505,13 +1506,15 @@ def render_clock_alignment(saved: Mapping[str, Any]) -> str:
 
 
 def case_lines() -> tuple[list[str], list[str]]:
-    """The README's headline lines the cases write (``Case.readme_clause``: a case's clause, joined with the others'
+    """The README's headline lines the cases write (``CaseDocs.readme_clause``: a case's clause, joined with the others'
     of its line), in the order of their cases, and the saved results they read."""
-    from workbench.experiment import case_names, get_case
+    from docsbench.cases import case_docs
+    from workbench.experiment import case_names
 
     by_line: dict[str, list[ReadmeClause]] = {}
     for name in case_names():
-        clause = get_case(name).readme_clause(SavedResults(RESULTS))
+        write = case_docs(name).readme_clause
+        clause = write(SavedResults(RESULTS)) if write else None
         if clause is not None:
             by_line.setdefault(clause.line, []).append(clause)
     lines = [f"- **{line}:** {'; '.join(c.text for c in clauses)}." for line, clauses in by_line.items()]
@@ -1628,9 +1631,9 @@ def render_headline(saved: Mapping[str, Any]) -> str:
         f"{fixed(cost['slowdown_live_over_headless'], 2)}x headless.",
         f"- **Case studies:** evaluating every {max(evaluation['intervals'])} epochs instead of every epoch made "
         f"training {times(evaluation['speedup_eval_fix'])} faster on {evaluation['largest_ranks']} ranks (the "
-        f"eval-frequency seed: {evaluation['seed_speedup_eval_fix']}×); data in memory made steps "
+        f"eval-frequency seed: {evaluation['published_speedup_eval_fix']}×); data in memory made steps "
         f"{times(pipeline['speedup_in_memory_by_ranks']['1'])} faster than the contested queue on 1 rank (the "
-        f"input-pipeline seed: ~{pipeline['seed_speedup_in_memory']:g}×); the scaling projection is within "
+        f"input-pipeline seed: ~{pipeline['published_speedup_in_memory']:g}×); the scaling projection is within "
         f"{share(projection['median_error'])} (median) and {share(projection['max_error'])} (max) of measured "
         "2-rank runs.",
         f"- **Across nodes:** on a {mini['nodes']}-node miniature cluster with {rate_words(mini['link'])} links, an "
@@ -1718,12 +1721,13 @@ def load(name: str) -> dict[str, Any]:
 
 
 def case_renderers() -> dict[str, Callable[[Mapping[str, Any]], str]]:
-    """The tables the cases render themselves (``Case.docs_tables``), by block name, reading saved results here."""
-    from workbench.experiment import case_names, get_case
+    """The tables the cases render themselves (``CaseDocs.tables``), by block name, reading saved results here."""
+    from docsbench.cases import case_docs
+    from workbench.experiment import case_names
 
     found: dict[str, Callable[[Mapping[str, Any]], str]] = {}
     for case in case_names():
-        for name, render in get_case(case).docs_tables().items():
+        for name, render in case_docs(case).tables.items():
             found[name] = lambda saved, render=render: render(saved, SavedResults(RESULTS))
     return found
 
@@ -1799,7 +1803,7 @@ def save_result(name: str, result: Any, command: str, seconds: float | None = No
 def measure(names: Sequence[str]) -> int:
     """Run the registered measurements (``names``: those and every sweep of a named group; none: all but the kept),
     in their order; save each one's JSON; then rewrite the tables. 1 if any failed or was skipped."""
-    from workbench.bench import measurements
+    from docsbench.registry import measurements
 
     registered = measurements()
     unknown = sorted(set(names) - {m.name for m in registered})
@@ -1856,7 +1860,7 @@ def stale_tables(*, write: bool) -> list[str]:
 
 def list_measurements() -> str:
     """One line per registered measurement: stage, name, what it needs and its command."""
-    from workbench.bench import measurements
+    from docsbench.registry import measurements
 
     lines = []
     for entry in measurements():

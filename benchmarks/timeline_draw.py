@@ -20,7 +20,7 @@ from pathlib import Path
 
 import plotly
 
-from workbench.bench.redraw import synthetic_events
+from docsbench.redraw import synthetic_events
 from workbench.figures.timeline import timeline_figure
 
 CHROMIUM = Path(shutil.which("chromium") or "/usr/bin/chromium")

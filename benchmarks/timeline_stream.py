@@ -3,7 +3,7 @@
 ``workbench bench timeline`` times the whole-file read (``read_horovod_timeline``: every event in
 memory at once, about 1.2x the file). ``workbench profile`` imports batch by batch
 (``iter_horovod_timeline`` → the run's store), so its memory should not grow with the file. This
-writes the bench's synthetic timeline (``write_synthetic_timeline``, 6 tensors per step) of ``--mb``
+writes the bench's synthetic timeline (``write_made_timeline``, 6 tensors per step) of ``--mb``
 MB and imports it into a fresh run in a fresh process (its peak RSS is the import's).
 
 With ``--ranks N`` every negotiation holds N readiness marks (``--late-ranks`` mark 30 µs later), and
@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from workbench.bench.timeline import synthetic_step_us, write_synthetic_timeline
+from workbench.datasets.made_traces.horovod_timeline import made_step_us, write_made_timeline
 from workbench.store import StreamWriter, create_run
 
 _IMPORT = """
@@ -59,7 +59,7 @@ print(json.dumps({
     "latest": late.head(int(sys.argv[2])).to_dict("records"),
 }))
 """
-#: A late rank marks readiness this much after the others (``write_synthetic_timeline``'s ``late_us``).
+#: A late rank marks readiness this much after the others (``write_made_timeline``'s ``late_us``).
 LATE_US = 30
 
 
@@ -70,7 +70,7 @@ def _child(code: str, *args: str) -> dict:
 
 def _write_reference_steps(run_path: Path, origin_us: int, steps: int, late: bool) -> None:
     """Rank 0's training steps, as its recorder writes them: what each negotiation's step is read from."""
-    start = [(origin_us + synthetic_step_us(k, late_us=LATE_US if late else 0)) * 1000 for k in range(steps + 1)]
+    start = [(origin_us + made_step_us(k, late_us=LATE_US if late else 0)) * 1000 for k in range(steps + 1)]
     StreamWriter(run_path, "events", 0, merge_fanout=0).write(
         {
             "run_id": [run_path.name] * steps,
@@ -93,7 +93,7 @@ def measure(file_mb: float, ranks: int = 2, late_ranks: tuple[int, ...] = ()) ->
         run_path = create_run(scratch, "timeline-stream", ranks=ranks)
         origin_us = int(time.time() * 1e6)
         started = time.perf_counter()
-        timeline = write_synthetic_timeline(
+        timeline = write_made_timeline(
             run_path / "horovod_timeline.json",
             file_mb,
             ranks=ranks,
@@ -128,8 +128,8 @@ def _lateness(run_path: Path, timeline: Path, origin_us: int, late_ranks: tuple[
     with timeline.open("rb") as handle:  # the last record's ts: how many whole steps the file holds
         handle.seek(max(0, timeline.stat().st_size - 200))
         last_us = int(handle.read().rsplit(b'"ts": ', 1)[1].split(b",", 1)[0])
-    per_step = synthetic_step_us(1, late_us=LATE_US if late_ranks else 0) - synthetic_step_us(0)
-    steps = (last_us - synthetic_step_us(0)) // per_step
+    per_step = made_step_us(1, late_us=LATE_US if late_ranks else 0) - made_step_us(0)
+    steps = (last_us - made_step_us(0)) // per_step
     _write_reference_steps(run_path, origin_us, steps, bool(late_ranks))
     child = _child(_LATENESS, str(run_path), str(max(len(late_ranks), 1)))
     latest = child["latest"]

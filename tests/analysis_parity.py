@@ -218,7 +218,7 @@ def write_made_cpu_run(root: Path, *, collectives: bool = True) -> Path:
 def write_made_gpu_run(root: Path) -> Path:
     """Three ranks' Kineto traces (PyTorch's profiler, as HTA reads them) imported: GPUs mostly idle and waiting for
     their hosts, rank 1's GPU three times slower, collectives barely hidden; four ranks declared; one GPU unused."""
-    from workbench.bench.kineto import MadeKinetoStep, write_made_kineto
+    from workbench.datasets.made_traces.kineto import MadeKinetoStep, write_made_kineto
     from workbench.importer import import_traces
 
     step = MadeKinetoStep(kernels=8, kernel_us=100, kernel_gap_us=200, launch_lead_us=10, step_us=14_000,

@@ -8,7 +8,8 @@ or plotly until a name that needs them is touched.
 - ranks on nodes of their own: ``minicluster`` (``minicluster.running().cluster_config(n)``), ``MiniCluster``
 - record: ``profile_function`` (a function on every rank), ``profile_command`` (a script), ``Recorder``
 - case studies: ``Experiment``
-- recorded runs: ``Run`` (``.analyse()``, ``.report(path)``, ``.summary()``), ``list_runs``, ``analyse_run``
+- recorded runs: ``Run`` (``.analyse()``, ``.report(path)``, ``.summary()`` and each analysis as a method:
+  ``.phase_breakdown()``, ``.findings()``, ``.device_summary()`` ...), ``list_runs``, ``analyse_run``
 - the layers as namespaces: ``analysis`` (tables), ``figures`` (plotly), ``widgets``, ``cases``
 - tables for reading: ``readable``
 """
@@ -26,7 +27,7 @@ _LAZY: dict[str, str] = {
     "ClusterConfig": "workbench.config",
     "Dashboard": "workbench.widgets",
     "Experiment": "workbench.experiment",
-    "MadeGpuStep": "workbench.bench.xplane",
+    "MadeGpuStep": "workbench.datasets.made_traces.xplane",
     "MiniCluster": "workbench.minicluster",
     "PROFILE_ENVIRONMENT": "workbench.profile",
     "ProfiledCall": "workbench.api",
@@ -43,8 +44,8 @@ _LAZY: dict[str, str] = {
     "profile_command": "workbench.commands.profile",
     "profile_function": "workbench.api",
     "readable": "workbench.report",
-    "write_made_xplane": "workbench.bench.xplane",
-    "write_synthetic_timeline": "workbench.bench.timeline",
+    "write_made_xplane": "workbench.datasets.made_traces.xplane",
+    "write_made_timeline": "workbench.datasets.made_traces.horovod_timeline",
 }
 #: Exported namespaces: the layers, used as ``workbench.analysis.phase_breakdown`` and so on.
 _NAMESPACES = ("analysis", "cases", "figures", "minicluster", "widgets")

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from workbench.bench import BENCHMARKS
+from workbench.bench import all_benchmarks
 from workbench.config import MPI_IMPLEMENTATIONS
 from workbench.placement import PIN_GPUS
 
@@ -81,7 +81,7 @@ def case_parser(case: Any) -> argparse.ArgumentParser:
         "--preset",
         choices=tuple(case.presets),
         default=case.default_preset,
-        help="ci: seconds (tests); reduced: minutes on 2 cores; full: the seed's shape",
+        help="ci: seconds (tests); reduced: minutes on 2 cores; full: the published study's shape",
     )
     parser.add_argument("--out", default=None, help=f"output directory (default: artifacts/{case.name})")
     parser.add_argument("--resume", action="store_true", help="keep the finished points of the sweep in --out")
@@ -398,9 +398,9 @@ def _add_doctor_command(sub: Any) -> None:
 
 def _add_bench_command(sub: Any) -> None:
     """`workbench bench NAME`: one subcommand per registered benchmark."""
-    bench = sub.add_parser("bench", help="benchmarks behind the README's figures")
+    bench = sub.add_parser("bench", help="measure this machine: allreduce, recording overhead, Horovod's cost per step")
     bench_sub = bench.add_subparsers(dest="bench_name", required=True)
-    for benchmark in BENCHMARKS:
+    for benchmark in all_benchmarks():
         benchmark.add_to(bench_sub)
 
 
@@ -538,7 +538,8 @@ def _add_project_command(sub: Any) -> None:
         "--network",
         default=None,
         help="10gbe (default), 100g-infiniband, nvlink, aries, aws-high,"
-        " aws-10g-8gpu, or here (fitted to this machine)",
+        " aws-10g-8gpu, here (fitted to `workbench bench allreduce` on this machine) or reference-vm (the"
+        " documented 2-core reference system)",
     )
     project.add_argument(
         "--ranks-per-node", type=int, default=None, help="ranks sharing a node (overrides the network's)"

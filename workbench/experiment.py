@@ -35,7 +35,6 @@ import pandas as pd
 
 from workbench.config import ClusterConfig, physical_cores
 from workbench.faults import Failure, RankFailedError
-from workbench.markdown import Measurement, ReadmeClause, SavedResults
 from workbench.store import (
     NotARunError,
     RunData,
@@ -158,7 +157,7 @@ class Case:
     """What a case study measures; subclasses fill in the class attributes and the methods.
 
     ``presets`` maps a preset name to a frozen dataclass of the case's settings (``ci``: seconds, for
-    the tests; ``reduced``: minutes on this machine; ``full``: the seed's shape). ``workload`` is the
+    the tests; ``reduced``: minutes on this machine; ``full``: the published study's shape). ``workload`` is the
     function every rank runs: ``workload(run_path, **workload_kwargs(settings, point)) -> dict``.
     """
 
@@ -169,21 +168,12 @@ class Case:
     default_preset: ClassVar[str] = "reduced"
     options: ClassVar[tuple[CaseOption, ...]] = ()
     workload: ClassVar[Callable[..., dict[str, Any]]]
-    #: A point that fails is a result here (a thread setting that crashes, as the seed's white heatmap
+    #: A point that fails is a result here (a thread setting that crashes, as the published study's white heatmap
     #: cells): the sweep goes on with a fresh cluster, and the failure is in the result's ``failed`` table.
     failures_are_results: ClassVar[bool] = False
     #: Its points place several ranks on a node: a sweep over a miniature cluster's nodes gives it the
     #: node counts as its ``nodes`` setting, and each point's ``nodes`` parameter is where it runs.
     places_ranks_per_node: ClassVar[bool] = False
-
-    #: Globs of this case's saved sweeps on this host that ``bench projection`` checks the model on (each directory a
-    #: glob matches is one repetition), and of its sweeps on a miniature cluster's nodes (``bench projection
-    #: --nodes``). Empty: the case has none.
-    projection_sweeps: ClassVar[tuple[str, ...]] = ()
-    node_sweeps: ClassVar[tuple[str, ...]] = ()
-    #: How the docs' results of this case and the sweeps behind its projection rows are measured again
-    #: (``benchmarks/measure_readme.sh``; stage 1 unless one says otherwise).
-    measurements: ClassVar[tuple[Measurement, ...]] = ()
 
     # -- planning
     def projection_base(
@@ -197,9 +187,9 @@ class Case:
     def projection_inputs(self, run: Any, row: Any) -> tuple[dict[str, Any], float, str]:
         """What the scaling projection needs beyond ``run``'s events (its fewest-ranks run) to predict this case's
         sweep ``row`` (``bench projection`` checks the model on the case's saved sweeps): keyword arguments
-        (``profile``: ``projection.step_costs``' inputs; the rest ``projection.project``'s), the row's measured
+        (``step_costs``: ``projection.step_costs``' inputs; the rest ``projection.project``'s), the row's measured
         value, and its column (``step_s`` or ``wall_s``). By default: the run's own costs and its wall time."""
-        return {"profile": {}}, float(row.wall_s), "wall_s"
+        return {"step_costs": {}}, float(row.wall_s), "wall_s"
 
     def settings(self, preset: str, overrides: Mapping[str, Any] | None = None) -> Any:
         """The preset's settings with ``overrides`` applied; one clear error for unknown names."""
@@ -238,17 +228,6 @@ class Case:
     def text(self, summary: Mapping[str, Any]) -> str:
         """The plain-language result, as Markdown."""
         raise NotImplementedError
-
-    def docs_tables(self) -> dict[str, Callable[..., str]]:
-        """The docs' tables this case renders (``renderer(saved, results)`` -> Markdown), by the name of the saved
-        result each comes from (``benchmarks/results/NAME.json``); a case without any gets the generic table of
-        its ``headline()`` and ``text()``."""
-        return {}
-
-    def readme_clause(self, results: SavedResults) -> ReadmeClause | None:
-        """This case's clause in one of the README's headline lines (cases of one line are joined by "; "), from
-        its saved results; None: it has none, or its results are not saved."""
-        return None
 
     def report_sections(self, result: ExperimentResult) -> list[tuple[str, Any]]:
         return [("Summary", result.text()), ("Runs", result.rows)]

@@ -41,11 +41,6 @@ def format_ratio(value: float | None) -> str:
     return f"{float(value):.2f}" if is_finite_number(value) else MISSING  # type: ignore[arg-type]
 
 
-def format_share(value: float | None) -> str:
-    """A fraction as a percentage (``0.254`` -> ``25%``); NaN -> ``–``."""
-    return f"{float(value):.0%}" if is_finite_number(value) else MISSING  # type: ignore[arg-type]
-
-
 def format_number(value: float | None) -> str:
     """Three significant figures, never an exponent (``12345.6`` -> ``12300``); NaN -> ``–``."""
     return significant_figures(float(value)) if is_finite_number(value) else MISSING  # type: ignore[arg-type]
@@ -68,7 +63,8 @@ def format_interval(value: float | None, low: float | None, high: float | None, 
 
 
 def format_percent(value: float | None) -> str:
-    """A fraction as a percentage with 2–3 significant figures (``0.2537`` -> ``25.4%``); NaN -> ``–``."""
+    """A fraction as a percentage with 2–3 significant figures (``0.2537`` -> ``25.4%``); NaN -> ``–``: the one
+    percent formatter of everything the package prints."""
     return f"{significant_figures(float(value) * 100)}%" if is_finite_number(value) else MISSING  # type: ignore[arg-type]
 
 

@@ -1,6 +1,6 @@
 """A case's sweep over node counts on a miniature cluster: ``workbench run CASE --nodes 1,2,4,8 --link 10mbit``.
 
-Scaling is measured the way the projection assumes and the seeds measured it only when each node keeps its
+Scaling is measured the way the projection assumes and the published studies measured it only when each node keeps its
 hardware as nodes are added: the same share of a core and the same link at every count. This brings up one
 miniature cluster with the largest count (or uses the one that is up, if it is the same), runs the case's
 sweep at the given counts only (one rank per node), then measures the link on two of its nodes

@@ -22,7 +22,7 @@ from workbench.events import (
     is_finite_number,
     phase_order,
 )
-from workbench.formatting import WIDTH, format_megabytes, format_rate, format_ratio, format_share, text_table
+from workbench.formatting import WIDTH, format_megabytes, format_percent, format_rate, format_ratio, text_table
 
 if TYPE_CHECKING:
     from workbench.analysis import RunAnalysis
@@ -220,7 +220,7 @@ def _lateness_lines(lateness: pd.DataFrame, width: int, by_rank: _RankColumns) -
             [
                 *by_rank.cells(row.rank),
                 str(row.steps),
-                f"{row.last_in_steps} ({format_share(row.last_share)})",
+                f"{row.last_in_steps} ({format_percent(row.last_share)})",
                 format_seconds(row.median_lateness_s),
                 format_seconds(row.max_lateness_s),
             ]
@@ -255,7 +255,7 @@ def _breakdown_lines(breakdown: pd.DataFrame, width: int, by_rank: _RankColumns 
     fraction = breakdown.pivot_table(index="rank", columns="phase", values="fraction", aggfunc="sum", fill_value=0.0)
     rows = []
     for rank in seconds.index:
-        cells = [f"{format_seconds(seconds.at[rank, p])} {format_share(fraction.at[rank, p])}" for p in order]
+        cells = [f"{format_seconds(seconds.at[rank, p])} {format_percent(fraction.at[rank, p])}" for p in order]
         rows.append([*by_rank.cells(rank), *cells, format_seconds(float(seconds.loc[rank].sum()))])
     return text_table([*by_rank.header, *order, "wall"], rows, width=width, labels=by_rank.labels)
 
@@ -305,7 +305,7 @@ def findings_lines(found: pd.DataFrame, width: int) -> list[str]:
     lines: list[str] = []
     for row in found.itertuples():
         if is_finite_number(row.seconds_lost):
-            cost = f"{format_seconds(row.seconds_lost)} lost ({format_share(row.fraction_of_wall)} of wall)"
+            cost = f"{format_seconds(row.seconds_lost)} lost ({format_percent(row.fraction_of_wall)} of wall)"
             lines += _wrapped(f"{row.order:>2}. {row.kind}: {cost}; ranks {row.ranks}", width=width)
         else:  # what the run lacks: its cost cannot be measured
             lines += _wrapped(f"{row.order:>2}. {row.kind} (note); ranks {row.ranks}", width=width)

@@ -350,7 +350,7 @@ def report(result, seconds, cpu, **extra):
 _SPLIT_CHILD = (
     """
 import json, os, sys, time
-from workbench.bench.analysis import numbers_digest
+from docsbench.analysis import numbers_digest
 from workbench.rank_groups import analyse_split, peak_rss
 """
     + _REPORT
@@ -369,7 +369,7 @@ _NODES_CHILD = (
     """
 import json, os, sys, time
 from workbench import minicluster
-from workbench.bench.analysis import numbers_digest
+from docsbench.analysis import numbers_digest
 from workbench.cluster import Cluster
 from workbench.rank_groups import analyse_split, engine_workers, peak_rss
 """
@@ -394,7 +394,7 @@ _WHOLE_CHILD = (
     """
 import json, os, sys, time
 from workbench.analysis import analyse_run
-from workbench.bench.analysis import numbers_digest
+from docsbench.analysis import numbers_digest
 from workbench.rank_groups import peak_rss
 from workbench.store import RunData
 """

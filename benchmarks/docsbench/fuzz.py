@@ -85,8 +85,8 @@ class Outcome:
 def make_seeds(scratch: str | Path) -> list[Seed]:
     """Small good files of every format: the shipped samples (cut to a few hundred events where large) and the
     bench makers' files."""
-    from workbench.bench.kineto import MadeKinetoStep, write_made_kineto
-    from workbench.bench.xplane import write_made_xplane
+    from workbench.datasets.made_traces.kineto import MadeKinetoStep, write_made_kineto
+    from workbench.datasets.made_traces.xplane import write_made_xplane
 
     scratch = Path(scratch)
     seeds = [
@@ -365,7 +365,7 @@ def _compressed(data: bytes, rng: random.Random) -> tuple[bytes, str]:
 
 
 def make_case(seed: Seed, number: int) -> Case:
-    """Case ``number`` of ``seed``: the same bytes every time (seeded by the seed's name and the number)."""
+    """Case ``number`` of ``seed``: the same bytes every time (seeded by the published study's name and the number)."""
     rng = random.Random(f"{seed.format}/{seed.name}/{number}")
     data = seed.data
     if seed.format == "xplane":

@@ -173,7 +173,7 @@ def start_feed(
     """
     settings = {"ranks": ranks, "step_s": step_s, "started_ns": time.time_ns(), **job}
     code = (
-        "import json, sys; from workbench.bench.live import feed_main;"
+        "import json, sys; from docsbench.live import feed_main;"
         "feed_main(sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4]))"
     )
     args = [sys.executable, "-c", code, str(run_path), str(seconds), str(max(1, processes)), json.dumps(settings)]
@@ -186,7 +186,7 @@ def feed_main(run_path: str, seconds: float, processes: int, settings: dict[str,
     others = []
     for index in range(1, processes):
         code = (
-            "import json, sys; from workbench.bench.live import LiveSyntheticJob;"
+            "import json, sys; from docsbench.live import LiveSyntheticJob;"
             "s = json.loads(sys.argv[2]); s['writes'] = range(int(sys.argv[3]), s['ranks'], int(sys.argv[4]));"
             "LiveSyntheticJob(sys.argv[1], **s).run(float(sys.argv[5]))"
         )

@@ -1,4 +1,4 @@
-"""``workbench bench projection``: is the scaling projection right? Measured runs and the seeds.
+"""``workbench bench projection``: is the scaling projection right? Measured runs and the published studies.
 
 Two checks, both reported in the README ("Scaling projection"):
 
@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from docsbench.cases import case_docs
 from workbench.analysis import projection as pj
 from workbench.analysis.straggler import SPLIT_PARTS
 from workbench.experiment import case_names, get_case
@@ -35,12 +36,12 @@ from workbench.hostspeed import SAMPLES_FILE, read_samples, speed_in_window
 
 
 def case_sweeps(kind: str) -> tuple[tuple[str, str], ...]:
-    """``(case, glob)`` of every case's saved sweeps (``Case.projection_sweeps`` or ``Case.node_sweeps``): each
+    """``(case, glob)`` of every case's saved sweeps (``CaseDocs.projection_sweeps`` or ``CaseDocs.node_sweeps``): each
     directory a glob matches is one repetition. On this host each run with more ranks is predicted from the same
     sweep's run on fewer; on a miniature cluster's nodes each run with 2 or more nodes from the 1-node run, the
     network fitted to the link measured on the same cluster (``nodes.json``). artifacts/ is not in git: the
     sweeps on disk are checked."""
-    return tuple((name, pattern) for name in case_names() for pattern in getattr(get_case(name), kind))
+    return tuple((name, pattern) for name in case_names() for pattern in getattr(case_docs(name), kind))
 
 
 #: The ``cores`` value of a row whose ranks had the cores of the run it is predicted from.
@@ -232,14 +233,14 @@ def _row_network(
     nodes: Mapping[str, Any] | None,
     cluster: str,
     ranks: int,
-    profile: pj.StepCosts,
+    costs: pj.StepCosts,
     meta: Mapping[str, Any],
     net: pj.Network | None,
 ) -> pj.Network:
     """The network a row is predicted on: on a miniature cluster's nodes the link as the step uses it, else this
     machine's allreduce (or ``net``)."""
     if not nodes:
-        return net or pj.fit_network(pj.here_allreduce_rows(), cores_per_node=int(meta.get("cores") or 2))
+        return net or pj.fit_network(pj.reference_vm_allreduce_rows(), cores_per_node=int(meta.get("cores") or 2))
     # β at the gradient bytes the 1-node run sends per step, measured at this count where the sweep did (the
     # nodes' shared kernel path slows a ring as nodes join). nodes.json's compute_beside_collectives (a spin split
     # around an allreduce) is not applied: it measures where the CFS periods fall for that spin (0.73 at 1 Gbit/s,
@@ -249,12 +250,12 @@ def _row_network(
         at_count or nodes["allreduce"],
         name=f"measured on the miniature cluster ({cluster}) at {ranks if at_count else 2} nodes",
         ranks_per_node=1,
-        at_bytes=profile.gradient_bytes or None,
+        at_bytes=costs.gradient_bytes or None,
     )
 
 
 def _validation_entries(sweeps: Sequence[tuple[str, str | Path]], net: pj.Network | None) -> list[dict[str, Any]]:
-    """Each ≥ 2-rank run with the profile of its same-parameter run on the fewest ranks, loaded once.
+    """Each ≥ 2-rank run with the costs of its same-parameter run on the fewest ranks, loaded once.
 
     A sweep run on a miniature cluster's nodes (``nodes.json`` beside it, ``workbench run CASE --nodes``)
     is predicted with the network fitted to the link measured on that cluster, one rank per node.
@@ -266,7 +267,7 @@ def _validation_entries(sweeps: Sequence[tuple[str, str | Path]], net: pj.Networ
     entries = []
     loaded: dict[str, Any] = {}  # base run by path: a 1-node run predicts every larger count of its sweep
     base_cpu: dict[str, dict[str, float] | None] = {}  # and its ranks' CPU (``ranks_cpu``), read once
-    profiles: dict[tuple[str, tuple[tuple[str, Any], ...]], pj.StepCosts] = {}
+    costs_of: dict[tuple[str, tuple[tuple[str, Any], ...]], pj.StepCosts] = {}
     for case, pattern, out in _sweep_directories(sweeps):
         runs = pd.read_parquet(out / "runs.parquet")
         runs["params"] = [point.split("/", 1)[1] if "/" in point else "" for point in runs["point"]]
@@ -289,12 +290,12 @@ def _validation_entries(sweeps: Sequence[tuple[str, str | Path]], net: pj.Networ
             run = loaded[base["path"]]
             kwargs, measured, quantity = get_case(case).projection_inputs(run, row)
             kwargs.update(extra(run))
-            inputs = kwargs.pop("profile", {})
+            inputs = kwargs.pop("step_costs", {})
             key = (str(base["path"]), tuple(sorted(inputs.items())))
-            if key not in profiles:
-                profiles[key] = pj.step_costs(run.events, run.meta, run.memory, **inputs)
-            profile = profiles[key]
-            network = _row_network(nodes, cluster, int(row.ranks), profile, run.meta, net)
+            if key not in costs_of:
+                costs_of[key] = pj.step_costs(run.events, run.meta, run.memory, **inputs)
+            costs = costs_of[key]
+            network = _row_network(nodes, cluster, int(row.ranks), costs, run.meta, net)
             kind = kwargs.pop("kind", "weak")
             if kwargs.pop("no_horovod", False):
                 network = replace(network, per_call_s=0.0, horovod_thread_cores=0.0)
@@ -303,7 +304,7 @@ def _validation_entries(sweeps: Sequence[tuple[str, str | Path]], net: pj.Networ
             # what the model holds constant, as the target ran it: a rank's compute per step (a real node's
             # stays; here the nodes share one machine's cores and kernel, and theirs can grow with the count)
             target_costs = pj.step_costs(target.events, target.meta, target.memory, **inputs)
-            base_compute = _median_or_nan(profile.compute_s)
+            base_compute = _median_or_nan(costs.compute_s)
             growth = _median_or_nan(target_costs.compute_s) / base_compute if base_compute > 0 else math.nan
             if kind == "strong":  # each rank's share of the global batch shrinks, and its step's compute with it
                 growth *= int(row.ranks) / int(base["ranks"])
@@ -324,7 +325,7 @@ def _validation_entries(sweeps: Sequence[tuple[str, str | Path]], net: pj.Networ
                     "cores": SAME_CORES if threads[0] == threads[1] else f"{threads[0]} -> {threads[1]}",
                     "quantity": quantity,
                     "measured_s": measured,
-                    "profile": profile,
+                    "costs": costs,
                     "host_slowdown": slower,
                     "compute_growth": growth,
                     # per step, means over the steps: the ranks' time between collectives, the wait for the last,
@@ -406,12 +407,12 @@ def _run_threads(meta: Mapping[str, Any]) -> int | None:
 def _predict(entry: Mapping[str, Any], thread_scaling: float, at_target_speed: bool = False) -> tuple[float, str]:
     """The entry's quantity projected from its base run; ``at_target_speed``: with the base run's CPU work
     scaled by the host's slowdown between the two runs (NaN where it was not sampled)."""
-    profile = entry["profile"]
+    costs = entry["costs"]
     if at_target_speed:
         if entry.get("host_slowdown") is None:
             return math.nan, ""
-        profile = profile.on_slower_cores(entry["host_slowdown"])
-    return _quantity(entry, _projected_row(entry, thread_scaling, profile))
+        costs = costs.on_slower_cores(entry["host_slowdown"])
+    return _quantity(entry, _projected_row(entry, thread_scaling, costs))
 
 
 def _quantity(entry: Mapping[str, Any], row: pd.Series) -> tuple[float, str]:
@@ -419,10 +420,10 @@ def _quantity(entry: Mapping[str, Any], row: pd.Series) -> tuple[float, str]:
     return float(row[entry["quantity"]]), str(row["limiter"])
 
 
-def _projected_row(entry: Mapping[str, Any], thread_scaling: float, profile: pj.StepCosts | None = None) -> pd.Series:
-    """The model's row at the entry's rank count, from its base run's costs (or ``profile``)."""
+def _projected_row(entry: Mapping[str, Any], thread_scaling: float, costs: pj.StepCosts | None = None) -> pd.Series:
+    """The model's row at the entry's rank count, from its base run's costs (or ``costs``)."""
     return pj.project(
-        profile or entry["profile"],
+        costs or entry["costs"],
         [entry["ranks"]],
         entry["network"],
         kind=entry.get("kind", "weak"),
@@ -503,18 +504,18 @@ def noise_floor(table: pd.DataFrame, draws: int = NOISE_FLOOR_DRAWS, seed: int =
 
 
 # --------------------------------------------------------------------------------------------
-# 2. The seeds, on paper
+# 2. The published studies, on paper
 # --------------------------------------------------------------------------------------------
 
 #: Seed 000's speedup from evaluating every 30 epochs instead of every epoch.
-SEED_000_SPEEDUP = 2.18
+PUBLISHED_000_SPEEDUP = 2.18
 
 
 def seed_000_table(ranks: int = 32) -> pd.DataFrame:
     """Seed 000's 2.18x (evaluate every 30 epochs instead of every epoch, 32 nodes) beside the model.
 
-    The seed publishes no per-step times, so the model starts from this machine's own eval-frequency
-    run on 1 rank (the seed's workload in miniature) and projects it to 32 nodes on 10 GbE.
+    The published study publishes no per-step times, so the model starts from this machine's own eval-frequency
+    run on 1 rank (the published study's workload in miniature) and projects it to 32 nodes on 10 GbE.
     """
     from workbench.store import RunData
 
@@ -528,22 +529,22 @@ def seed_000_table(ranks: int = 32) -> pd.DataFrame:
         if slow.empty:
             continue
         run = RunData.load(slow["path"].iloc[0])
-        profile = pj.step_costs(run.events, run.meta)
+        costs = pj.step_costs(run.events, run.meta)
         net = pj.network("10gbe")
         fixed = int(group["eval_interval"].max())
-        base = pj.project(profile, [ranks], net, bootstrap=0).table.iloc[0]
-        fix = pj.project(profile, [ranks], net, changes=pj.Changes(eval_interval=fixed), bootstrap=0).table.iloc[0]
-        shard = pj.project(profile, [ranks], net, changes=pj.Changes(shard_evaluation=True), bootstrap=0).table.iloc[0]
+        base = pj.project(costs, [ranks], net, bootstrap=0).table.iloc[0]
+        fix = pj.project(costs, [ranks], net, changes=pj.Changes(eval_interval=fixed), bootstrap=0).table.iloc[0]
+        shard = pj.project(costs, [ranks], net, changes=pj.Changes(shard_evaluation=True), bootstrap=0).table.iloc[0]
         rows.append(
             {
                 "backend": backend,
                 "ranks": ranks,
-                "seed_speedup": SEED_000_SPEEDUP,
+                "seed_speedup": PUBLISHED_000_SPEEDUP,
                 "projected_speedup": float(base["wall_s"] / fix["wall_s"]),
                 "projected_speedup_sharded": float(base["wall_s"] / shard["wall_s"]),
                 "evaluation_share_before": float(base["evaluation_s"] / base["epoch_s"]),
-                # the share the seed's 2.18x implies: 1 / (1 - e (1 - 1/k)) = 2.18
-                "seed_evaluation_share": (1 - 1 / SEED_000_SPEEDUP) / (1 - 1 / fixed),
+                # the share the published study's 2.18x implies: 1 / (1 - e (1 - 1/k)) = 2.18
+                "seed_evaluation_share": (1 - 1 / PUBLISHED_000_SPEEDUP) / (1 - 1 / fixed),
                 "fixed_interval": fixed,
             }
         )
@@ -659,11 +660,11 @@ def ps_vs_allreduce_repetitions(sweeps: Sequence[tuple[str, str | Path]]) -> pd.
 
 
 def run(*, allreduce_rows: Sequence[Mapping[str, Any]] | None = None, thread_scaling: float = 1.0) -> dict[str, Any]:
-    """The validation table (measured sweeps), its errors, and the seed comparisons."""
+    """The validation table (measured sweeps), its errors, and the published study comparisons."""
     import time
 
     started = time.perf_counter()
-    net = pj.fit_network(allreduce_rows or pj.here_allreduce_rows(), cores_per_node=2)
+    net = pj.fit_network(allreduce_rows or pj.reference_vm_allreduce_rows(), cores_per_node=2)
     table = validation_table(net=net, thread_scaling=thread_scaling)
     validation_s = time.perf_counter() - started
     table = table[table["cluster"] == HOST_CLUSTER]  # the nodes' rows: run_nodes (bench projection --nodes)
@@ -698,7 +699,7 @@ def run(*, allreduce_rows: Sequence[Mapping[str, Any]] | None = None, thread_sca
 
 
 def format_result(result: Mapping[str, Any]) -> str:
-    """The validation table and the seeds, as text (2–3 significant figures)."""
+    """The validation table and the published studies, as text (2–3 significant figures)."""
     lines = [f"network: {result['network']}", ""]
     table = pd.DataFrame(result["validation"])
     if len(table):
@@ -741,7 +742,7 @@ def format_result(result: Mapping[str, Any]) -> str:
             "no saved sweep found: run `workbench run input-pipeline --preset reduced --ranks 2"
             " --threads-per-rank 1 --out artifacts/input-pipeline-reduced-1thread` first"
         )
-    for name, title in (("seed_000", "seed 000, evaluation every 30 epochs at 32 nodes"),):
+    for name, title in (("seed_000", "study 000, evaluation every 30 epochs at 32 nodes"),):
         frame = pd.DataFrame(result[name])
         if len(frame):
             lines += ["", title, frame.round(3).to_string(index=False)]
@@ -888,7 +889,7 @@ def main(
 ) -> int:
     """``workbench bench projection [--json] [--allreduce FILE] [--seeds | --published | --nodes [--sweeps ...]]``.
 
-    ``--seeds``: the projection from a system description beside seeds 004 and 001 (``bench.seed_systems``);
+    ``--seeds``: the projection from a system description beside studies 004 and 001 (``bench.seed_systems``);
     ``--published``: the same beside published results at 64-512 GPUs (``bench.published_systems``);
     ``--nodes``: the sweeps on a miniature cluster's nodes, each count predicted from 1 node (``run_nodes``),
     those under ``artifacts/nodes-*`` or the globs ``sweeps`` names (one glob a sweep's repetitions).
@@ -899,11 +900,11 @@ def main(
     if nodes:
         result, text = run_nodes(sweeps_of(sweeps) if sweeps else None), format_nodes
     elif seeds:
-        from workbench.bench import seed_systems
+        from docsbench import seed_systems
 
         result, text = seed_systems.run(), seed_systems.format_result
     elif published:
-        from workbench.bench import published_systems
+        from docsbench import published_systems
 
         result, text = published_systems.run(), published_systems.format_result
     else:

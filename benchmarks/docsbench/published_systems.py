@@ -1,4 +1,4 @@
-"""Published large-scale results none of the seeds holds, beside the projection from a system description.
+"""Published large-scale results none of the published studies holds, beside the projection from a system description.
 
 ``workbench bench projection --published`` checks ``analysis.projection.project_system`` at 64–512 GPUs
 against two published sources, every input named and sourced and nothing fitted to the table it is
@@ -17,7 +17,7 @@ The Horovod rows are projected with the gradients' layout (``workbench.gradients
 from ``tf.keras.applications`` with ``weights=None``), so Horovod's loop is played over each step: which
 share of the allreduce hides behind the backward pass follows from when each gradient is ready, the
 fusion threshold (64 MB) and the cycle (5 ms), Horovod's defaults before 0.21. The parameter-server rows
-are bracketed as the seeds' are (none of the traffic hidden, all of it): how TensorFlow's parameter
+are bracketed as the published studies' are (none of the traffic hidden, all of it): how TensorFlow's parameter
 servers overlapped is not published, and the layout's simulation is Horovod's, not theirs.
 
 Each row's error is in points of efficiency (model minus published); the goal is a median |error| of at
@@ -41,7 +41,7 @@ from workbench.gradients import gradient_layout
 
 #: Goals in points of efficiency: the median row and the largest.
 MEDIAN_GOAL_POINTS, MAX_GOAL_POINTS = 5.0, 10.0
-#: A parameter-server row counts its error against the nearer edge of the band, 0 inside (as the seeds').
+#: A parameter-server row counts its error against the nearer edge of the band, 0 inside (as the published studies').
 OVERLAPS = (0.0, 1.0)
 
 HOROVOD_SOURCE = (

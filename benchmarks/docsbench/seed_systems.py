@@ -1,20 +1,21 @@
-"""The seeds' clusters described, not run: the projection from a system description beside their tables.
+"""The published studies' clusters described, not run: the projection from a system description beside their tables.
 
 ``workbench bench projection --seeds`` checks ``analysis.projection.project_system`` against two published
 tables, with every input named and sourced and nothing fitted to the table it is checked on:
 
-- the ps-vs-allreduce seed (004): InceptionV3's scaling efficiency with parameter servers at 8–128 GPUs on
+- the ps-vs-allreduce study (004): InceptionV3's scaling efficiency with parameter servers at 8–128 GPUs on
   Piz Daint, EC2 p2.xlarge and p2.8xlarge (and Google's DGX-1 at 8);
-- the pop-scaling seed (001): ResNet-50's POP metrics (PE, LB, CommE) at 48 and 64 GPUs.
+- the pop-scaling study (001): ResNet-50's POP metrics (PE, LB, CommE) at 48 and 64 GPUs.
 
-Inputs the seeds do not give are named with where they come from. Two choices the seeds leave open are
-not fitted but bracketed or taken by the seed's own rule:
+Inputs the published studies do not give are named with where they come from. Two choices the published studies
+leave open are
+not fitted but bracketed or taken by the published study's own rule:
 
 - *Overlap.* How much of the parameter servers' traffic TensorFlow hid behind compute is not published:
   the model is run with none hidden (transfers after the step) and with all of it (pulls during the
-  forward pass, pushes during the backward pass, so a step lasts max(compute, transfer)); the seed's
+  forward pass, pushes during the backward pass, so a step lasts max(compute, transfer)); the published study's
   value is explained when it lies in that band or within ``EXPLAINED_WITHIN`` of its nearer edge.
-- *Parameter servers.* The seed ran several counts and kept the best; the model does the same on its own
+- *Parameter servers.* The published study ran several counts and kept the best; the model does the same on its own
   projection: the count with the highest projected throughput (one per node, which never concentrates
   the traffic).
 
@@ -34,9 +35,9 @@ import pandas as pd
 from workbench.analysis import projection as pj
 from workbench.analysis.projection.system import SystemSpec, project_system, system_spec
 
-#: A seed's value counts as explained when it lies within this share of the model's band.
+#: A published study's value counts as explained when it lies within this share of the model's band.
 EXPLAINED_WITHIN = 0.10
-#: The overlaps that bracket what the seeds do not publish: none of the transfer hidden, all of it.
+#: The overlaps that bracket what the published studies do not publish: none of the transfer hidden, all of it.
 OVERLAPS = (0.0, 1.0)
 
 # --------------------------------------------------------------------------------------------
@@ -50,7 +51,7 @@ INCEPTION_V3_PARAMETERS = 23_851_784
 P100_IMAGES_PER_S, P100_BATCH = 142.0, 64
 K80_IMAGES_PER_S, K80_BATCH = 30.8, 32
 #: Seed 004's scaling efficiencies on synthetic data: system -> {GPUs: efficiency}.
-SEED_004_EFFICIENCY: dict[str, dict[int, float]] = {
+PUBLISHED_004_EFFICIENCY: dict[str, dict[int, float]] = {
     "DGX-1": {8: 0.9956},
     "Piz Daint": {8: 0.9207, 64: 0.8046, 128: 0.5211},
     "p2.xlarge": {8: 0.9345, 64: 0.5096, 128: 0.2756},
@@ -63,12 +64,12 @@ class SeedSystem:
     """One published system: its description and what it was checked against."""
 
     spec: SystemSpec
-    #: The seed's efficiencies by GPU count (for DGX-1 the seed quotes Google's benchmark).
+    #: The published study's efficiencies by GPU count (for DGX-1 the published study quotes Google's benchmark).
     published: Mapping[int, float]
 
 
 #: Seed 004's systems: key -> (description, GPU, devices per node, network, the network's source).
-SEED_004_MACHINES: dict[str, tuple[str, str, int, str, str]] = {
+PUBLISHED_004_MACHINES: dict[str, tuple[str, str, int, str, str]] = {
     "DGX-1": (
         "DGX-1 (8 P100 per node, NVLink)",
         "P100",
@@ -103,7 +104,7 @@ GPU_SPEEDS: dict[str, tuple[float, int, str]] = {
     "P100": (
         P100_IMAGES_PER_S,
         P100_BATCH,
-        "TensorFlow's 2017 benchmark page: 142 images/s on one P100, batch 64 (the seed's batch too)",
+        "TensorFlow's 2017 benchmark page: 142 images/s on one P100, batch 64 (the published study's batch too)",
     ),
     "K80": (
         K80_IMAGES_PER_S,
@@ -116,7 +117,7 @@ GPU_SPEEDS: dict[str, tuple[float, int, str]] = {
 def seed_004_systems() -> dict[str, SeedSystem]:
     """Seed 004's four systems as ``SystemSpec``s, every input with its source."""
     systems = {}
-    for key, (name, gpu, devices, net, net_source) in SEED_004_MACHINES.items():
+    for key, (name, gpu, devices, net, net_source) in PUBLISHED_004_MACHINES.items():
         images_per_s, batch, speed_source = GPU_SPEEDS[gpu]
         spec = system_spec(
             name=name,
@@ -131,12 +132,13 @@ def seed_004_systems() -> dict[str, SeedSystem]:
                 "network": net_source,
             },
         )
-        systems[key] = SeedSystem(spec, SEED_004_EFFICIENCY[key])
+        systems[key] = SeedSystem(spec, PUBLISHED_004_EFFICIENCY[key])
     return systems
 
 
 def _ps_efficiency(spec: SystemSpec, gpus: int, overlap: float) -> tuple[float, int]:
-    """Efficiency at ``gpus`` with the parameter-server count the model finds best (the seed kept its best)."""
+    """Efficiency at ``gpus`` with the parameter-server count the model finds best (the published study kept
+    its best)."""
     nodes = math.ceil(gpus / spec.devices_per_node)
     best: tuple[float, int] | None = None
     for servers in sorted({1, 2, 4, 8, 16, 32, 64, 128, nodes} & set(range(1, nodes + 1))):
@@ -149,7 +151,7 @@ def _ps_efficiency(spec: SystemSpec, gpus: int, overlap: float) -> tuple[float, 
 
 
 def seed_004_check() -> pd.DataFrame:
-    """One row per published point: the seed's efficiency beside the model's band, its error and why."""
+    """One row per published point: the published study's efficiency beside the model's band, its error and why."""
     rows = []
     for key, system in seed_004_systems().items():
         spec = system.spec
@@ -164,17 +166,18 @@ def seed_004_check() -> pd.DataFrame:
                 reason = (
                     f"the model keeps {low:.0%}–{high:.0%}: with a parameter server on each of the {nodes} nodes"
                     " the traffic never concentrates and nothing in the model grows with the node count; the"
-                    f" seed's {seed:.0%} needs a limit that does (it names the network's capacity), and it"
+                    f" published study's {seed:.0%} needs a limit that does (it names the network's capacity), and it"
                     " publishes neither that capacity under all-to-all traffic nor the PS count it kept"
                 )
             elif abs(error) > EXPLAINED_WITHIN:
-                # with the transfer hidden, efficiency = compute / transfer time: what the seed's value needs
+                # with the transfer hidden, efficiency = compute / transfer time: what the published study's value needs
                 needed = transfer_bytes * seed / spec.step_s
                 seconds = transfer_bytes / net.bandwidth_bytes_per_s
                 reason = (
                     f"even with every transfer hidden behind compute the model gives {high:.0%}: a step moves"
                     f" {transfer_bytes / 1e6:.3g} MB through each node's link, {seconds:.3g} s at the assumed"
-                    f" {net.bandwidth_bytes_per_s / 1e9:.3g} GB/s against {spec.step_s:.3g} s of compute; the seed's"
+                    f" {net.bandwidth_bytes_per_s / 1e9:.3g} GB/s against {spec.step_s:.3g} s of compute; the"
+                    f" published study's"
                     f" {seed:.0%} needs at least {needed / 1e9:.2g} GB/s per node, so the assumed bandwidth is too"
                     " low (AWS publishes no figure for this instance)"
                 )
@@ -206,10 +209,10 @@ def seed_004_check() -> pd.DataFrame:
 #: (12 batches of 256 in a 9 s epoch, GPUs idle about half of it).
 RESNET50_PARAMETERS = 23_915_115
 BIGEARTHNET_PATCHES, TRAIN_SHARE = 590_326, 0.6
-SEED_001_BATCH = 256
-SEED_001_STEP_PERIOD_S = 9.0 / 12
-SEED_001_GPU_BUSY_SHARE = 0.5
-SEED_001_POP: dict[int, dict[str, float]] = {
+PUBLISHED_001_BATCH = 256
+PUBLISHED_001_STEP_PERIOD_S = 9.0 / 12
+PUBLISHED_001_GPU_BUSY_SHARE = 0.5
+PUBLISHED_001_POP: dict[int, dict[str, float]] = {
     64: {"PE": 0.34, "LB": 0.99, "CommE": 0.33},
     48: {"PE": 0.27, "LB": 0.99, "CommE": 0.26},
 }
@@ -223,40 +226,41 @@ CLAIX_NETWORK = pj.Network(
     ranks_per_node=2,
     intra_latency_s=5e-6,
     intra_bandwidth_bytes_per_s=50.0 * pj.BYTES_PER_GB,
-    assumptions="2 V100 per node over NVLink 2.0 (25 GB/s × 2 links, seed 001); nodes on Omni-Path 100 Gb/s"
+    assumptions="2 V100 per node over NVLink 2.0 (25 GB/s × 2 links, study 001); nodes on Omni-Path 100 Gb/s"
     " (~11 GB/s, RWTH's description of CLAIX-2018); hierarchical allreduce",
 )
 
 
 def seed_001_system() -> SystemSpec:
-    """Seed 001's job as a ``SystemSpec``: everything from the seed except the inter-node fabric."""
+    """Seed 001's job as a ``SystemSpec``: everything from the published study except the inter-node fabric."""
     return system_spec(
         name="CLAIX-2018 (2 V100 per node), ResNet-50 on BigEarthNet",
         parameters=RESNET50_PARAMETERS,
-        step_s=SEED_001_STEP_PERIOD_S * SEED_001_GPU_BUSY_SHARE,
-        batch=SEED_001_BATCH,
+        step_s=PUBLISHED_001_STEP_PERIOD_S * PUBLISHED_001_GPU_BUSY_SHARE,
+        batch=PUBLISHED_001_BATCH,
         devices_per_node=2,
         network=CLAIX_NETWORK,
-        input_period_s=SEED_001_STEP_PERIOD_S,
+        input_period_s=PUBLISHED_001_STEP_PERIOD_S,
         samples_per_epoch=BIGEARTHNET_PATCHES * TRAIN_SHARE,
         sources={
-            "gradient_bytes": "seed 001: 23,915,115 trainable parameters, fp32",
-            "step_s": "seed 001's 4-GPU profile: 12 batches of 256 in a 9 s epoch, the GPU busy about half of it",
-            "input_period_s": "the same profile: 0.75 s per step, the GPU idle for the rest (the seed recommends"
+            "gradient_bytes": "study 001: 23,915,115 trainable parameters, fp32",
+            "step_s": "study 001's 4-GPU profile: 12 batches of 256 in a 9 s epoch, the GPU busy about half of it",
+            "input_period_s": "the same profile: 0.75 s per step, the GPU idle for the rest (the published"
+            " study recommends"
             " more image-generator workers)",
-            "samples_per_epoch": "seed 001: 60 % of 590,326 patches for training",
-            "network": "seed 001 (NVLink) and RWTH (Omni-Path between nodes)",
+            "samples_per_epoch": "study 001: 60 % of 590,326 patches for training",
+            "network": "study 001 (NVLink) and RWTH (Omni-Path between nodes)",
         },
     )
 
 
 def seed_001_check() -> pd.DataFrame:
-    """One row per (GPUs, POP metric): the seed's value beside the model's, the error, and why."""
+    """One row per (GPUs, POP metric): the published study's value beside the model's, the error, and why."""
     spec = seed_001_system()
-    nodes = sorted(math.ceil(g / spec.devices_per_node) for g in SEED_001_POP)
+    nodes = sorted(math.ceil(g / spec.devices_per_node) for g in PUBLISHED_001_POP)
     table = project_system(spec, nodes).table.set_index("ranks")
     rows = []
-    for gpus, published in SEED_001_POP.items():
+    for gpus, published in PUBLISHED_001_POP.items():
         at = table.loc[gpus]
         model = {"PE": at["parallel_efficiency"], "LB": at["load_balance"], "CommE": at["communication_efficiency"]}
         steps = spec.samples_per_epoch / (spec.batch * gpus)
@@ -271,13 +275,14 @@ def seed_001_check() -> pd.DataFrame:
                     f"the 4-GPU profile gives PE {model['PE']:.2f} at any GPU count (the GPU busy"
                     f" {spec.step_s:.3g} s of each {spec.input_period_s:.3g} s step) and the model has nothing"
                     f" outside the training steps; at {gpus} GPUs an epoch is {steps:.3g} steps"
-                    f" ({at['epoch_s']:.3g} s), and the seed's PE needs {implied_epoch - at['epoch_s']:.3g} s more per"
+                    f" ({at['epoch_s']:.3g} s), and the published study's PE needs"
+                    f" {implied_epoch - at['epoch_s']:.3g} s more per"
                     " epoch on every rank (LB stays 0.99): the validation pass over the 20 % split and the epoch's"
-                    " start and end, whose times the seed does not publish"
+                    " start and end, whose times the published study does not publish"
                 )
-                if gpus < max(SEED_001_POP):
+                if gpus < max(PUBLISHED_001_POP):
                     reason += (
-                        f"; and its PE at {gpus} GPUs is below its PE at {max(SEED_001_POP)}, which no model in"
+                        f"; and its PE at {gpus} GPUs is below its PE at {max(PUBLISHED_001_POP)}, which no model in"
                         " which each GPU's share of the work shrinks with more GPUs can give"
                     )
             rows.append(
@@ -300,7 +305,7 @@ def seed_001_check() -> pd.DataFrame:
 
 
 def _band_error(seed: float, low: float, high: float) -> float:
-    """The model's error against the seed: 0 inside ``[low, high]``, else relative to the nearer edge."""
+    """The model's error against the published study: 0 inside ``[low, high]``, else relative to the nearer edge."""
     low, high = min(low, high), max(low, high)
     if low <= seed <= high:
         return 0.0

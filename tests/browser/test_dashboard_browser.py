@@ -22,7 +22,7 @@ It also measures, in that browser (written to ``artifacts/browser/measurements.j
 * **redraw of 8 x 10 000 spans**: a second dashboard gets 80 000 spans in one ``update()``; time
   from just before that call in the kernel to plotly's ``plotly_afterplot`` with bars in the DOM
   (first) and to the last afterplot of that burst (settled, nothing more for 1.5 s).
-* **64 ranks live**: a third dashboard follows a synthetic 64-rank job (``workbench.bench.live``, 10 s
+* **64 ranks live**: a third dashboard follows a synthetic 64-rank job (``docsbench.live``, 10 s
   at a real job's rate); every checkpoint marker must reach the screen, latency as above, and all 64
   rows are drawn (screenshot ``dashboard-64.png``).
 * **1 024 ranks live**: a fourth follows a synthetic 1 024-rank job on 128 hosts of 8 (20 s, 0.5 s
@@ -413,7 +413,7 @@ def test_dashboard_in_jupyterlab(tmp_path: Path) -> None:
             },
             "live_64_ranks": {
                 "definition": (
-                    "a synthetic 64-rank job (workbench.bench.live) writing to the store at 0.1 s steps for 10 s,"
+                    "a synthetic 64-rank job (docsbench.live) writing to the store at 0.1 s steps for 10 s,"
                     " a dashboard following it: k-th checkpoint bar on screen minus the k-th marker's end_ns"
                 ),
                 "spans": live64["spans"],
@@ -425,7 +425,7 @@ def test_dashboard_in_jupyterlab(tmp_path: Path) -> None:
             },
             "live_1024_ranks": {
                 "definition": (
-                    "a synthetic 1024-rank job on 128 hosts (workbench.bench.live: 0.5 s steps, flush every 2 s,"
+                    "a synthetic 1024-rank job on 128 hosts (docsbench.live: 0.5 s steps, flush every 2 s,"
                     " 2 writer processes, node37 25 % slower) for 20 s, a dashboard (refresh 1 s) drawing the rank x"
                     " time heatmap and the 16 slowest ranks' timeline: refresh -> screen is from the start of a"
                     " refresh that brought events to the heatmap's next plotly_afterplot in the browser"

@@ -74,7 +74,7 @@ def test_hosts_are_recorded_and_a_skewed_nodes_clock_is_aligned(mini, tmp_path):
 
 def test_a_sweep_over_node_counts_records_its_nodes_and_link_and_is_projected_from_one_node(mini, tmp_path):
     """``workbench run CASE --nodes 1,2``'s path: a ci point per node count, the link measured, the projection."""
-    from workbench.bench.projection_check import run_nodes
+    from docsbench.projection_check import run_nodes
     from workbench.node_sweep import node_sweep, read_nodes_file
 
     out = tmp_path / "nodes-ef"

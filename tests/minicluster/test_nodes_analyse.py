@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
+from docsbench.analysis import write_synthetic_run
 from workbench.analysis.run_analysis import SplitAnalysis
-from workbench.bench.analysis import write_synthetic_run
 from workbench.cli import main
 from workbench.rank_groups import analyse_split
 

@@ -130,7 +130,7 @@ def test_a_run_analysed_on_the_engines_in_rank_groups_equals_it_analysed_here(cl
     """Each engine loads and reduces its own rank groups of a stored run; the merge is the same."""
     import pandas as pd
 
-    from workbench.bench.analysis import write_synthetic_run
+    from docsbench.analysis import write_synthetic_run
     from workbench.rank_groups import analyse_split, engine_workers
 
     path = write_synthetic_run(tmp_path, 40_000, 8, ranks_per_node=2, slow_nodes=1, straggler_share=0.02)

@@ -1,4 +1,5 @@
-"""``workbench profile`` on the seed's own pattern: a Horovod GAN loop calling Keras ``predict`` every iteration.
+"""``workbench profile`` on the published study's own pattern: a Horovod GAN loop calling Keras ``predict``
+every iteration.
 
 The script (``user_scripts/gan.py``) is written as a user writes it and times its own Keras calls:
 that is the truth each number here is checked against. Profiled once with ``predict`` and once with

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from docsbench.analysis import synthetic_events
 from workbench.analysis.activity import (
     WAITING,
     RankTimeGrid,
@@ -17,7 +18,6 @@ from workbench.analysis.activity import (
     slowest_ranks,
 )
 from workbench.analysis.breakdown import phase_breakdown
-from workbench.bench.analysis import synthetic_events
 from workbench.events import events_frame
 from workbench.figures import rank_rows, rank_time_figure
 

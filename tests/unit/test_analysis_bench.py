@@ -5,9 +5,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from docsbench.analysis import run, synthetic_events, write_run
 from workbench import events as ev
 from workbench.analysis import findings, phase_breakdown, pop_metrics
-from workbench.bench.analysis import run, synthetic_events, write_run
 from workbench.store import RunData
 
 
@@ -56,7 +56,7 @@ def test_run_loads_and_analyses_the_stored_run_it_reports_on():
 
 
 def test_split_bench_times_each_way_on_one_stored_job_and_they_agree():
-    from workbench.bench.analysis import format_split, run_split
+    from docsbench.analysis import format_split, run_split
 
     result = run_split(events=60_000, ranks=16, workers=(0, 2), group_ranks=4)
     modes = result["modes"]

@@ -18,8 +18,8 @@ from analysis_parity import (
     write_made_gpu_run,
 )
 
+from docsbench.analysis import synthetic_events, write_run, write_synthetic_run
 from workbench.analysis.pieces import FRAMES, PIECES, TABLES
-from workbench.bench.analysis import synthetic_events, write_run, write_synthetic_run
 from workbench.rank_groups import GROUPED_PIECES, analyse_split, mark_group, rank_groups
 from workbench.store import create_run, update_run_meta
 

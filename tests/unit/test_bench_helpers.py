@@ -69,21 +69,25 @@ def test_allreduce_rows_are_read_plain_or_as_saved_and_bad_files_are_one_error(t
 
 
 def test_every_benchmark_is_registered_once_and_each_is_a_command():
-    """``workbench bench NAME`` for each entry of ``bench.BENCHMARKS``, and no bench module with a ``command``
-    left out of it: the registry is the one list."""
+    """``workbench bench NAME`` for the package's benchmarks (``bench.BENCHMARKS``: what measures the user's machine)
+    and the docs' (``docsbench.registry.BENCHMARKS``, through the ``workbench.benchmarks`` entry point); no module
+    with a ``command`` left out of either: each registry is its folder's one list."""
     import importlib
     from pathlib import Path
 
-    from workbench.bench import BENCHMARKS, benchmark
+    from docsbench import registry
+    from workbench.bench import BENCHMARKS, all_benchmarks, benchmark
     from workbench.cli import build_parser
 
-    names = [entry.name for entry in BENCHMARKS]
-    assert len(names) == len(set(names))
-    folder = Path(importlib.import_module("workbench.bench").__file__).parent
-    with_command = {f"workbench.bench.{p.stem}" for p in folder.glob("*.py") if "\ndef command(" in p.read_text()}
-    assert with_command == {entry.module for entry in BENCHMARKS}
+    names = [entry.name for entry in all_benchmarks()]
+    assert len(names) == len(set(names)) == len(BENCHMARKS) + len(registry.BENCHMARKS)
+    for package, entries in (("workbench.bench", BENCHMARKS), ("docsbench", registry.BENCHMARKS)):
+        folder = Path(importlib.import_module(package).__file__).parent
+        with_command = {f"{package}.{p.stem}" for p in folder.glob("*.py") if "\ndef command(" in p.read_text()}
+        assert with_command == {entry.module for entry in entries}, package
+    assert all(entry.module.startswith("workbench.") for entry in BENCHMARKS), "the product's measure this machine"
     parser = build_parser()
-    for entry in BENCHMARKS:
+    for entry in all_benchmarks():
         assert callable(importlib.import_module(entry.module).command)
         parsed = parser.parse_args(["bench", entry.name, "--json"])
         assert parsed.json and parsed.handler.__self__ is benchmark(entry.name)

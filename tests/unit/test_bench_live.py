@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from workbench.bench.live import STEP_SPANS, LiveSyntheticJob, marker_latencies, run
+from docsbench.live import STEP_SPANS, LiveSyntheticJob, marker_latencies, run
 from workbench.events import CHECKPOINT, NS_PER_S
 from workbench.store import RunData, create_run
 

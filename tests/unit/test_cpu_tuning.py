@@ -158,7 +158,7 @@ def test_image_size_sets_the_models_shapes(size, stages):
 
 
 def test_image_size_is_a_preset_and_a_bad_one_is_one_clear_error():
-    assert CASE.presets["full"].image_size == 256  # the seed's tuning runs: 256 x 256 images
+    assert CASE.presets["full"].image_size == 256  # the published study's tuning runs: 256 x 256 images
     assert CASE.presets["reduced"].image_size == CASE.presets["ci"].image_size == 28
     with pytest.raises(ValueError, match="image_size=30 is not possible: use a multiple of 4"):
         Experiment(CASE, preset="ci", image_size=30)

@@ -215,7 +215,7 @@ def test_analyse_run_names_the_wait_from_the_runs_counters():
 
 
 def test_a_run_analysed_in_rank_groups_names_the_same_wait(tmp_path):
-    from workbench.bench.analysis import write_synthetic_run
+    from docsbench.analysis import write_synthetic_run
     from workbench.rank_groups import analyse_split
     from workbench.store import StreamWriter, read_run_meta
 

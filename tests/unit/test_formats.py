@@ -5,8 +5,8 @@ import json
 import pandas as pd
 import pytest
 
-from workbench.bench.timeline import run as bench_timeline
-from workbench.bench.timeline import write_synthetic_timeline
+from docsbench.timeline import run as bench_timeline
+from workbench.datasets.made_traces.horovod_timeline import write_made_timeline
 from workbench.formats import (
     TimelineError,
     horovod_timeline,
@@ -152,7 +152,7 @@ def test_open_activity_at_the_end_of_a_file_still_being_written_is_left_out(tmp_
 
 
 def test_synthetic_timeline_of_the_bench_round_trips(tmp_path):
-    path = write_synthetic_timeline(tmp_path / "t.json", 0.2, ranks=3, tensors=2)
+    path = write_made_timeline(tmp_path / "t.json", 0.2, ranks=3, tensors=2)
     events = read_horovod_timeline(path)
     negotiations = int((events["rank"] == 2).sum())
     assert negotiations > 0 and (events["rank"] == 1).sum() == negotiations
@@ -161,7 +161,7 @@ def test_synthetic_timeline_of_the_bench_round_trips(tmp_path):
 
 
 def test_the_timeline_in_batches_holds_exactly_the_events_of_one_read(tmp_path):
-    path = write_synthetic_timeline(tmp_path / "t.json", 0.5, ranks=3, tensors=2)
+    path = write_made_timeline(tmp_path / "t.json", 0.5, ranks=3, tensors=2)
     whole = read_horovod_timeline(path, run_id="r", chunk_mb=0.05)
     batches = list(iter_horovod_timeline(path, run_id="r", chunk_mb=0.05, batch_events=2_000))
     assert len(batches) >= 3 and all(len(batch) >= 2_000 for batch in batches[:-1])
@@ -230,7 +230,7 @@ def test_other_layouts_fall_back_to_arrow_with_the_same_events(tmp_path):
 
 
 def test_large_synthetic_timeline_reads_the_same_both_ways_across_chunks(tmp_path):
-    path = write_synthetic_timeline(tmp_path / "t.json", 2.0, ranks=4, tensors=5)
+    path = write_made_timeline(tmp_path / "t.json", 2.0, ranks=4, tensors=5)
     direct = read_horovod_timeline(path, chunk_mb=0.25)
     assert all(chunk is not None for chunk in _chunks_read_directly(path, 0.25))
     pd.testing.assert_frame_equal(direct, read_horovod_timeline(path, engine="arrow"))
@@ -306,7 +306,7 @@ def test_tensorflows_own_converter_turns_an_xplane_into_trace_events(tmp_path):
 def test_an_event_with_its_keys_in_another_order_is_read_not_taken_for_metadata(tmp_path):
     # Horovod's writer puts "ph" first; a record that starts with "name" like a process_name record but
     # is a B event (another writer, a hand edit) must still be paired, as Arrow's reader pairs it
-    timeline = write_synthetic_timeline(tmp_path / "t.json", 1.0)
+    timeline = write_made_timeline(tmp_path / "t.json", 1.0)
     lines = timeline.read_text().splitlines(keepends=True)
     middle = len(lines) // 2
     assert lines[middle].startswith('{"ph": "B", "name": "NEGOTIATE_ALLREDUCE", ')
@@ -317,7 +317,7 @@ def test_an_event_with_its_keys_in_another_order_is_read_not_taken_for_metadata(
     direct = read_horovod_timeline(timeline)
     general = read_horovod_timeline(timeline, engine="arrow")
     pd.testing.assert_frame_equal(direct, general)
-    assert len(direct) == len(read_horovod_timeline(write_synthetic_timeline(tmp_path / "u.json", 1.0)))
+    assert len(direct) == len(read_horovod_timeline(write_made_timeline(tmp_path / "u.json", 1.0)))
 
 
 def test_a_timeline_damaged_midway_keeps_every_batch_and_reads_past_the_damage(tmp_path, monkeypatch):
@@ -329,7 +329,7 @@ def test_a_timeline_damaged_midway_keeps_every_batch_and_reads_past_the_damage(t
     from workbench.store import RunData, create_run
 
     run = create_run(tmp_path, "t", ranks=2)
-    timeline = write_synthetic_timeline(run / profile.TIMELINE_FILE, 3.0)
+    timeline = write_made_timeline(run / profile.TIMELINE_FILE, 3.0)
     whole = len(horovod_timeline.read_horovod_timeline(timeline))
     lines = timeline.read_text().splitlines(keepends=True)
     lines[len(lines) * 2 // 3] = '{"name": "MPI_ALLREDUCE", "ph": "B", "ts": 12,, "pid": 1},\n'
@@ -394,7 +394,7 @@ def test_imported_batches_are_written_as_dictionaries_and_read_back_as_strings(t
     from workbench.store import RunData, compact, create_run
 
     run = create_run(tmp_path, "t", ranks=3)
-    timeline = write_synthetic_timeline(tmp_path / "t.json", 0.2)
+    timeline = write_made_timeline(tmp_path / "t.json", 0.2)
     imported = read_horovod_timeline(timeline, run_id=run.name, host="h0")
     assert isinstance(imported["name"].dtype, pd.CategoricalDtype)
     shuffled = imported.sample(frac=1.0, random_state=0)  # not sorted by rank: written all the same

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.bench import fuzz
+from docsbench import fuzz
 from workbench.importer import import_traces
 
 #: Cases per seed in the test suite (6 seeds; about 0.1 s a case).
@@ -74,7 +74,7 @@ def test_a_control_character_in_a_timeline_name_imports(tmp_path):
 
 def test_a_number_among_kineto_events_is_said_and_left_out(tmp_path):
     """Issue 66's second input: ``traceEvents`` holding a number where an event should be."""
-    from workbench.bench.kineto import MadeKinetoStep, write_made_kineto
+    from workbench.datasets.made_traces.kineto import MadeKinetoStep, write_made_kineto
 
     made = write_made_kineto(tmp_path / "made", ranks=1, steps=2, step=MadeKinetoStep(kernels=2))[0]
     document = json.loads(made.read_text())
@@ -88,7 +88,7 @@ def test_a_number_among_kineto_events_is_said_and_left_out(tmp_path):
 
 
 def test_times_that_make_no_sense_are_left_out_and_counted(tmp_path):
-    from workbench.bench.kineto import MadeKinetoStep, write_made_kineto
+    from workbench.datasets.made_traces.kineto import MadeKinetoStep, write_made_kineto
 
     made = write_made_kineto(tmp_path / "made", ranks=1, steps=2, step=MadeKinetoStep(kernels=2))[0]
     document = json.loads(made.read_text())

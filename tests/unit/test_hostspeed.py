@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from docsbench.projection_check import _host_slowdown
 from workbench import hostspeed
-from workbench.bench.projection_check import _host_slowdown
 
 
 def test_samples_are_one_per_core_a_round_and_a_torn_last_line_is_skipped(tmp_path):

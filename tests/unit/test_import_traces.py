@@ -19,8 +19,8 @@ import pytest
 
 from workbench import analysis
 from workbench.analysis.devices import device_step_table, union_ns
-from workbench.bench.timeline import write_synthetic_timeline
-from workbench.bench.xplane import COPY_BYTES, MS, MadeGpuStep, write_made_xplane
+from workbench.datasets.made_traces.horovod_timeline import write_made_timeline
+from workbench.datasets.made_traces.xplane import COPY_BYTES, MS, MadeGpuStep, write_made_xplane
 from workbench.formats.gpu_trace import TraceFormatError, activity_kind, load_json_trace, read_xplane_activity
 from workbench.formats.horovod_timeline import TimelineError, iter_horovod_timeline
 from workbench.formats.trace_export import export_trace
@@ -111,7 +111,7 @@ def test_the_real_8_gpu_xplane_names_its_busy_and_unused_gpus(tmp_path):
 
 
 def test_a_2019_timeline_without_start_record_unclosed_and_gzipped(tmp_path):
-    path = write_synthetic_timeline(tmp_path / "t.json", 0.05, ranks=4, layout="2019", origin_us=1_410_488_741_507)
+    path = write_made_timeline(tmp_path / "t.json", 0.05, ranks=4, layout="2019", origin_us=1_410_488_741_507)
     assert not path.read_text().rstrip().endswith("]")
     packed = tmp_path / "timeline.json.gz"
     packed.write_bytes(gzip.compress(path.read_bytes()))
@@ -263,7 +263,7 @@ def test_a_tf1_timeline_counts_stream_kernels_not_the_ops_that_launched_them(tmp
 
 
 def test_a_timeline_damaged_part_way_keeps_every_sound_record(tmp_path):
-    whole = write_synthetic_timeline(tmp_path / "t.json", 0.3, ranks=2, origin_us=1_700_000_000_000_000)
+    whole = write_made_timeline(tmp_path / "t.json", 0.3, ranks=2, origin_us=1_700_000_000_000_000)
     text = whole.read_text()
     cut = text.index("\n{", len(text) // 2) + 1
     damaged = tmp_path / "damaged.json"
@@ -282,7 +282,7 @@ def test_a_timeline_and_profiles_of_one_job_are_one_run_on_one_clock(tmp_path):
     epoch_ns = 1_700_000_000_000_000_000
     for host in ("node1", "node2"):
         write_made_xplane(session / f"{host}.xplane.pb", host=host, gpus=2, steps=3, epoch_ns=epoch_ns)
-    timeline = write_synthetic_timeline(tmp_path / "job" / "timeline.json", 0.02, ranks=4, origin_us=epoch_ns // 1000)
+    timeline = write_made_timeline(tmp_path / "job" / "timeline.json", 0.02, ranks=4, origin_us=epoch_ns // 1000)
     result = import_traces([tmp_path / "job"], out=tmp_path / "runs")
     run = RunData.load(result.run_path)
     assert result.ranks == 4 and run.meta["import"]["clocks"] == "aligned"

@@ -13,10 +13,10 @@ from workbench.cli import main
 from workbench.events import events_frame
 from workbench.formatting import (
     format_megabytes,
+    format_percent,
     format_rate,
     format_ratio,
     format_seconds,
-    format_share,
     text_table,
 )
 from workbench.store import StreamWriter, create_run, stream_rows, update_run_meta
@@ -81,7 +81,7 @@ def test_numbers_carry_three_significant_figures_and_a_unit():
     assert format_rate(12.345) == "12.3 /s"
     assert format_ratio(0.7292) == "0.73"
     assert format_ratio(math.inf) == "new"
-    assert format_share(0.254) == "25%"
+    assert format_percent(0.254) == "25.4%" and format_percent(0.5) == "50.0%"
 
 
 def test_wide_tables_wrap_into_blocks_that_repeat_the_first_column():
@@ -106,9 +106,9 @@ def test_analyse_prints_a_summary_headed_by_what_produced_the_run(tmp_path, caps
     assert "POP metrics (useful phases: compute + input)" in out
     # useful 6 s of 10 s on both ranks: LB 1.00, CommE 0.60, PE 0.60
     assert re.search(r"parallel efficiency +0\.60\n  load balance +1\.00\n  communication efficiency +0\.60", out)
-    assert "4.00 s 40%" in out  # rank 0's evaluation
+    assert "4.00 s 40.0%" in out  # rank 0's evaluation
     flat = " ".join(out.split())
-    assert "serial_evaluation: 2.00 s lost (20% of wall); ranks 0" in flat
+    assert "serial_evaluation: 2.00 s lost (20.0% of wall); ranks 0" in flat
     assert "sharing evaluation over all ranks would save about 2.0 s" in flat  # findings in full
     assert "0.500 /s" in out  # 3 steps over 6 s
     assert "2.50 GB" in out  # rank 0's peak
@@ -142,7 +142,7 @@ def test_analyse_in_rank_groups_says_what_the_whole_run_says(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "analysed in 2 rank group(s) on 1 worker(s)" in out
     assert re.search(r"parallel efficiency +0\.60\n", out)
-    assert "serial_evaluation: 2.00 s lost (20% of wall); ranks 0" in " ".join(out.split())
+    assert "serial_evaluation: 2.00 s lost (20.0% of wall); ranks 0" in " ".join(out.split())
     report = tmp_path / "split.html"
     assert main(["analyse", str(path), "--workers", "0", "--group-ranks", "1", "--html", str(report)]) == 0
     html = report.read_text()

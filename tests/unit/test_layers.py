@@ -11,10 +11,11 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "workbench"
 README = PACKAGE.parent / "README.md"
+ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
 
 #: Layers, lowest first: what each may import is its own layer and those below.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("foundation", ("extras", "events", "formatting", "markdown", "config", "placement", "hostspeed", "slurm")),
+    ("foundation", ("extras", "events", "formatting", "config", "placement", "hostspeed", "slurm")),
     ("store", ("store",)),
     ("collect", ("recorder", "cpu_probe", "net_probe", "_keras", "autorecord", "_profile_boot", "links", "allreduce",
                  "formats", "datasets", "workloads")),
@@ -93,3 +94,28 @@ def test_the_readme_layer_table_names_every_module_group():
                 continue
             named = f"`{part}.py`" in row or f"`{part}/`" in row
             assert named, f"README's layer table does not name {part} in the {name!r} layer's row"
+
+
+def test_the_architecture_table_is_the_same_map():
+    """docs/architecture.md's one table names each layer's modules in the order of ``LAYERS``."""
+    text = ARCHITECTURE.read_text()
+    start = text.index("| layer | modules")
+    rows = [line for line in text[start : text.index("\n\n", start)].splitlines()[2:]]
+    named = [row.split(" | ")[0].removeprefix("| ") for row in rows]
+    assert named == [name for name, _parts in LAYERS] + ["outside the package"]
+    for (name, parts), row in zip(LAYERS, rows):
+        for part in parts:
+            assert f"`{part}`" in row or f"`{part}/`" in row, f"docs/architecture.md's {name!r} row lacks {part}"
+
+
+def test_the_package_never_imports_the_docs_machinery():
+    """``benchmarks/docsbench`` (the docs' benchmarks, renderers and measurements) may import the package; the
+    package never imports it, so a user's install has everything it runs."""
+    found = []
+    for module, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            found += [f"{module}: {name}" for name in names if name.split(".")[0] == "docsbench"]
+    assert not found, found

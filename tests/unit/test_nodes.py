@@ -63,7 +63,7 @@ def test_node_options_that_do_not_fit_get_one_line(argv, message, capsys):
 
 
 def test_the_bench_says_what_to_run_when_no_node_sweep_is_saved(tmp_path):
-    from workbench.bench.projection_check import format_nodes, run_nodes
+    from docsbench.projection_check import format_nodes, run_nodes
 
     result = run_nodes([("eval-frequency", str(tmp_path / "nodes-*"))])
     assert result["runs"] == 0 and result["missing_sweeps"] == [str(tmp_path / "nodes-*")]
@@ -71,7 +71,7 @@ def test_the_bench_says_what_to_run_when_no_node_sweep_is_saved(tmp_path):
 
 
 def test_the_node_table_says_where_the_hosts_speed_was_not_sampled():
-    from workbench.bench.projection_check import format_nodes, validation_summary
+    from docsbench.projection_check import format_nodes, validation_summary
 
     row = {
         "case": "eval-frequency",
@@ -108,7 +108,7 @@ def test_the_node_table_says_where_the_hosts_speed_was_not_sampled():
 
 
 def test_sweeps_named_by_glob_take_their_case_from_sweep_json_and_one_glob_is_one_case(tmp_path, capsys):
-    from workbench.bench.projection_check import sweeps_of
+    from docsbench.projection_check import sweeps_of
     from workbench.cli import main
     from workbench.config import ConfigError
 

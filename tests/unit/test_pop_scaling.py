@@ -69,7 +69,7 @@ def test_strong_scaling_shares_the_global_batch_weak_keeps_it_per_rank():
 def test_resnet50_shape_is_the_seeds_family():
     model = resnet((64, 64, 12), 43, stages=(3, 4, 6, 3), width=64)
     assert model.output_shape == (None, 43)
-    assert 23_000_000 < model.count_params() < 24_500_000  # the seed's ResNet-50: 23.9 M trainable
+    assert 23_000_000 < model.count_params() < 24_500_000  # the published study's ResNet-50: 23.9 M trainable
 
 
 def test_workload_in_one_process_records_every_phase(tmp_path):

@@ -225,19 +225,19 @@ def one_rank_run(*, compute_ms=10, input_ms=0, evaluation_ms=500, nbytes=1_000_0
     return events_frame(rows)
 
 
-def test_profile_reads_per_step_costs_bytes_and_evaluation():
-    profile = pj.step_costs(one_rank_run(), {"ranks": 1}, warmup_steps=0, batch_per_rank=32)
-    assert profile.steps == 16 and profile.epochs == 2 and profile.steps_per_epoch == 8
-    assert profile.compute_s == pytest.approx(np.full(16, 0.010))
-    assert profile.gradient_bytes == 1_000_000
-    assert profile.evaluation_s == pytest.approx([0.5, 0.5]) and profile.evaluating_ranks == (0,)
-    assert profile.evaluations_per_epoch == 1.0
-    assert profile.wall_s == pytest.approx(16 * 0.010 + 2 * 0.5) and profile.other_s == pytest.approx(0.0, abs=1e-9)
+def test_step_costs_reads_per_step_costs_bytes_and_evaluation():
+    costs = pj.step_costs(one_rank_run(), {"ranks": 1}, warmup_steps=0, batch_per_rank=32)
+    assert costs.steps == 16 and costs.epochs == 2 and costs.steps_per_epoch == 8
+    assert costs.compute_s == pytest.approx(np.full(16, 0.010))
+    assert costs.gradient_bytes == 1_000_000
+    assert costs.evaluation_s == pytest.approx([0.5, 0.5]) and costs.evaluating_ranks == (0,)
+    assert costs.evaluations_per_epoch == 1.0
+    assert costs.wall_s == pytest.approx(16 * 0.010 + 2 * 0.5) and costs.other_s == pytest.approx(0.0, abs=1e-9)
 
 
 def test_weak_scaling_shortens_epochs_and_a_serial_evaluation_weighs_more():
-    profile = pj.step_costs(one_rank_run(), {"ranks": 1}, warmup_steps=0, batch_per_rank=32)
-    table = pj.project(profile, [1, 4], NET, bootstrap=0).table.set_index("ranks")
+    costs = pj.step_costs(one_rank_run(), {"ranks": 1}, warmup_steps=0, batch_per_rank=32)
+    table = pj.project(costs, [1, 4], NET, bootstrap=0).table.set_index("ranks")
     # 4 ranks: step = 10 ms + ring(1 MB, 4) = 10 + 2·3/4·1 ms = 11.5 ms; 8/4 = 2 steps per epoch + 0.5 s
     assert table.loc[4, "step_s"] == pytest.approx(0.0115)
     assert table.loc[4, "epoch_s"] == pytest.approx(2 * 0.0115 + 0.5)
@@ -251,38 +251,38 @@ def test_weak_scaling_shortens_epochs_and_a_serial_evaluation_weighs_more():
 
 def test_counts_below_the_measured_one_make_the_fewest_ranks_the_reference():
     """Projected down from a 2-rank run to 1 rank, the table reads from 1 rank: 1x and 100 % there (it said 106 %)."""
-    profile = pj.step_costs(one_rank_run(), {"ranks": 2}, warmup_steps=0, batch_per_rank=32)
-    table = pj.project(profile, [1, 2, 4], NET, bootstrap=0).table.set_index("ranks")
+    costs = pj.step_costs(one_rank_run(), {"ranks": 2}, warmup_steps=0, batch_per_rank=32)
+    table = pj.project(costs, [1, 2, 4], NET, bootstrap=0).table.set_index("ranks")
     assert table.loc[1, "speedup"] == pytest.approx(1.0) and table.loc[1, "efficiency"] == pytest.approx(1.0)
     for n in (2, 4):
         speedup = table.loc[n, "throughput"] / table.loc[1, "throughput"]
         assert table.loc[n, "speedup"] == pytest.approx(speedup)
         assert table.loc[n, "efficiency"] == pytest.approx(speedup / n)
-    above = pj.project(profile, [2, 4], NET, bootstrap=0).table.set_index("ranks")
+    above = pj.project(costs, [2, 4], NET, bootstrap=0).table.set_index("ranks")
     assert above.loc[2, "speedup"] == pytest.approx(1.0)  # without a smaller count: the measured one, as before
     assert above.loc[4, "efficiency"] == pytest.approx(above.loc[4, "throughput"] / above.loc[2, "throughput"] / 2)
 
 
 def test_whole_batches_of_each_ranks_shard_fix_the_steps_per_epoch():
-    profile = pj.step_costs(one_rank_run(), {"ranks": 1}, warmup_steps=0, batch_per_rank=32)
+    costs = pj.step_costs(one_rank_run(), {"ranks": 1}, warmup_steps=0, batch_per_rank=32)
     # 8 steps of 32 = 256 samples (say 270, the last partial batch dropped): at 3 ranks ceil(270/3) = 90
     # samples each, 2 whole batches, where sharing out the measured steps says 8/3 = 2.67
-    shared = pj.project(profile, [3], NET, bootstrap=0).table.iloc[0]
-    whole = pj.project(profile, [3], NET, changes=pj.Changes(epoch_samples=270), bootstrap=0).table.iloc[0]
+    shared = pj.project(costs, [3], NET, bootstrap=0).table.iloc[0]
+    whole = pj.project(costs, [3], NET, changes=pj.Changes(epoch_samples=270), bootstrap=0).table.iloc[0]
     assert shared["epoch_s"] == pytest.approx(8 / 3 * shared["step_s"] + 0.5)
     assert whole["epoch_s"] == pytest.approx(2 * whole["step_s"] + 0.5)
     assert "whole batches of 270 samples an epoch" in pj.Changes(epoch_samples=270).describe()
     # one rank keeps its 8 steps; a shard smaller than a batch still takes one step
-    assert pj.project(profile, [1], NET, changes=pj.Changes(epoch_samples=270), bootstrap=0).table.iloc[0][
+    assert pj.project(costs, [1], NET, changes=pj.Changes(epoch_samples=270), bootstrap=0).table.iloc[0][
         "epoch_s"
     ] == pytest.approx(8 * 0.010 + 0.5)
-    tiny = pj.project(profile, [16], NET, changes=pj.Changes(epoch_samples=270), bootstrap=0).table.iloc[0]
+    tiny = pj.project(costs, [16], NET, changes=pj.Changes(epoch_samples=270), bootstrap=0).table.iloc[0]
     assert tiny["epoch_s"] == pytest.approx(tiny["step_s"] + 0.5)
 
 
 def test_on_slower_cores_scales_the_cpu_work_and_not_the_network():
-    profile = pj.step_costs(one_rank_run(), {"ranks": 1}, warmup_steps=0, batch_per_rank=32)
-    slower = profile.on_slower_cores(1.5)
+    costs = pj.step_costs(one_rank_run(), {"ranks": 1}, warmup_steps=0, batch_per_rank=32)
+    slower = costs.on_slower_cores(1.5)
     assert slower.compute_s == pytest.approx(np.full(16, 0.015))
     assert slower.evaluation_s == pytest.approx([0.75, 0.75])
     table = pj.project(slower, [4], NET, bootstrap=0).table.set_index("ranks")
@@ -292,32 +292,32 @@ def test_on_slower_cores_scales_the_cpu_work_and_not_the_network():
 
 
 def test_what_ifs_evaluation_interval_sharding_batch_and_fusion():
-    profile = pj.step_costs(one_rank_run(), {"ranks": 1}, warmup_steps=0)
-    rare = pj.project(profile, [4], NET, changes=pj.Changes(eval_interval=2), bootstrap=0).table.iloc[0]
+    costs = pj.step_costs(one_rank_run(), {"ranks": 1}, warmup_steps=0)
+    rare = pj.project(costs, [4], NET, changes=pj.Changes(eval_interval=2), bootstrap=0).table.iloc[0]
     assert rare["evaluation_s"] == pytest.approx(0.25)
-    sharded = pj.project(profile, [4], NET, changes=pj.Changes(shard_evaluation=True), bootstrap=0).table.iloc[0]
+    sharded = pj.project(costs, [4], NET, changes=pj.Changes(shard_evaluation=True), bootstrap=0).table.iloc[0]
     assert sharded["evaluation_s"] == pytest.approx(0.125)
-    double = pj.project(profile, [4], NET, changes=pj.Changes(batch_scale=2.0), bootstrap=0).table.iloc[0]
+    double = pj.project(costs, [4], NET, changes=pj.Changes(batch_scale=2.0), bootstrap=0).table.iloc[0]
     assert double["step_s"] == pytest.approx(0.020 + 0.0015)  # compute doubles, bytes do not
     calls = pj.network(NET, per_call_s=1e-3)
-    split = pj.project(profile, [4], calls, changes=pj.Changes(fusion_threshold_bytes=250_000), bootstrap=0)
+    split = pj.project(costs, [4], calls, changes=pj.Changes(fusion_threshold_bytes=250_000), bootstrap=0)
     assert split.table.iloc[0]["step_s"] == pytest.approx(0.010 + 0.0015 + 4e-3)  # 4 calls of 250 kB
 
 
 def test_strong_scaling_shrinks_each_ranks_batch():
-    profile = pj.step_costs(one_rank_run(evaluation_ms=0), {"ranks": 1}, warmup_steps=0)
-    row = pj.project(profile, [4], NET, kind="strong", bootstrap=0).table.iloc[0]
+    costs = pj.step_costs(one_rank_run(evaluation_ms=0), {"ranks": 1}, warmup_steps=0)
+    row = pj.project(costs, [4], NET, kind="strong", bootstrap=0).table.iloc[0]
     assert row["step_s"] == pytest.approx(0.0025 + 0.0015)
     assert row["epoch_s"] == pytest.approx(8 * 0.004)
     assert row["speedup"] == pytest.approx(0.080 / 0.032)
 
 
 def test_ranks_sharing_a_nodes_cores_slow_compute_down():
-    profile = pj.step_costs(one_rank_run(evaluation_ms=0), TWO_THREADS, warmup_steps=0)
+    costs = pj.step_costs(one_rank_run(evaluation_ms=0), TWO_THREADS, warmup_steps=0)
     host = HOST
-    linear = pj.project(profile, [2], host, bootstrap=0).table.iloc[0]
+    linear = pj.project(costs, [2], host, bootstrap=0).table.iloc[0]
     assert linear["step_s"] == pytest.approx(0.020 + 0.001)  # 1 thread instead of 2; ring(1 MB, 2) = 1 ms
-    flat = pj.project(profile, [2], host, thread_scaling=0.0, bootstrap=0).table.iloc[0]
+    flat = pj.project(costs, [2], host, thread_scaling=0.0, bootstrap=0).table.iloc[0]
     assert flat["step_s"] == pytest.approx(0.010 + 0.001)
 
 
@@ -331,8 +331,8 @@ def test_horovods_background_thread_takes_its_share_of_a_busy_ranks_core_from_2_
         if cpu_percent is not None:
             times = np.linspace(0, int(events["end_ns"].max()), 20).astype(np.int64)
             samples = pd.DataFrame({"rank": 0, "time_ns": times, "cpu_percent": float(cpu_percent)})
-        profile = pj.step_costs(events, one_thread, samples, warmup_steps=0)
-        return pj.project(profile, [1, 2], host, changes=pj.Changes(scheme=scheme), bootstrap=0)
+        costs = pj.step_costs(events, one_thread, samples, warmup_steps=0)
+        return pj.project(costs, [1, 2], host, changes=pj.Changes(scheme=scheme), bootstrap=0)
 
     table = at_2().table.set_index("ranks")
     # 1 core each at both counts: no sharing; 0.35 of the core goes to Horovod, 10 ms of compute take 10 / 0.65
@@ -365,13 +365,13 @@ def test_fit_network_takes_horovods_thread_cores_from_the_bench_rows():
 
 
 def test_an_input_bound_run_keeps_its_pipeline_period_unless_the_node_caps_it():
-    profile = pj.step_costs(one_rank_run(input_ms=30, evaluation_ms=0), {"ranks": 1}, warmup_steps=0)
-    assert profile.input_bound
-    row = pj.project(profile, [2], NET, bootstrap=0).table.iloc[0]
+    costs = pj.step_costs(one_rank_run(input_ms=30, evaluation_ms=0), {"ranks": 1}, warmup_steps=0)
+    assert costs.input_bound
+    row = pj.project(costs, [2], NET, bootstrap=0).table.iloc[0]
     assert row["step_s"] == pytest.approx(0.040)  # the pipeline's 40 ms, not compute + allreduce
     assert row["limiter"] == "input"
     node_cap = pj.Changes(shared_input_batches_per_s=25.0)
-    capped = pj.project(profile, [2], pj.network(NET, ranks_per_node=2), changes=node_cap, bootstrap=0).table.iloc[0]
+    capped = pj.project(costs, [2], pj.network(NET, ranks_per_node=2), changes=node_cap, bootstrap=0).table.iloc[0]
     assert capped["step_s"] == pytest.approx(2 / 25)
 
 
@@ -385,8 +385,8 @@ def test_an_input_bound_runs_period_slows_with_core_sharing_only_when_its_cpu_us
         if cpu_percent is not None:
             times = np.linspace(0, int(events["end_ns"].max()), 20).astype(np.int64)
             samples = pd.DataFrame({"rank": 0, "time_ns": times, "cpu_percent": float(cpu_percent)})
-        profile = pj.step_costs(events, meta, samples, warmup_steps=0)
-        return pj.project(profile, [2], host, thread_scaling=thread_scaling, bootstrap=0).table.iloc[0]["step_s"]
+        costs = pj.step_costs(events, meta, samples, warmup_steps=0)
+        return pj.project(costs, [2], host, thread_scaling=thread_scaling, bootstrap=0).table.iloc[0]["step_s"]
 
     # readers kept 1.9 cores busy (CPU-bound): on 2 ranks each has 1 core, min(1.9, 2) / min(1.9, 1) = 1.9x
     assert step_with(190.0) == pytest.approx(0.040 * 1.9)
@@ -412,12 +412,12 @@ def test_shared_storage_is_fair_per_reader_and_capped_by_the_node_link():
 
 def test_a_shared_storage_sets_each_ranks_period_from_its_share_at_that_rank_count():
     # compute 10 ms, no measured input wait: the storage alone makes the step at 1 and 2 ranks
-    profile = pj.step_costs(one_rank_run(evaluation_ms=0), TWO_THREADS, warmup_steps=0)
+    costs = pj.step_costs(one_rank_run(evaluation_ms=0), TWO_THREADS, warmup_steps=0)
     host = HOST
 
     def steps(storage):
         changes = pj.Changes(shared_storage=storage)
-        table = pj.project(profile, [1, 2], host, changes=changes, thread_scaling=0.0, bootstrap=0).table
+        table = pj.project(costs, [1, 2], host, changes=changes, thread_scaling=0.0, bootstrap=0).table
         return table["step_s"].tolist()
 
     # 4 readers per rank, 16 MB/s with 12 others, 0.1 MB per read, one read per 2 steps:
@@ -460,8 +460,8 @@ def test_missing_data_become_notes_not_exceptions():
 def test_projection_to_dict_is_json_ready_and_limits_sum_to_the_epoch():
     import json
 
-    profile = pj.step_costs(one_rank_run(), warmup_steps=0)
-    result = pj.project(profile, [1, 2, 8], NET, bootstrap=0)
+    costs = pj.step_costs(one_rank_run(), warmup_steps=0)
+    result = pj.project(costs, [1, 2, 8], NET, bootstrap=0)
     json.dumps(result.to_dict(), allow_nan=False)
     sums = result.limits.groupby("ranks")["seconds"].sum()
     assert sums.to_numpy() == pytest.approx(result.table.set_index("ranks")["epoch_s"].to_numpy())
@@ -498,7 +498,7 @@ def test_cli_parses_project_and_bench_projection():
 
 
 def test_validation_summary_is_median_and_max_of_absolute_errors():
-    from workbench.bench.projection_check import validation_summary
+    from docsbench.projection_check import validation_summary
 
     table = pd.DataFrame({"error": [0.10, -0.02, 0.04, float("nan")]})
     summary = validation_summary(table)
@@ -519,7 +519,7 @@ def _repeated_points(measured_each, predicted_each, repetitions=3, points=8):
 
 
 def test_noise_floor_is_zero_where_repetitions_agree_and_grows_with_their_scatter():
-    from workbench.bench.projection_check import noise_floor
+    from docsbench.projection_check import noise_floor
 
     agreeing = noise_floor(_repeated_points([2.0, 2.0, 2.0], [2.4, 2.4, 2.4]), draws=500)
     assert agreeing["median_error"] == 0.0 and agreeing["max_error"] == 0.0  # a biased model is not noise
@@ -538,16 +538,16 @@ def test_noise_floor_is_zero_where_repetitions_agree_and_grows_with_their_scatte
 
 
 def test_overlap_hides_the_collective_behind_compute():
-    profile = pj.step_costs(one_rank_run(evaluation_ms=0), warmup_steps=0)
+    costs = pj.step_costs(one_rank_run(evaluation_ms=0), warmup_steps=0)
     calls = pj.network(NET, per_call_s=1.5e-3)
     # 1.5 ms transfer + 1.5 ms per call behind at most 20 % of 10 ms = 2 ms: 1 ms stays exposed
-    row = pj.project(profile, [4], calls, changes=pj.Changes(overlap=0.2), bootstrap=0).table.iloc[0]
+    row = pj.project(costs, [4], calls, changes=pj.Changes(overlap=0.2), bootstrap=0).table.iloc[0]
     assert row["step_s"] == pytest.approx(0.011)
     assert row["communication_s"] + row["per_call_s"] == pytest.approx(2 * 0.001)  # 2 steps per epoch
-    hidden = pj.project(profile, [4], calls, changes=pj.Changes(overlap=1.0), bootstrap=0).table.iloc[0]
+    hidden = pj.project(costs, [4], calls, changes=pj.Changes(overlap=1.0), bootstrap=0).table.iloc[0]
     assert hidden["step_s"] == pytest.approx(0.010)
     with pytest.raises(ValueError, match="overlap"):
-        pj.project(profile, [4], calls, changes=pj.Changes(overlap=1.5))
+        pj.project(costs, [4], calls, changes=pj.Changes(overlap=1.5))
 
 
 def test_shared_storage_and_a_node_cap_are_one_choice():
@@ -585,25 +585,25 @@ def test_workbench_project_on_recorded_runs_prints_text_and_json(tmp_path, capsy
 def test_a_measured_imbalance_carries_over_to_more_ranks():
     fast, slow = one_rank_run(evaluation_ms=0), one_rank_run(compute_ms=20, evaluation_ms=0)
     events = pd.concat([fast, slow.assign(rank=1)], ignore_index=True)
-    profile = pj.step_costs(events, {"ranks": 2}, warmup_steps=0)
-    assert profile.load_balance == pytest.approx(15 / 20)
-    row = pj.project(profile, [4], NET, bootstrap=0).table.iloc[0]
+    costs = pj.step_costs(events, {"ranks": 2}, warmup_steps=0)
+    assert costs.load_balance == pytest.approx(15 / 20)
+    row = pj.project(costs, [4], NET, bootstrap=0).table.iloc[0]
     # E[max of 4 draws from {10, 20} ms] = 10/16 + 20·15/16 = 19.4 ms < mean / LB = 20 ms; + ring(1 MB, 4) 1.5 ms
     assert row["step_s"] == pytest.approx(0.020 + 0.0015)
     assert row["load_balance"] == pytest.approx(0.75)
 
 
 def test_waiting_for_input_can_count_as_lost_in_the_pop_metrics():
-    profile = pj.step_costs(one_rank_run(input_ms=30, evaluation_ms=0), warmup_steps=0)
-    useful = pj.project(profile, [2], NET, bootstrap=0).table.iloc[0]
-    lost = pj.project(profile, [2], NET, input_is_useful=False, bootstrap=0).table.iloc[0]
+    costs = pj.step_costs(one_rank_run(input_ms=30, evaluation_ms=0), warmup_steps=0)
+    useful = pj.project(costs, [2], NET, bootstrap=0).table.iloc[0]
+    lost = pj.project(costs, [2], NET, input_is_useful=False, bootstrap=0).table.iloc[0]
     # step 40 ms: 10 ms compute + 30 ms waiting for input (the allreduce hides in the wait)
     assert useful["parallel_efficiency"] == pytest.approx(1 - 0.001 / 0.040)
     assert lost["parallel_efficiency"] == pytest.approx(0.010 / 0.040)
 
 
 def test_validation_compares_medians_of_repetitions_and_keeps_each_ones_error(tmp_path):
-    from workbench.bench.projection_check import validation_table
+    from docsbench.projection_check import validation_table
     from workbench.store import RunData, StreamWriter, create_run, update_run_meta
 
     def recorded(directory, name, ranks, threads, compute_ms):
@@ -646,9 +646,9 @@ def test_validation_compares_medians_of_repetitions_and_keeps_each_ones_error(tm
     for repetition in (0, 1):
         base = pd.read_parquet(tmp_path / f"sweep-1thread-r{repetition}" / "runs.parquet")["path"].iloc[0]
         run = RunData.load(base)
-        profile = pj.step_costs(run.events, run.meta, run.memory)
+        costs = pj.step_costs(run.events, run.meta, run.memory)
         no_horovod = pj.network(net, per_call_s=0.0, horovod_thread_cores=0.0)
-        model = pj.project(profile, [2], no_horovod, bootstrap=0).table.iloc[0]
+        model = pj.project(costs, [2], no_horovod, bootstrap=0).table.iloc[0]
         predicted.append(float(model["wall_s"]))
         model_steps.append(float(model["step_s"]))
     assert same["measured_s"] == pytest.approx(2.0) and same["measured_spread"] == pytest.approx(2.0)
@@ -669,7 +669,7 @@ def test_validation_compares_medians_of_repetitions_and_keeps_each_ones_error(tm
 def test_parameter_server_points_are_projected_from_the_allreduce_run_and_the_rpcs_the_ps_run_added(tmp_path):
     """A ps-vs-allreduce sweep: the PS point on 2 workers is modelled from the 1-worker allreduce run's steps, plus
     what the 1-worker PS run's step took beyond it (the pulls and pushes through the local server)."""
-    from workbench.bench.projection_check import validation_table
+    from docsbench.projection_check import validation_table
     from workbench.store import StreamWriter, create_run, update_run_meta
 
     def recorded(name, workers):
@@ -718,25 +718,25 @@ def test_pop_scaling_runs_are_projected_with_their_scaling_and_each_ranks_share_
     kwargs, measured, quantity = case.projection_inputs(base, strong)
     assert (measured, quantity) == (11.0, "wall_s")
     assert kwargs == {
-        "profile": {"batch_per_rank": 32},
+        "step_costs": {"batch_per_rank": 32},
         "kind": "strong",
         "shard_evaluation": False,
         "epoch_samples": 384,
     }
     two = SimpleNamespace(meta={"config": {"settings": settings, "cluster": {"ranks": 2}}})
     sharded = SimpleNamespace(scaling="strong", test="sharded", wall_s=9.0)
-    assert case.projection_inputs(two, sharded)[0]["profile"] == {"batch_per_rank": 16}
+    assert case.projection_inputs(two, sharded)[0]["step_costs"] == {"batch_per_rank": 16}
     assert case.projection_inputs(two, sharded)[0]["shard_evaluation"] is True
     weak = SimpleNamespace(scaling="weak", test="rank0", wall_s=9.0)
-    assert case.projection_inputs(two, weak)[0]["profile"] == {"batch_per_rank": 16}
+    assert case.projection_inputs(two, weak)[0]["step_costs"] == {"batch_per_rank": 16}
     assert case.projection_inputs(two, weak)[0]["kind"] == "weak"
 
 
 def test_a_profiled_runs_gradient_bytes_come_from_horovods_timeline_when_its_spans_carry_none():
     meta = {"timeline_gradient_bytes": 216_680, "timeline_tensor_bytes": [288, 32, 216_320, 40]}
-    profile = pj.step_costs(one_rank_run(nbytes=-1), meta, warmup_steps=0)
-    assert profile.gradient_bytes == 216_680 and profile.tensor_bytes == (288, 32, 216_320, 40)
-    assert not any("no gradient bytes" in note for note in profile.notes)
+    costs = pj.step_costs(one_rank_run(nbytes=-1), meta, warmup_steps=0)
+    assert costs.gradient_bytes == 216_680 and costs.tensor_bytes == (288, 32, 216_320, 40)
+    assert not any("no gradient bytes" in note for note in costs.notes)
     # bytes the spans recorded win over the timeline's; none anywhere is a note that says how to give them
     assert pj.step_costs(one_rank_run(nbytes=1000), meta, warmup_steps=0).gradient_bytes == 1000
     bare = pj.step_costs(one_rank_run(nbytes=-1), {}, warmup_steps=0)
@@ -757,10 +757,32 @@ def test_workbench_project_takes_gradient_mb_and_batch_for_a_run_that_lacks_them
     argv = ["project", str(path), "--ranks", "4", "--epoch-samples", "1000", "--batch", "25", "--gradient-mb", "2"]
     assert main([*argv, "--json"]) == 0
     payload = json.loads(capsys.readouterr().out)
-    assert payload["profile"]["gradient_bytes"] == 2_000_000 and payload["profile"]["batch_per_rank"] == 25
+    assert payload["costs"]["gradient_bytes"] == 2_000_000 and payload["costs"]["batch_per_rank"] == 25
     at_four = next(row for row in payload["projection"] if row["ranks"] == 4)
     argv[argv.index("1000")] = "2000"
     assert main([*argv, "--json"]) == 0
     doubled = next(row for row in json.loads(capsys.readouterr().out)["projection"] if row["ranks"] == 4)
     # 1000 samples / 4 ranks // 25 a batch = 10 steps an epoch, 2000 samples 20: ten more steps
     assert doubled["epoch_s"] - at_four["epoch_s"] == pytest.approx(10 * at_four["step_s"])
+
+
+def test_here_is_what_the_bench_measured_on_this_machine_and_reference_vm_the_documented_one(tmp_path, monkeypatch):
+    """No development machine's figures as a default: ``here`` needs this machine's bench (one line without it),
+    ``reference-vm`` is the documented system whose rows ship with the package."""
+    import json
+
+    from workbench.bench import allreduce
+    from workbench.commands.project import resolve_network
+
+    kept = tmp_path / "allreduce-host.json"
+    monkeypatch.setattr(allreduce, "MEASURED_HERE", kept)
+    with pytest.raises(ValueError, match="run `workbench bench allreduce --ranks 2`"):
+        resolve_network("here")
+    reference = resolve_network("reference-vm")
+    assert reference.name.startswith("reference-vm") and reference.bandwidth_bytes_per_s > 0
+    slower = [dict(row, mpi_seconds=row["mpi_seconds"] * 2) for row in pj.reference_vm_allreduce_rows()]
+    allreduce._keep(slower)
+    assert json.loads(kept.read_text())["result"] == slower
+    here = resolve_network("here")
+    assert here.name.startswith("here (measured on this machine)")
+    assert here.bandwidth_bytes_per_s == pytest.approx(reference.bandwidth_bytes_per_s / 2, rel=0.05)

@@ -1,4 +1,5 @@
-"""Projection from a system description (no run): hand-computed cases, the command line, the seeds' check."""
+"""Projection from a system description (no run): hand-computed cases, the command line, the published studies'
+check."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from dataclasses import replace
 
 import pytest
 
+from docsbench import seed_systems
 from workbench.analysis import projection as pj
-from workbench.bench import seed_systems
 
 #: 1 GB/s between nodes, no latency, no Horovod cost: every collective below is computed by hand.
 PLAIN = pj.Network("plain", latency_s=0.0, bandwidth_bytes_per_s=1e9, per_call_s=0.0, intra_latency_s=0.0)
@@ -211,8 +212,8 @@ def test_the_seeds_check_names_a_source_for_every_input_it_uses():
 
 def test_the_seeds_check_fits_nothing_to_the_published_values(monkeypatch):
     before = seed_systems.seed_004_check()
-    halved = {k: {g: v / 2 for g, v in points.items()} for k, points in seed_systems.SEED_004_EFFICIENCY.items()}
-    monkeypatch.setattr(seed_systems, "SEED_004_EFFICIENCY", halved)
+    halved = {k: {g: v / 2 for g, v in points.items()} for k, points in seed_systems.PUBLISHED_004_EFFICIENCY.items()}
+    monkeypatch.setattr(seed_systems, "PUBLISHED_004_EFFICIENCY", halved)
     after = seed_systems.seed_004_check()
     # the model's columns do not move when the published numbers do: nothing was fitted to them
     for column in ("model_no_overlap", "model_full_overlap", "servers"):
@@ -288,7 +289,7 @@ def test_project_a_described_model_plays_horovods_overlap_and_says_how_much_hid(
 
 
 def test_the_published_check_fits_nothing_and_gives_a_reason_for_each_row_off_by_more_than_5_points(monkeypatch):
-    from workbench.bench import published_systems
+    from docsbench import published_systems
 
     result = published_systems.run()
     assert len(result["rows"]) == 9 and all(row["gpus"] >= 64 for row in result["rows"])
@@ -310,7 +311,7 @@ def test_the_published_check_fits_nothing_and_gives_a_reason_for_each_row_off_by
 
 
 def test_a_node_row_counts_as_nodes_of_their_share_only_where_the_quota_bound_as_on_one_node():
-    from workbench.bench.projection_check import QUOTA_BINDING_SHARE, nodes_of_their_share, nodes_summary
+    from docsbench.projection_check import QUOTA_BINDING_SHARE, nodes_of_their_share, nodes_summary
 
     def row(bound: float, base: float = 1.0, error: float = 0.02, ranks: int = 2):
         return {"cpu_target": {"throttled_share": bound}, "cpu_base": {"throttled_share": base}, "error": error,

@@ -20,7 +20,7 @@ from workbench.workloads.ps_vs_allreduce import InceptionSettings
 
 
 def test_round_robin_ignores_size_and_greedy_balances():
-    sizes = [100, 1, 100, 1]  # weights, bias, weights, bias: the seed's backup slide
+    sizes = [100, 1, 100, 1]  # weights, bias, weights, bias: the published study's backup slide
     assert ps_load.round_robin(sizes, 2) == [0, 1, 0, 1]
     assert ps_load.greedy(sizes, 2) == [0, 1, 1, 0]
     table = ps_load.placements(sizes, 2)

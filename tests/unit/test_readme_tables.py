@@ -86,12 +86,15 @@ def test_case_prose_is_the_case_own_text():
 
 def test_a_case_without_a_renderer_gets_its_headline_and_text(monkeypatch):
     """A new case needs no code in the renderer: its block renders its saved headline table and its text."""
-    from workbench.experiment import get_case
+    from dataclasses import replace
+
+    from docsbench import cases
 
     module = renderer()
     name = "predict-leak-reduced"
-    assert name in get_case("predict-leak").docs_tables()  # the case renders its own table ...
-    monkeypatch.setattr(type(get_case("predict-leak")), "docs_tables", lambda self: {})  # ... and without it
+    docs = cases.case_docs("predict-leak")
+    assert name in docs.tables  # the case renders its own table ...
+    monkeypatch.setitem(cases._registered(), "predict-leak", replace(docs, tables={}))  # ... and without it
     saved = module.load(name)
     body = module.renderer(name, saved)(saved)
     header = "| " + " | ".join(saved["result"]["headline"][0]) + " |"
@@ -120,7 +123,7 @@ def test_number_formats():
         "1 234",
         "–",
     ]
-    from workbench.markdown import percent
+    from docsbench.markdown import percent
 
     assert percent(0.499) == "50 %"
     with pytest.raises(SystemExit, match="is missing"):
@@ -141,16 +144,20 @@ def test_save_keeps_the_command_its_duration_and_the_load(tmp_path, monkeypatch)
 
 
 def test_every_saved_result_is_a_registered_measurement_of_its_command():
-    """One registry (``workbench.bench.measurements``: the benchmarks' and each case's) feeds the measurement
+    """One registry (``docsbench.registry.measurements``: the benchmarks' and each case's) feeds the measurement
     script and holds every result the renderer reads, each with the command it was saved from."""
-    from workbench.bench import measurements
+    from docsbench.registry import measurements
 
     registered = [m for m in measurements() if not m.sweep]
     by_name = {m.name: m for m in registered}
     assert len(by_name) == len(registered), "a saved result is registered twice"
     saved = {path.stem: json.loads(path.read_text()) for path in (ROOT / "benchmarks" / "results").glob("*.json")}
     unregistered = sorted(set(saved) - set(by_name))
-    assert not unregistered, f"saved results without a Measurement (workbench/bench or a Case): {unregistered}"
+    assert not unregistered, (
+
+        f"saved results without a Measurement (docsbench.registry or a case's docsbench.cases module): {unregistered}"
+
+    )
     never_saved = sorted(set(by_name) - set(saved))
     assert not never_saved, f"measurements never saved: {never_saved}"
     other = [name for name, one in saved.items() if not by_name[name].same_command(one["command"])]
@@ -161,7 +168,7 @@ def test_every_saved_result_is_a_registered_measurement_of_its_command():
 
 
 def test_a_command_is_the_same_wherever_its_runs_land():
-    from workbench.markdown import Measurement, varied
+    from docsbench.markdown import Measurement, varied
 
     one = Measurement("x", "workbench run eval-frequency --preset ci --out artifacts/a --json")
     assert one.same_command("workbench run eval-frequency --preset ci --out /tmp/b --json")
@@ -177,8 +184,8 @@ def test_a_command_is_the_same_wherever_its_runs_land():
 
 
 def test_measure_runs_the_registered_commands_saves_each_and_says_what_failed(tmp_path, monkeypatch, capsys):
-    import workbench.bench
-    from workbench.markdown import Measurement
+    import docsbench.registry
+    from docsbench.markdown import Measurement
 
     module = renderer()
     monkeypatch.setattr(module, "RESULTS", tmp_path / "results")
@@ -189,7 +196,7 @@ def test_measure_runs_the_registered_commands_saves_each_and_says_what_failed(tm
         Measurement("words", "echo not json"),
         Measurement("old", "false", kept="a state of the code that is gone"),
     ]
-    monkeypatch.setattr(workbench.bench, "measurements", lambda: registry)
+    monkeypatch.setattr(docsbench.registry, "measurements", lambda: registry)
     assert module.measure([]) == 1  # "words" printed no JSON
     saved = json.loads((tmp_path / "results" / "tiny.json").read_text())
     assert saved["result"] == {"answer": 42} and saved["command"] == registry[0].command
@@ -202,10 +209,12 @@ def test_measure_runs_the_registered_commands_saves_each_and_says_what_failed(tm
 
 
 def test_a_case_writes_its_clause_of_the_readme_headline(monkeypatch):
-    """The README's lines on the case studies are the cases' own clauses (``Case.readme_clause``), joined per line in
-    the cases' order; a case whose results are not saved writes none."""
-    from workbench.experiment import get_case
-    from workbench.markdown import ReadmeClause
+    """The README's lines on the case studies are the cases' own clauses (``CaseDocs.readme_clause``), joined per
+    line in the cases' order; a case whose results are not saved writes none."""
+    from dataclasses import replace
+
+    from docsbench import cases
+    from docsbench.markdown import ReadmeClause
 
     module = renderer()
     lines, sources = module.case_lines()
@@ -220,9 +229,12 @@ def test_a_case_writes_its_clause_of_the_readme_headline(monkeypatch):
         "ps-vs-allreduce-nodes-unshaped",
         "cpu-tuning-nodes",
     ]
-    leak = type(get_case("predict-leak"))
-    monkeypatch.setattr(leak, "readme_clause", lambda self, results: ReadmeClause("Leaks", "none found", ("x",)))
-    monkeypatch.setattr(type(get_case("cpu-tuning")), "readme_clause", lambda self, results: None)
+    registered = cases._registered()
+    leak = replace(
+        registered["predict-leak"], readme_clause=lambda results: ReadmeClause("Leaks", "none found", ("x",))
+    )
+    monkeypatch.setitem(registered, "predict-leak", leak)
+    monkeypatch.setitem(registered, "cpu-tuning", replace(registered["cpu-tuning"], readme_clause=None))
     lines, sources = module.case_lines()
     assert lines[1] == "- **Leaks:** none found." and sources[2] == "x" and "cpu-tuning-nodes" not in sources
     assert lines[2].startswith("- **Parameter servers and CPU tuning on nodes:** on ")

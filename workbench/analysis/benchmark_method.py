@@ -1,6 +1,6 @@
 """A benchmark method users can trust: warm-up excluded, repetitions, trimmed mean, an interval.
 
-The seed (004) and Google's tf_cnn_benchmarks measure a configuration the same way: the first 10
+The published study (004) and Google's tf_cnn_benchmarks measure a configuration the same way: the first 10
 steps (graph tracing, allocator and cache warm-up) are skipped, the next 100 are timed, and the test
 is repeated 5 times. MLPerf reports a trimmed mean: the fastest and the slowest repetition dropped.
 ``BenchmarkMethod`` holds those choices, measures the repetitions of a run from its recorded step
@@ -34,7 +34,7 @@ from workbench.events import NS_PER_S
 
 @dataclass(frozen=True)
 class BenchmarkMethod:
-    """How a configuration is measured; defaults are the seed's and tf_cnn_benchmarks' 10 / 100 / 5."""
+    """How a configuration is measured; defaults are the published study's and tf_cnn_benchmarks' 10 / 100 / 5."""
 
     warmup_steps: int = 10
     measured_steps: int = 100

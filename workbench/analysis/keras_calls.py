@@ -4,7 +4,7 @@
 ...) as a span around the whole call, with the ``tf.function`` runs inside it as spans of their
 own (see ``workbench.autorecord``). A call's time minus its model runs is Keras's own work per
 call: ``predict`` builds a data pipeline, a data handler and callbacks every time, which for one
-batch costs far more than the model (the seed's S-GAN called it every iteration). The finding
+batch costs far more than the model (the published study's S-GAN called it every iteration). The finding
 names the call, what it costs per call and in all, and what to call instead.
 
 Memory grown per call is ``call_memory_findings``: a fit of resident memory against each Keras
@@ -185,7 +185,7 @@ def keras_call_findings(
         )
         if method == "predict":
             text += (
-                " The seed's S-GAN made the same change (predict to predict_on_batch) for the memory predict"
+                " The published study's S-GAN made the same change (predict to predict_on_batch) for the memory predict"
                 " did not release (TensorFlow issue 33009)."
             )
         found.append(
@@ -297,7 +297,8 @@ def call_memory_findings(memory: pd.DataFrame | None, hosts: Mapping[int, str] |
             )
             if method == "predict":
                 text += (
-                    " Keras predict called in a loop is known to keep memory (TensorFlow issue 33009): the seed's"
+                    " Keras predict called in a loop is known to keep memory (TensorFlow issue 33009): the"
+                    " published study's"
                     " fix was predict_on_batch"
                 )
     elif verdict == "no leak":

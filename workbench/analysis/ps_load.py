@@ -5,7 +5,7 @@ pushes a gradient of the same size back, once per step. So a PS task moves ``2 x
 per worker step, and the busiest task sets the pace: the imbalance ``max / mean`` of the bytes
 held is the slowdown of the communication against a perfect split.
 
-TensorFlow 1's ``replica_device_setter`` offered two placements, the seed's backup slide compares
+TensorFlow 1's ``replica_device_setter`` offered two placements, the published study's backup slide compares
 them: **round-robin** (variable *i* on task *i mod P*, in creation order, whatever its size) and
 **greedy** (each variable on the task holding the fewest bytes so far). TensorFlow 2's
 ``ParameterServerStrategy`` places whole variables round-robin unless a ``variable_partitioner``

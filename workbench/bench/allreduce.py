@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import socket
 import sys
 import tempfile
 from dataclasses import replace
@@ -60,6 +61,20 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+#: Where the last ``workbench bench allreduce`` on this host keeps its rows: ``workbench project --network here``
+#: is fitted to them (per host: a home directory shared by a cluster's nodes keeps each node's own).
+MEASURED_HERE = Path.home() / ".cache" / "workbench" / f"allreduce-{socket.gethostname()}.json"
+
+
+def _keep(rows: list[dict]) -> None:
+    """Keep what was measured for ``--network here``; a cache that cannot be written is said, not raised."""
+    try:
+        MEASURED_HERE.parent.mkdir(parents=True, exist_ok=True)
+        MEASURED_HERE.write_text(json.dumps({"result": rows}))
+    except OSError as error:
+        print(f"workbench: the result was not kept for --network here ({error})", file=sys.stderr)
+
+
 def _main() -> None:
     parser = argparse.ArgumentParser(description="allreduce benchmark program (started by mpiexec)")
     parser.add_argument("--out", required=True)
@@ -78,6 +93,8 @@ def command(args: argparse.Namespace) -> int:
 
     config = ClusterConfig(n=args.ranks, mpi=args.mpi, horovod_cycle_time_ms=args.cycle_time_ms, bind_to=args.bind_to)
     rows = run(args.ranks, config=config, min_seconds=args.min_seconds)
+    if rows:
+        _keep(rows)
     header = f"allreduce on {args.ranks} ranks ({args.mpi}); busbw = algbw * 2(n-1)/n\n"
     print_result(rows, args, lambda found: header + format_table(found))
     return 0

@@ -1,7 +1,7 @@
 """Case study "CPU tuning of an S-GAN with Horovod": threads, ranks x threads, runtime settings, MPI A/B,
 evaluation tied to the rank count.
 
-The seed tuned an S-GAN on Xeon nodes: too many OpenMP + Eigen threads oversubscribed the cores; it
+The published study tuned an S-GAN on Xeon nodes: too many OpenMP + Eigen threads oversubscribed the cores; it
 swept ``OMP_NUM_THREADS``, TensorFlow's inter x intra-op threads (a heatmap with failed runs in
 white), ranks per node x threads, six sets of ``KMP_*`` / pinning settings and Intel MPI vs Open MPI,
 then found that images/s scaled with the nodes but time did not: rank 0 evaluated more often as the
@@ -10,7 +10,7 @@ node, 8x more from scaling: 16x.
 
 Each configuration here is one point (a rank count, intra- and inter-op threads, a named set of
 runtime settings, the evaluation schedule and the MPI build), started on a cluster of its own
-(``Case.cluster_overrides``); a point can belong to several of the seed's sweeps, which are views of
+(``Case.cluster_overrides``); a point can belong to several of the published study's sweeps, which are views of
 the same table. Throughput is measured with ``analysis.benchmark_method`` (warm-up iterations left out; the
 interval from the measured iterations).
 """
@@ -18,7 +18,7 @@ interval from the measured iterations).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -28,28 +28,14 @@ import pandas as pd
 from workbench import analysis
 from workbench.analysis.benchmark_method import BenchmarkMethod
 from workbench.analysis.cpu_wait import finite_median
-from workbench.cases.docs import case_text, node_cluster
 from workbench.config import mpich_horovod_prefix, physical_cores
 from workbench.events import NS_PER_S, is_finite_number
 from workbench.experiment import Case, CaseOption, ExperimentResult, Point, parse_counts
 from workbench.formatting import format_amount, format_interval
-from workbench.markdown import (
-    Measurement,
-    ReadmeClause,
-    SavedResults,
-    fixed,
-    number,
-    percent,
-    share,
-    source_line,
-    sources_line,
-    table,
-    times,
-)
 from workbench.store import RunData
 from workbench.workloads.sgan import SganSettings, train_on_rank
 
-#: Named sets of runtime settings: ClusterConfig fields each set changes (the seed's Figure 7).
+#: Named sets of runtime settings: ClusterConfig fields each set changes (the published study's Figure 7).
 RUNTIME_SETS: dict[str, dict[str, Any]] = {
     "default": {},
     "bind-none": {"bind_to": "none"},
@@ -72,7 +58,7 @@ MPI_BUILDS: dict[str, dict[str, Any]] = {
     "mpich": {"mpi": "mpich"},
     "gloo": {"env": {"HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo"}},
 }
-SEED = {
+PUBLISHED_STUDY = {
     "omp_best_threads": 50,
     "omp_best_images_per_s": 19.67,
     "tf_best_images_per_s": 12.34,
@@ -89,7 +75,7 @@ class CpuTuningSettings:
 
     batch: int = 64
     width: int = 64
-    #: pixels a side: the digits' own 28 here; the seed tuned on 256 x 256 images (``full``)
+    #: pixels a side: the digits' own 28 here; the published study tuned on 256 x 256 images (``full``)
     image_size: int = 28
     iterations: int = 60
     warmup_iterations: int = 5
@@ -197,51 +183,8 @@ class CpuTuning(Case):
         ),
     )
     workload = staticmethod(train_on_rank)
-    measurements = (
-        Measurement(
-            "cpu-tuning-reduced",
-            "workbench run cpu-tuning --preset reduced --ranks 2 --json",
-            "the case study's tables on this machine's cores",
-        ),
-        Measurement(
-            "cpu-tuning-nodes",
-            "workbench run cpu-tuning --preset reduced --nodes 1,2 --cpus-per-node 0.8 --slots-per-node 2 --link 1gbit"
-            " --out artifacts/nodes-cpu-tuning-cpuwait --json",
-            "nodes of 0.8 core offering Slurm 2 slots each: 1 rank x 2 threads or 2 ranks x 1 thread per node",
-            root=True,
-        ),
-    )
     failures_are_results = True  # a thread setting that crashes or hangs is a grey heatmap cell, with why
     places_ranks_per_node = True  # on nodes: ranks x threads per node at each node count
-
-    def docs_tables(self) -> dict[str, Callable[[Mapping[str, Any], SavedResults], str]]:
-        """The docs' tables this case renders, by the name of the saved result each comes from."""
-        return {"cpu-tuning-reduced": render_cpu_tuning, "cpu-tuning-nodes": render_cpu_tuning_nodes}
-
-    def readme_clause(self, results: SavedResults) -> ReadmeClause | None:
-        """The README's line on the schemes and CPU tuning on nodes: the faster split of a node's cores into ranks x
-        threads, and what evaluating less often kept of the node count's speedup."""
-        name = CPU_NODE_SWEEPS[0]
-        if not results.has(name):
-            return None
-        saved = results.load(name)
-        per_node = saved["result"]["per_node"]
-        rate = {(r["nodes"], r["ranks_per_node"]): r["images_per_s"] for r in per_node if r["eval"] == "fixed"}
-        most = max(r["nodes"] for r in per_node)
-        scaling = {r["eval"]: r["time_speedup"] for r in saved["result"]["schedule_scaling"] if r["nodes"] == most}
-        every = max(r["eval_interval"] for r in per_node)
-        node = node_cluster(saved)[1].split(" (")[0]
-        splits = {1: "1 rank × 2 threads", 2: "2 ranks × 1 thread"}  # ranks per node -> the split's words
-        faster = max(splits, key=lambda ranks: rate[(1, ranks)])
-        slower = 3 - faster
-        return ReadmeClause(
-            "Parameter servers and CPU tuning on nodes",
-            f"on a node of {node}, {splits[faster]} trained {times(rate[(1, faster)] / rate[(1, slower)])} the images/s"
-            f" of {splits[slower]}, and evaluating every {every} iterations kept {most} nodes' wall-time speedup with"
-            f" their images/s ({times(scaling['fixed'])}, against {times(scaling['per_epoch'])} evaluating once per"
-            " epoch)",
-            (name,),
-        )
 
     def points(self, settings: CpuTuningSettings, max_ranks: int) -> list[Point]:
         if settings.nodes:  # on a cluster's nodes: the node's share fixed, split into ranks x threads
@@ -296,7 +239,7 @@ class CpuTuning(Case):
         )
         wall = float(first.get("wall_s", float("nan")))
         eval_s = float(first.get("eval_s", 0.0))
-        # the seed's oversubscription measured: how long the ranks' threads were ready with no core free, and
+        # the published study's oversubscription measured: how long the ranks' threads were ready with no core free, and
         # (on a node with a quota) in how many of its periods the quota ran out; medians over the ranks
         waited = analysis.cpu_wait_table(run.counters, run.rank_meta)
         on_nodes = "nodes" in point.as_dict()  # a point of a sweep over a miniature cluster's nodes
@@ -412,7 +355,7 @@ class CpuTuning(Case):
             "per_node": analysis.json_records(tables["per_node"]),
             "cpu_wait": cpu_wait_extremes(valid[(valid["set"] == "default") & (valid["mpi"] == "openmpi")]),
             "schedule_scaling": analysis.json_records(tables["schedule_scaling"]),
-            "seed": SEED,
+            "published_study": PUBLISHED_STUDY,
             "mpich_missing": None if mpich_built() else "Horovod for MPICH is not built: run make horovod-mpich",
         }
 
@@ -426,7 +369,7 @@ class CpuTuning(Case):
                 f"- One rank: {tuned['intra']} intra-op x {tuned['inter']} inter-op threads give "
                 f"**{format_amount(tuned['images_per_s'])} images/s**, {summary['speedup_tuned_vs_default']:.2f}x the "
                 f"{base['intra']} x {base['inter']} threads of the sweep's most threaded point, the untuned "
-                f"oversubscription of the seed ({format_amount(base['images_per_s'])}); this machine has "
+                f"oversubscription of the published study ({format_amount(base['images_per_s'])}); this machine has "
                 f"{summary['cores']} cores."
             )
         best = summary.get("best")
@@ -436,7 +379,7 @@ class CpuTuning(Case):
             lines.append(
                 f"- Best overall: {best['ranks']} rank(s) x {best['intra']} thread(s), set `{best['set']}`, "
                 f"{best['mpi']}: **{format_amount(best['images_per_s'])} images/s** "
-                f"({against}the seed: 16x on 8 nodes)."
+                f"({against}the published study: 16x on 8 nodes)."
             )
         for row in summary["runtime_sets"]:
             verdict = (
@@ -604,7 +547,8 @@ def mpi_ab(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def speedup_steps(table: pd.DataFrame) -> pd.DataFrame:
-    """The seed's Figure 11: the most threaded 1-rank point, the best 1-rank point, the best valid point overall."""
+    """The published study's Figure 11: the most threaded 1-rank point, the best 1-rank point, the best valid
+    point overall."""
     columns = ["label", "images_per_s"]
     valid = table[table["valid"] & (table["eval"] == "fixed")]
     one = valid[(valid["ranks"] == 1) & (valid["set"] == "default") & (valid["mpi"] == "openmpi")]
@@ -624,7 +568,7 @@ def speedup_steps(table: pd.DataFrame) -> pd.DataFrame:
 def schedule_scaling(table: pd.DataFrame) -> pd.DataFrame:
     """Per evaluation schedule: speedup over 1 rank in images/s while training and in images per second of wall time.
 
-    On nodes (``on_nodes``): the seed's order, the node tuned first, then scaled. The
+    On nodes (``on_nodes``): the published study's order, the node tuned first, then scaled. The
     ranks x threads per node fastest on one node (fixed evaluation), at every node count, over its 1-node run.
     """
     columns = ["ranks", "nodes", "eval", "train_speedup", "time_speedup"]
@@ -717,7 +661,7 @@ def cpu_wait_extremes(points: pd.DataFrame) -> dict[str, Any] | None:
 
 
 def cpu_wait_text(extremes: Mapping[str, Any] | None) -> list[str]:
-    """The seed's oversubscription, measured: the points whose threads waited most and least for a core."""
+    """The published study's oversubscription, measured: the points whose threads waited most and least for a core."""
     if not extremes:
         return []
 
@@ -733,7 +677,8 @@ def cpu_wait_text(extremes: Mapping[str, Any] | None) -> list[str]:
 
     most, least = extremes["most"], extremes["least"]
     return [
-        "- Threads waiting for a core, measured on each rank (the seed found too many threads in a profile): at"
+        "- Threads waiting for a core, measured on each rank (the published study found too many threads in a"
+        " profile): at"
         f" {point(most)} they waited {outcome(most)} of the time they were ready to run; at {point(least)}"
         f" {outcome(least)}."
     ]
@@ -798,150 +743,3 @@ __all__ = [
     "mpi_ab",
     "runtime_effects",
 ]
-
-
-# -- its tables in the docs (benchmarks/render_readme.py renders them from saved results) -----------
-#: The cpu-tuning sweep on nodes whose share is split into ranks x threads (``measure_readme.sh``).
-CPU_NODE_SWEEPS = ("cpu-tuning-nodes",)
-
-
-def render_cpu_tuning(saved: Mapping[str, Any], results: SavedResults) -> str:
-    """The CPU-tuning sweeps: threads on one rank, runtime sets, MPI A/B, the evaluation schedule."""
-    result = saved["result"]
-    threads = result["threads"]
-    intra = sorted({r["intra"] for r in threads})
-    grid = {(r["inter"], r["intra"]): r["images_per_s"] for r in threads}
-    # each cell's threads' wait for a core, as a share of their ready time (results saved before 2026-11-27 lack it)
-    waits = {(r["inter"], r["intra"]): r.get("cpu_wait_share") for r in threads}
-    waited = any(value is not None for value in waits.values())
-    parts = [
-        "images/s on 1 rank, intra-op (columns) × inter-op (rows) threads"
-        + (" (in brackets: the share of their ready time its threads waited for a core):" if waited else ":"),
-        "",
-        table(
-            ["inter \\ intra", *map(str, intra)],
-            ["l", *["r"] * len(intra)],
-            [
-                [
-                    str(inter),
-                    *(
-                        number(grid.get((inter, i))) + (f" ({share(waits.get((inter, i)))})" if waited else "")
-                        for i in intra
-                    ),
-                ]
-                for inter in sorted({r["inter"] for r in threads})
-            ],
-        ),
-        "",
-        table(
-            ["runtime set (2 ranks)", "images/s [95 % interval]", "change vs default", "effect"],
-            ["l", "l", "r", "l"],
-            [
-                [
-                    f"`{r['set']}`",
-                    f"{number(r['images_per_s'])} [{number(r['ci_low'])}, {number(r['ci_high'])}]",
-                    f"{r['change']:+.0%}".replace("%", " %"),
-                    "none within the interval" if r["no_effect"] else "yes",
-                ]
-                for r in result["runtime_sets"]
-            ],
-        ),
-        "",
-        table(
-            ["Horovod over", "controller", "images/s [95 % interval]", "ranks in Horovod's world"],
-            ["l", "l", "l", "r"],
-            [
-                [
-                    r["mpi"],
-                    r["controller"],
-                    f"{number(r['images_per_s'])} [{number(r['ci_low'])}, {number(r['ci_high'])}]",
-                    str(r["horovod_size"]) + ("" if r["valid"] else " (each rank alone: invalid)"),
-                ]
-                for r in result["mpi_ab"]
-            ],
-        ),
-        "",
-        table(
-            ["ranks", "evaluate every (per epoch / fixed)", "evaluation share", "wall s", "fix speedup"],
-            ["r", "l", "l", "l", "r"],
-            [
-                [
-                    str(r["ranks"]),
-                    f"{r['interval_per_epoch']} / {r['interval_fixed']} iterations",
-                    f"{percent(r['eval_share_per_epoch'])} / {percent(r['eval_share_fixed'])}",
-                    f"{number(r['wall_s_per_epoch'])} / {number(r['wall_s_fixed'])}",
-                    f"{r['speedup_eval_fix']:.2f}×",
-                ]
-                for r in result["evaluation"]
-            ],
-        ),
-    ]
-    return "\n".join(parts) + "\n\n" + source_line(saved)
-
-
-def render_cpu_tuning_nodes(saved: Mapping[str, Any], results: SavedResults) -> str:
-    """cpu-tuning on 1 and 2 nodes: ranks x threads per node with the node's share fixed, each evaluation schedule,
-    and the speedup over 1 node in training images/s and in wall time (the seed's "linear in images/s, not time")."""
-    result = saved["result"]
-    _link, shape = node_cluster(saved)
-    scaling = {(r["nodes"], r["eval"]): r for r in result.get("schedule_scaling") or []}
-    tuned = {(r["ranks"] // max(r["nodes"], 1), r["ranks"]) for r in result.get("schedule_scaling") or []}
-    waited = any("cpu_wait_share" in r for r in result["per_node"])
-    rows = []
-    for r in result["per_node"]:
-        speedup = scaling.get((r["nodes"], r["eval"])) if (r["ranks_per_node"], r["ranks"]) in tuned else None
-        rows.append(
-            [
-                str(r["nodes"]),
-                f"{r['ranks_per_node']} × {r['intra']}",
-                r["eval"].replace("_", " "),
-                f"{number(r['images_per_s'])} [{number(r['ci_low'])}, {number(r['ci_high'])}]",
-                fixed(r["wall_s"], 2),
-                share(r["eval_share"]),
-                str(r["eval_interval"]),
-                f"{times(speedup['train_speedup'])} / {times(speedup['time_speedup'])}" if speedup else "",
-                # the ranks' threads' wait for a core and the node's quota (results saved before 2026-11-27 lack it)
-                *([f"{share(r.get('cpu_wait_share'))} / {share(r.get('throttled_share'))}"] if waited else []),
-            ]
-        )
-    seed = result["seed"]
-    rows.append(
-        [
-            "seed 002: 1 (Xeon 8260L)",
-            seed["ranks_x_threads_best"].replace(" ranks x ", " × ").replace(" threads", ""),
-            "–",
-            f"{number(seed['ranks_x_threads_images_per_s'])} (256×256 images)",
-            "–",
-            "–",
-            "–",
-            "",
-            *(["too many threads (VTune)"] if waited else []),
-        ]
-    )
-    rows.append(
-        [
-            "seed 002: 8 (Omni-Path)",
-            "–",
-            "every epoch → every 15",
-            "–",
-            "–",
-            "–",
-            "–",
-            "linear / sublinear → 8×",
-            *(["–"] if waited else []),
-        ]
-    )
-    header = [
-        "nodes",
-        "ranks × threads per node",
-        "evaluation",
-        "images/s [95 % interval]",
-        "wall s",
-        "evaluation share",
-        "evaluate every",
-        "vs 1 node: images/s while training / wall time",
-        *(["threads waiting for a core / node's quota ran out"] if waited else []),
-    ]
-    lines = [line for line in case_text(saved).splitlines() if "node" in line]
-    body = table(header, ["r", "l", "l", "l", "r", "r", "r", "r", *(["r"] if waited else [])], rows)
-    return "\n\n".join([f"{shape}:", body, "\n".join(lines), sources_line(saved)])

@@ -1,8 +1,8 @@
 """Case study "evaluation frequency": how much per-epoch evaluation on rank 0 costs, and the fix.
 
-Seed (000): an MPI + TensorFlow MNIST run spent most of its "MPI time" with ranks waiting for
+The published study (000): an MPI + TensorFlow MNIST run spent most of its "MPI time" with ranks waiting for
 rank 0 to evaluate on the full training and test sets every epoch; evaluating every 30 epochs
-gave 2.18x. Seed (002) found the same: evaluation frequency grew with node count.
+gave 2.18x. The published study (002) found the same: evaluation frequency grew with node count.
 
 The sweep: ranks 1..N × backend × evaluation interval, every point one recorded run. The result
 has wall time, phase breakdown, speedup over 1 rank, the speedup from the fix at each rank count,
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -21,24 +21,11 @@ import pandas as pd
 
 from workbench import analysis
 from workbench.analysis.caveats import sweep_caveats
-from workbench.cases.docs import case_text, node_cluster, node_sweep_runs, node_sweeps
 from workbench.experiment import Case, CaseOption, ExperimentResult, Point, parse_counts
-from workbench.markdown import (
-    Measurement,
-    ReadmeClause,
-    SavedResults,
-    fixed,
-    number,
-    source_line,
-    sources_line,
-    table,
-    times,
-    varied,
-)
 from workbench.store import RunData
 from workbench.workloads.eval_frequency import BACKENDS, TrainSettings, train_on_rank
 
-SEED_SPEEDUP_EVAL_FIX = 2.18
+PUBLISHED_SPEEDUP_EVAL_FIX = 2.18
 WARMUP_STEPS = 10  # steps left out of throughput: graph tracing and first allocations
 
 
@@ -98,126 +85,16 @@ class EvalFrequency(Case):
         CaseOption("--epochs", "epochs", "epochs per run", int),
     )
     workload = staticmethod(train_on_rank)
-    #: its sweeps the projection is checked on (`workbench run CASE --preset reduced [--threads-per-rank 1]
-    #: --out DIR`, three times: -1thread, -1thread-r2, -1thread-r3), and on a miniature cluster's nodes
-    projection_sweeps = ("artifacts/eval-frequency-reduced-1thread*", "artifacts/eval-frequency-reduced")
-    node_sweeps = ("artifacts/nodes-eval-frequency-*",)
-    measurements = (
-        Measurement(
-            "eval-frequency-reduced",
-            "workbench run eval-frequency --preset reduced --ranks 2 --out artifacts/eval-frequency-reduced --json",
-            "the case study's table on this machine's cores",
-        ),
-        *varied(
-            Measurement(
-                "projection-sweeps",
-                "workbench run eval-frequency --preset reduced --ranks 2 --threads-per-rank 1"
-                " --out artifacts/eval-frequency-reduced-1thread{repetition} --json",
-                "the projection checked on this machine: one core per rank at every rank count",
-                sweep=True,
-            ),
-            repetition=("", "-r2", "-r3"),
-        ),
-        *varied(
-            Measurement(
-                "eval-frequency-nodes-{link}",
-                "workbench run eval-frequency --preset ci --backend mpi4py --nodes 1,2,4 --cpus-per-node 0.4"
-                " --link {link} --out artifacts/nodes-eval-frequency-0.4core-{link} --json",
-                "the case study on 1, 2 and 4 nodes of 0.4 core, where the link is the limit and where it is not",
-                root=True,
-            ),
-            link=("50mbit", "1gbit"),
-        ),
-        *node_sweep_runs(
-            "projection-nodes-sweeps",
-            "eval-frequency --preset ci --backend mpi4py",
-            "nodes-eval-frequency-{link}-r{repetition}",
-            "1,2,4,8",
-            0.2,
-            ("1gbit", "50mbit"),
-            "the projection across nodes: 1-8 nodes of 0.2 core",
-        ),
-        *node_sweep_runs(
-            "projection-nodes-sleeping-sweeps",
-            "eval-frequency --preset ci --backend mpi4py",
-            "sleepbatch/nodes-eval-frequency-{link}-r{repetition}",
-            "1,2,4,8",
-            0.2,
-            ("1gbit", "50mbit"),
-            "ranks waiting in MPI asleep",
-        ),
-        *node_sweep_runs(
-            "projection-nodes-sleeping-sweeps",
-            "eval-frequency --preset ci --backend mpi4py",
-            "sleepbatch/nodes-eval-frequency-0.4core-{link}-r{repetition}",
-            "1,2,4",
-            0.4,
-            ("1gbit", "50mbit"),
-            "ranks waiting in MPI asleep, nodes of 0.4 core",
-        ),
-        *node_sweep_runs(
-            "projection-nodes-sleeping-sweeps",
-            "eval-frequency --preset ci --backend mpi4py",
-            "lightrec/nodes-eval-frequency-{link}-r{repetition}",
-            "1,2,4,8",
-            0.2,
-            ("1gbit",),
-            "the lighter recorder",
-        ),
-        *node_sweep_runs(
-            "projection-nodes-sleeping-sweeps",
-            "eval-frequency --preset ci --backend mpi4py",
-            "lightrec/nodes-eval-frequency-0.4core-{link}-r{repetition}",
-            "1,2,4",
-            0.4,
-            ("1gbit", "50mbit"),
-            "the lighter recorder, nodes of 0.4 core",
-        ),
-        *node_sweep_runs(
-            "projection-nodes-reduced-preset-sweeps",
-            "eval-frequency --preset reduced --backend mpi4py",
-            "lightrec/nodes-eval-frequency-reduced-0.4core-{link}-r{repetition}",
-            "1,2,4",
-            0.4,
-            ("1gbit",),
-            "does a longer run narrow the repetitions' scatter?",
-        ),
-        *node_sweep_runs(
-            "projection-nodes-cpu-wait-sweeps",
-            "eval-frequency --preset ci --backend mpi4py",
-            "cpuwait/nodes-eval-frequency-{link}-r{repetition}",
-            "1,2,4,8",
-            0.2,
-            ("1gbit",),
-            "each rank's threads' wait for a core read with its heartbeat",
-        ),
-    )
-
-    def docs_tables(self) -> dict[str, Callable[[Mapping[str, Any], SavedResults], str]]:
-        """The docs' tables this case renders, by the name of the saved result each comes from."""
-        return {"eval-frequency-reduced": render_eval_frequency, "eval-frequency-nodes": render_eval_frequency_nodes}
-
-    def readme_clause(self, results: SavedResults) -> ReadmeClause | None:
-        """The README's line on the case studies on nodes: what evaluating less often did on the fast link's nodes."""
-        name = EVAL_NODE_SWEEPS[1]
-        if not results.has(name):
-            return None
-        saved = results.load(name)
-        result = saved["result"]
-        fix = max((r for r in result["headline"] if times(r.get("speedup_eval_fix"))), key=lambda r: r["ranks"])
-        return ReadmeClause(
-            "Case studies on nodes",
-            f"evaluating every {max(result['intervals'])} epochs instead of every epoch made {fix['ranks']} nodes"
-            f" ({node_cluster(saved)[1]}) train {times(fix['speedup_eval_fix'])} faster (the seed:"
-            f" {result['seed_speedup_eval_fix']}×)",
-            (name,),
-        )
 
     def projection_inputs(self, run: RunData, row: Any) -> tuple[dict[str, Any], float, str]:
         """The mpi4py backend calls MPI.Allreduce directly (no Horovod cost per call); the workload takes whole
         batches of each rank's shard, so the training set's size fixes its steps per epoch at every rank count;
         measured: the wall time."""
-        kwargs = {"profile": {}, "no_horovod": row.backend != "horovod", "epoch_samples": _training_samples(run.meta)}
+        kwargs = {
+            "step_costs": {},
+            "no_horovod": row.backend != "horovod",
+            "epoch_samples": _training_samples(run.meta),
+        }
         return kwargs, float(row.wall_s), "wall_s"
 
     def points(self, settings: EvalFrequencySettings, max_ranks: int) -> list[Point]:
@@ -325,7 +202,7 @@ class EvalFrequency(Case):
             "whatif_estimate_over_measured": whatif,
             "throughput_speedup_vs_1_rank": throughput_speedup,
             "intervals": list(settings.intervals),
-            "seed_speedup_eval_fix": SEED_SPEEDUP_EVAL_FIX,
+            "published_speedup_eval_fix": PUBLISHED_SPEEDUP_EVAL_FIX,
             "caveats": [str(text) for text in tables["caveats"]["text"]] if "caveats" in tables else [],
             "clock_alignment_ns": {
                 "precision": [float(aligned["clock_precision_ns"].min()), float(aligned["clock_precision_ns"].max())],
@@ -340,8 +217,8 @@ class EvalFrequency(Case):
         intervals, ranks, fix = summary["intervals"], summary["largest_ranks"], summary.get("speedup_eval_fix")
         lines = [
             f"- Evaluating every {max(intervals)} epochs instead of every {min(intervals)} made training "
-            f"**{fix:.2f}x** faster on {ranks} ranks ({summary['backend']}); the seed measured "
-            f"{summary['seed_speedup_eval_fix']}x."
+            f"**{fix:.2f}x** faster on {ranks} ranks ({summary['backend']}); the published study measured "
+            f"{summary['published_speedup_eval_fix']}x."
             if fix
             else "- No evaluation-fix speedup was measured (the sweep lacks the baseline or the fixed run)."
         ]
@@ -470,65 +347,3 @@ def _training_set_size(settings_json: str) -> int:
     from workbench.workloads.eval_frequency import TrainSettings, load_data
 
     return len(load_data(TrainSettings(**json.loads(settings_json))).x_train)
-
-
-# -- its tables in the docs (benchmarks/render_readme.py renders them from saved results) -----------
-#: The eval-frequency sweeps on the same nodes.
-EVAL_NODE_SWEEPS = ("eval-frequency-nodes-50mbit", "eval-frequency-nodes-1gbit")
-
-
-def render_eval_frequency(saved: Mapping[str, Any], results: SavedResults) -> str:
-    """Every point of the sweep, then the headline: the fix's speedup and the what-if estimate."""
-    result = saved["result"]
-    rows = [
-        [
-            r["backend"],
-            str(r["ranks"]),
-            str(r["eval_interval"]),
-            fixed(r["wall_s"], 2),
-            times(r.get("speedup_eval_fix")),
-            fixed(r.get("whatif_estimated_wall_s"), 2) if r.get("whatif_estimated_wall_s") is not None else "",
-            number(r["train_samples_per_s"]),
-            times(r.get("wall_speedup_vs_1_rank")),
-            fixed(r.get("parallel_efficiency"), 2),
-        ]
-        for r in sorted(result["headline"], key=lambda r: (r["ranks"], r["backend"] != "mpi4py", r["eval_interval"]))
-    ]
-    header = [
-        "backend", "ranks", "eval every", "wall s", "fix speedup", "what-if estimate s", "train samples/s",
-        "wall speedup vs 1 rank", "PE",
-    ]  # fmt: skip
-    return table(header, ["l"] + ["r"] * 8, rows) + "\n\n" + case_text(saved) + "\n\n" + source_line(saved)
-
-
-def render_eval_frequency_nodes(saved: Mapping[str, Any], results: SavedResults) -> str:
-    """eval-frequency on 1, 2 and 4 nodes at each link rate: what per-epoch evaluation costs as nodes are added."""
-    sweeps = node_sweeps(saved, EVAL_NODE_SWEEPS, results)
-    rows, lines = [], []
-    for one in sweeps:
-        link, shape = node_cluster(one)
-        points = sorted(one["result"]["headline"], key=lambda r: (r["ranks"], r["eval_interval"]))
-        for r in points:
-            rows.append(
-                [
-                    link,
-                    str(r["ranks"]),
-                    str(r["eval_interval"]),
-                    fixed(r["wall_s"], 2),
-                    times(r.get("speedup_eval_fix")),
-                    fixed(r.get("whatif_estimated_wall_s"), 2) if r.get("whatif_estimated_wall_s") is not None else "",
-                    times(r.get("wall_speedup_vs_1_rank")),
-                    fixed(r.get("parallel_efficiency"), 2),
-                ]
-            )
-        fix = [r for r in points if times(r.get("speedup_eval_fix"))]
-        if fix:
-            each = ", ".join(f"{times(r['speedup_eval_fix'])} ({r['ranks']})" for r in fix)
-            every = max(r["eval_interval"] for r in points)
-            lines.append(f"- {shape}: evaluating every {every} epochs instead of every epoch, by nodes: {each}.")
-    seed = saved["result"].get("seed_speedup_eval_fix")
-    if seed:
-        rows.append(["seed 000 (MPI + TF, MNIST)", "–", "1 → 30", "–", times(seed), "", "", "–"])
-    header = ["link", "nodes", "eval every", "wall s", "fix speedup", "what-if estimate s", "vs 1 node", "PE"]
-    body = table(header, ["l"] + ["r"] * 7, rows)
-    return "\n\n".join([body, "\n".join(lines), sources_line(*sweeps)])

@@ -1,6 +1,6 @@
 """Case study "input pipeline": queue exhaustion on contested I/O, and the fixes.
 
-The seed trained LeNet-5 on MNIST (batch 256) on an HPC system where ~16 jobs shared the file
+The published study trained LeNet-5 on MNIST (batch 256) on an HPC system where ~16 jobs shared the file
 system: a step took ~50 ms with the standard asynchronous queue and ~3 ms with the data in memory
 (~17x). The input queue ran dry because the dequeue rate of data-parallel training exceeded what
 the reader threads could enqueue from shared storage; more threads only delayed it, while
@@ -14,7 +14,7 @@ latency, competing jobs: ``workbench.workloads.contested_io``), stated in every 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -23,27 +23,15 @@ import pandas as pd
 
 from workbench import analysis
 from workbench.analysis import projection as pj
-from workbench.cases.docs import case_text, node_sweep_runs
 from workbench.events import BYTES_PER_MB
 from workbench.experiment import Case, CaseOption, ExperimentResult, Point, parse_counts
-from workbench.markdown import (
-    Measurement,
-    SavedResults,
-    fixed,
-    number,
-    share,
-    source_line,
-    table,
-    times,
-    varied,
-)
 from workbench.store import RunData
 from workbench.workloads.contested_io import StorageModel
 from workbench.workloads.input_pipeline import PipelineSettings, train_on_rank
 
-SEED_SPEEDUP_IN_MEMORY = 17.0
+PUBLISHED_SPEEDUP_IN_MEMORY = 17.0
 WARMUP_STEPS = 2  # graph tracing and first allocations: not part of a step's steady cost
-SEED_STEP_MS = {"contested": 50.0, "memory": 3.0}
+PUBLISHED_STEP_MS = {"contested": 50.0, "memory": 3.0}
 
 
 #: LeNet-5's parameters: conv 5x5x1x6 + 6, conv 5x5x6x16 + 16, dense 400x120 + 120, 120x84 + 84, 84x10 + 10.
@@ -96,58 +84,6 @@ class InputPipeline(Case):
         CaseOption("--seconds", "seconds", "training seconds per point", float),
     )
     workload = staticmethod(train_on_rank)
-    #: its sweeps the projection is checked on (`workbench run CASE --preset reduced [--threads-per-rank 1]
-    #: --out DIR`, three times: -1thread, -1thread-r2, -1thread-r3), and on a miniature cluster's nodes
-    projection_sweeps = ("artifacts/input-pipeline-reduced-1thread*", "artifacts/input-pipeline-reduced")
-    node_sweeps = ("artifacts/nodes-input-pipeline-*",)
-    measurements = (
-        Measurement(
-            "input-pipeline-reduced",
-            "workbench run input-pipeline --preset reduced --ranks 2 --out artifacts/input-pipeline-reduced --json",
-            "the case study's table on this machine's cores",
-        ),
-        *varied(
-            Measurement(
-                "projection-sweeps",
-                "workbench run input-pipeline --preset reduced --ranks 2 --threads-per-rank 1"
-                " --out artifacts/input-pipeline-reduced-1thread{repetition} --json",
-                "the projection checked on this machine: one core per rank at every rank count",
-                sweep=True,
-            ),
-            repetition=("", "-r2", "-r3"),
-        ),
-        *node_sweep_runs(
-            "projection-nodes-sweeps",
-            "input-pipeline --preset reduced --threads 1 --intervals 1,8 --seconds 5",
-            "nodes-input-pipeline-{link}-r{repetition}",
-            "1,2,4,8",
-            0.2,
-            ("1gbit", "50mbit"),
-            "contested storage shared by every node, a link each",
-        ),
-        *node_sweep_runs(
-            "projection-nodes-sleeping-sweeps",
-            "input-pipeline --preset reduced --threads 1 --intervals 1,8 --seconds 5",
-            "sleepbatch/nodes-input-pipeline-{link}-r{repetition}",
-            "1,2,4,8",
-            0.2,
-            ("1gbit",),
-            "ranks waiting in MPI asleep",
-        ),
-        *node_sweep_runs(
-            "projection-nodes-sleeping-sweeps",
-            "input-pipeline --preset reduced --threads 1 --intervals 1,8 --seconds 5",
-            "lightrec/nodes-input-pipeline-{link}-r{repetition}",
-            "1,2,4,8",
-            0.2,
-            ("1gbit",),
-            "the lighter recorder",
-        ),
-    )
-
-    def docs_tables(self) -> dict[str, Callable[[Mapping[str, Any], SavedResults], str]]:
-        """The docs' tables this case renders, by the name of the saved result each comes from."""
-        return {"input-pipeline-reduced": render_input_pipeline}
 
     def projection_inputs(self, run: RunData, row: Any) -> tuple[dict[str, Any], float, str]:
         """LeNet-5's gradients, the batch, and the contested storage the workload reads (``SharedStorage``: a file
@@ -169,7 +105,7 @@ class InputPipeline(Case):
                 readers_bound_by_threads=row.source == "tf.data",
             )
         kwargs = {
-            "profile": {"gradient_bytes": 4 * LENET5_PARAMETERS, "batch_per_rank": batch},
+            "step_costs": {"gradient_bytes": 4 * LENET5_PARAMETERS, "batch_per_rank": batch},
             "shared_storage": shared,
         }
         return kwargs, float(row.step_ms) / 1e3, "step_s"
@@ -276,7 +212,7 @@ class InputPipeline(Case):
             "largest_ranks": largest,
             "speedup_in_memory": speedup,
             "speedup_in_memory_by_ranks": by_ranks,
-            "seed_speedup_in_memory": SEED_SPEEDUP_IN_MEMORY,
+            "published_speedup_in_memory": PUBLISHED_SPEEDUP_IN_MEMORY,
             "step_ms": step_ms,
             "step_ms_memory": float(memory["step_ms"].iloc[0]) if len(memory) else None,
             "step_ms_tf_data": {
@@ -304,9 +240,9 @@ class InputPipeline(Case):
             )
             lines.append(
                 f"- Data in memory: **{speedup:.1f}x** faster steps than the standard queue on contested storage "
-                f"({ranks} ranks, one enqueue thread{'; ' + others if others else ''}); the seed measured "
-                f"~{summary['seed_speedup_in_memory']:.0f}x ({SEED_STEP_MS['contested']:.0f} ms vs "
-                f"{SEED_STEP_MS['memory']:.0f} ms per step)."
+                f"({ranks} ranks, one enqueue thread{'; ' + others if others else ''}); the published study measured "
+                f"~{summary['published_speedup_in_memory']:.0f}x ({PUBLISHED_STEP_MS['contested']:.0f} ms vs "
+                f"{PUBLISHED_STEP_MS['memory']:.0f} ms per step)."
             )
         for threads, by_k in summary["step_ms"].items():
             steps = ", ".join(f"k={k}: {ms:.3g} ms" for k, ms in by_k.items() if ms is not None)
@@ -318,7 +254,7 @@ class InputPipeline(Case):
             )
             lines.append(
                 f"- Past k={flat['k']} the step time {beyond} (to k={flat['last_k']}): diminishing returns "
-                "(the seed saw them past k≈16)."
+                "(the published study saw them past k≈16)."
             )
         if summary.get("best_fix"):
             best = summary["best_fix"]
@@ -402,37 +338,3 @@ def flattening(by_interval: pd.DataFrame, *, knee_gain: float = 0.1) -> dict[str
 CASE = InputPipeline()
 
 __all__ = ["CASE", "InputPipeline", "InputPipelineSettings", "flattening"]
-
-
-# -- its tables in the docs (benchmarks/render_readme.py renders them from saved results) -----------
-def render_input_pipeline(saved: Mapping[str, Any], results: SavedResults) -> str:
-    """Every point: step time, slowdown against data in memory, input share, the queue running dry."""
-    result = saved["result"]
-    order = {"contested": 0, "memory": 1, "tf.data": 2}
-    rows = [
-        [
-            str(r["ranks"]),
-            {"contested": "queue, contested", "memory": "in memory", "tf.data": "tf.data, contested"}.get(
-                r["source"], r["source"]
-            ),
-            "–" if r["source"] == "memory" else str(r["threads"]),
-            str(r["interval"]),
-            number(r["step_ms"]),
-            times(r.get("slowdown_vs_memory")),
-            share(r.get("input_share")),
-            share(r.get("queue_empty_fraction")),
-            fixed(r.get("accuracy_at_time"), 2),
-        ]
-        for r in sorted(
-            result["headline"], key=lambda r: (r["ranks"], order.get(r["source"], 3), r["threads"], r["interval"])
-        )
-    ]
-    header = ["ranks", "source", "enqueue threads", "k", "ms / step", "vs in memory", "input share",
-              "queue empty at dequeue", "test accuracy after the run"]  # fmt: skip
-    return (
-        table(header, ["r", "l", "r", "r", "r", "r", "r", "r", "r"], rows)
-        + "\n\n"
-        + case_text(saved)
-        + "\n\n"
-        + source_line(saved)
-    )

@@ -1,6 +1,6 @@
 """Case study "POP metrics and scaling": a ResNet on BigEarthNet-shaped data with Horovod.
 
-The seed profiled ResNet-50 on BigEarthNet (12 bands, 120x120, 43 labels) with Horovod on V100s:
+The published study profiled ResNet-50 on BigEarthNet (12 bands, 120x120, 43 labels) with Horovod on V100s:
 at 64 GPUs parallel efficiency 0.34, load balance ~0.99, communication efficiency 0.33 (48 GPUs:
 0.27 / 0.99 / 0.26). Training scaled superlinearly, but total scaling was bounded by a **sequential
 test phase**; the GPUs idled about half of each epoch waiting for online preprocessing. Its advice:
@@ -14,7 +14,7 @@ a loss, as a GPU waiting for data is idle.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -22,31 +22,18 @@ import numpy as np
 import pandas as pd
 
 from workbench import analysis
-from workbench.cases.docs import case_text, node_cluster, node_sweep_runs, node_sweeps
 from workbench.events import EVALUATION, INPUT
 from workbench.experiment import Case, CaseOption, ExperimentResult, Point
-from workbench.markdown import (
-    Measurement,
-    ReadmeClause,
-    SavedResults,
-    fixed,
-    share,
-    source_line,
-    sources_line,
-    table,
-    times,
-    varied,
-)
 from workbench.store import RunData
 from workbench.workloads.pop_scaling import PopSettings, train_on_rank
 
-#: The seed's POP table (multiplicative model) at 48 and 64 GPUs.
-SEED_POP = [
+#: The published study's POP table (multiplicative model) at 48 and 64 GPUs.
+PUBLISHED_POP = [
     {"ranks": 48, "parallel_efficiency": 0.27, "load_balance": 0.99, "communication_efficiency": 0.26},
     {"ranks": 64, "parallel_efficiency": 0.34, "load_balance": 0.99, "communication_efficiency": 0.33},
 ]
 POP_KEYS = ("load_balance", "communication_efficiency", "parallel_efficiency")
-#: Beyond this machine: the 1-rank run projected onto the seed's kind of cluster (2 GPUs per node).
+#: Beyond this machine: the 1-rank run projected onto the published study's kind of cluster (2 GPUs per node).
 PROJECTED_RANKS = (8, 16, 32, 48, 64)
 PROJECTION_NETWORK = ("100g-infiniband", 2)
 
@@ -95,83 +82,6 @@ class PopScaling(Case):
     }
     options = (CaseOption("--epochs", "epochs", "epochs per run", int),)
     workload = staticmethod(train_on_rank)
-    #: its sweeps on a miniature cluster's nodes the projection is checked on (`workbench run CASE --nodes ...`)
-    node_sweeps = ("artifacts/nodes-pop-scaling-*",)
-    measurements = (
-        Measurement(
-            "pop-scaling-reduced",
-            "workbench run pop-scaling --preset reduced --ranks 2 --out artifacts/pop-scaling-reduced --json",
-            "the case study's table on this machine's cores",
-        ),
-        *varied(
-            Measurement(
-                "pop-scaling-nodes-{link}",
-                "workbench run pop-scaling --preset reduced"
-                " --nodes 1,2,4 --cpus-per-node 0.4 --link {link}"
-                " --out artifacts/nodes-pop-scaling-{link} --json",
-                "the case study on 1, 2 and 4 nodes of 0.4 core (the first repetition of the projection's)",
-                root=True,
-            ),
-            link=("50mbit", "1gbit"),
-        ),
-        *node_sweep_runs(
-            "projection-nodes-sweeps",
-            "pop-scaling --preset reduced",
-            "nodes-pop-scaling-{link}-r{repetition}",
-            "1,2,4",
-            0.4,
-            ("50mbit", "1gbit"),
-            "the projection's two more repetitions",
-            repetitions=("2", "3"),
-        ),
-        *node_sweep_runs(
-            "projection-nodes-sleeping-sweeps",
-            "pop-scaling --preset reduced",
-            "sleepbatch/nodes-pop-scaling-{link}-r{repetition}",
-            "1,2,4",
-            0.4,
-            ("1gbit", "50mbit"),
-            "ranks waiting in MPI asleep",
-        ),
-        *node_sweep_runs(
-            "projection-nodes-sleeping-sweeps",
-            "pop-scaling --preset reduced",
-            "lightrec/nodes-pop-scaling-{link}-r{repetition}",
-            "1,2,4",
-            0.4,
-            ("1gbit",),
-            "the lighter recorder",
-        ),
-    )
-
-    def docs_tables(self) -> dict[str, Callable[[Mapping[str, Any], SavedResults], str]]:
-        """The docs' tables this case renders, by the name of the saved result each comes from."""
-        return {"pop-scaling-reduced": render_pop_scaling, "pop-scaling-nodes": render_pop_scaling_nodes}
-
-    def readme_clause(self, results: SavedResults) -> ReadmeClause | None:
-        """The README's line on the case studies on nodes: strong scaling on the fast link's nodes, its
-        communication efficiency beside the seed's, what sharding the test did."""
-        name = POP_NODE_SWEEPS[1]
-        if not results.has(name):
-            return None
-        saved = results.load(name)
-        points = saved["result"]["headline"]
-        strong = {p["ranks"]: p for p in points if p["scaling"] == "strong" and pop_unchanged(p)}
-        most = max(strong)
-        sharded = next(p for p in points if p["ranks"] == most and p["scaling"] == "strong" and p["test"] != "rank0")
-        seed = max(saved["result"]["seed_pop"], key=lambda row: row["ranks"])
-        speedups = " and ".join(
-            f"{times(strong[1]['wall_s'] / strong[n]['wall_s'])} on {n}" for n in sorted(strong)[1:]
-        )
-        return ReadmeClause(
-            "Case studies on nodes",
-            f"the pop-scaling ResNet trained {speedups} nodes ({node_cluster(saved)[1]}; strong scaling, the same"
-            " nodes at every count), its communication efficiency falling to"
-            f" {fixed(strong[most]['communication_efficiency'], 2)} on {most} (the seed:"
-            f" {fixed(seed['communication_efficiency'], 2)} on {seed['ranks']} GPUs); sharding its sequential test"
-            f" made {most} nodes {times(strong[most]['wall_s'] / sharded['wall_s'])} faster",
-            (name,),
-        )
 
     def projection_inputs(self, run: RunData, row: Any) -> tuple[dict[str, Any], float, str]:
         """Strong scaling keeps the global batch (each rank's share of it shrinks), weak the batch per rank; the test
@@ -182,7 +92,7 @@ class PopScaling(Case):
         strong = str(row.scaling) == "strong"
         batch = int(settings["global_batch"]) // base_ranks if strong else int(settings["batch"])
         kwargs = {
-            "profile": {"batch_per_rank": batch},
+            "step_costs": {"batch_per_rank": batch},
             "kind": str(row.scaling),
             "shard_evaluation": str(row.test) == "sharded",
             "epoch_samples": int(settings["epoch_samples"]) if settings.get("epoch_samples") else None,
@@ -303,7 +213,7 @@ class PopScaling(Case):
                 for r in at[(at["data"] == "online") & (at["fusion_mb"] == 64)].itertuples()
                 if r.test == "rank0"
             },
-            "seed_pop": SEED_POP,
+            "published_pop": PUBLISHED_POP,
             "projection": tables["projection"].round(4).to_dict("records") if len(tables["projection"]) else [],
             "model": settings.model,
             "image_size": settings.image_size,
@@ -319,9 +229,9 @@ class PopScaling(Case):
                 f"communication efficiency {row['communication_efficiency']:.2f}"
                 + (f"; global efficiency {row['global_efficiency']:.2f}" if "global_efficiency" in row else "")
             )
-        seed = summary["seed_pop"][-1]
+        seed = summary["published_pop"][-1]
         lines.append(
-            f"- The seed at {seed['ranks']} GPUs: {seed['parallel_efficiency']} = {seed['load_balance']} × "
+            f"- The published study at {seed['ranks']} GPUs: {seed['parallel_efficiency']} = {seed['load_balance']} × "
             f"{seed['communication_efficiency']}, the loss in communication efficiency being ranks waiting for the "
             "sequential test phase and the input pipeline."
         )
@@ -332,7 +242,7 @@ class PopScaling(Case):
                 f"- Projected from the 1-rank run to 64 ranks ({PROJECTION_NETWORK[0]}, {PROJECTION_NETWORK[1]} per "
                 f"node, strong scaling): parallel efficiency {before['parallel_efficiency']:.2f} with the sequential "
                 f"test (limited by {before['limiter']}), {after['parallel_efficiency']:.2f} with it sharded; "
-                f"the seed measured {seed['parallel_efficiency']}."
+                f"the published study measured {seed['parallel_efficiency']}."
             )
         fractions = ", ".join(f"{n} rank(s): {f:.0%}" for n, f in summary["test_phase_fraction"].items())
         lines.append(f"- Share of wall time in the sequential test phase (strong scaling): {fractions}.")
@@ -353,7 +263,8 @@ class PopScaling(Case):
         waits = ", ".join(f"{n} rank(s): {f:.1%}" for n, f in summary["input_wait_fraction"].items())
         lines.append(
             f"- Share of step time waiting for input: {waits}. On CPU ranks the model's own compute is slow, so "
-            "online preprocessing rarely starves it; on the seed's GPUs it left them idle half of each epoch."
+            "online preprocessing rarely starves it; on the published study's GPUs it left them idle half of"
+            " each epoch."
         )
         return "\n".join(lines)
 
@@ -380,7 +291,10 @@ class PopScaling(Case):
         for kind, group in pop.groupby("scaling") if len(pop) else ():
             sections.append((f"POP metrics, {kind} scaling", figures.pop_table_figure(group, id_column="ranks")))
         sections.append(
-            ("POP metrics in the seed (V100 GPUs)", figures.pop_table_figure(pd.DataFrame(SEED_POP), id_column="ranks"))
+            (
+                "POP metrics in the published study (V100 GPUs)",
+                figures.pop_table_figure(pd.DataFrame(PUBLISHED_POP), id_column="ranks"),
+            )
         )
         sections.append(("What bounds total scaling: speedup per phase", result.tables["phase_scaling"]))
         if len(result.tables["projection"]):
@@ -419,13 +333,13 @@ def project_beyond(baseline: pd.DataFrame, runs: Mapping[str, RunData]) -> pd.Da
     settings = (run.meta.get("config") or {}).get("settings") or {}
     # a strong-scaling rank trains its share of the global batch (the settings' "batch" is weak scaling's)
     batch = int(settings["global_batch"]) // int(one["ranks"].iloc[0]) if settings.get("global_batch") else None
-    profile = projection.step_costs(run.events, run.meta, run.memory, batch_per_rank=batch)
+    costs = projection.step_costs(run.events, run.meta, run.memory, batch_per_rank=batch)
     net = projection.network(PROJECTION_NETWORK[0], ranks_per_node=PROJECTION_NETWORK[1])
     columns = ["ranks", "speedup", "efficiency", *POP_KEYS, "limiter"]
     frames = []
     for label, changes in (("sequential", None), ("sharded", projection.Changes(shard_evaluation=True))):
         projected = projection.project(
-            profile, list(PROJECTED_RANKS), net, kind="strong", changes=changes, input_is_useful=False
+            costs, list(PROJECTED_RANKS), net, kind="strong", changes=changes, input_is_useful=False
         )
         frames.append(projected.table[columns].assign(test=label))
     return pd.concat(frames, ignore_index=True)
@@ -433,114 +347,4 @@ def project_beyond(baseline: pd.DataFrame, runs: Mapping[str, RunData]) -> pd.Da
 
 CASE = PopScaling()
 
-__all__ = ["CASE", "SEED_POP", "PopScaling", "PopScalingSettings"]
-
-
-# -- its tables in the docs (benchmarks/render_readme.py renders them from saved results) -----------
-#: The pop-scaling sweeps on a miniature cluster's nodes, slow link first (``measure_readme.sh``).
-POP_NODE_SWEEPS = ("pop-scaling-nodes-50mbit", "pop-scaling-nodes-1gbit")
-
-
-def pop_unchanged(point: Mapping[str, Any]) -> bool:
-    """A pop-scaling point with no change: the sequential test, 1 input worker, online data, 64 MB fusion."""
-    return (point["test"], point["workers"], point["data"], point["fusion_mb"]) == ("rank0", 1, "online", 64)
-
-
-def pop_change(point: Mapping[str, Any]) -> str:
-    """The change against pop-scaling's default, in words (``test sharded``, ``fusion buffer 1 MB``)."""
-    parts = []
-    if point["test"] != "rank0":
-        parts.append(f"test {point['test']}")
-    if point["workers"] != 1:
-        parts.append(f"{point['workers']} input workers")
-    if point["data"] != "online":
-        parts.append(f"{point['data']} preprocessing")
-    if point["fusion_mb"] != 64:
-        parts.append(f"fusion buffer {point['fusion_mb']:g} MB")
-    return ", ".join(parts) or "–"
-
-
-def render_pop_scaling(saved: Mapping[str, Any], results: SavedResults) -> str:
-    """Every point with its POP metrics; the change against the default named in words."""
-    result = saved["result"]
-
-    change = pop_change
-
-    rows = [
-        [
-            str(r["ranks"]),
-            r["scaling"],
-            change(r),
-            fixed(r["wall_s"], 2),
-            share(r["test_fraction"]),
-            share(r["input_wait_fraction"]),
-            fixed(r["load_balance"], 2),
-            fixed(r["communication_efficiency"], 2),
-            fixed(r["parallel_efficiency"], 2),
-        ]
-        for r in sorted(result["headline"], key=lambda r: (r["ranks"], r["scaling"] != "strong", change(r) != "–"))
-    ]
-    header = ["ranks", "scaling", "change", "wall s", "test share", "input wait", "LB", "CommE", "PE"]
-    return "\n\n".join([table(header, ["r", "l", "l"] + ["r"] * 6, rows), case_text(saved), source_line(saved)])
-
-
-def render_pop_scaling_nodes(saved: Mapping[str, Any], results: SavedResults) -> str:
-    """pop-scaling on 1, 2 and 4 nodes at each link rate, beside the seed's POP table: the claims' evidence."""
-    sweeps = node_sweeps(saved, POP_NODE_SWEEPS, results)
-    rows, lines = [], []
-    for one in sweeps:
-        link, shape = node_cluster(one)
-        points = one["result"]["headline"]
-
-        base = {(p["ranks"], p["scaling"]): p for p in points if pop_unchanged(p)}
-        for point in sorted(points, key=lambda p: (p["scaling"] != "strong", p["ranks"], not pop_unchanged(p))):
-            alone = base.get((1, point["scaling"]))
-            same = base.get((point["ranks"], point["scaling"]))
-            rows.append(
-                [
-                    link,
-                    str(point["ranks"]),
-                    point["scaling"],
-                    pop_change(point),
-                    fixed(point["wall_s"], 2),
-                    times(alone["wall_s"] / point["wall_s"]) if alone and pop_unchanged(point) else "",
-                    times(same["wall_s"] / point["wall_s"]) if same and not pop_unchanged(point) else "",
-                    share(point["test_fraction"]),
-                    fixed(point["load_balance"], 2),
-                    fixed(point["communication_efficiency"], 2),
-                    fixed(point["parallel_efficiency"], 2),
-                ]
-            )
-        strong = sorted((p for p in points if pop_unchanged(p) and p["scaling"] == "strong"), key=lambda p: p["ranks"])
-        if strong:
-            comm = ", ".join(f"{fixed(p['communication_efficiency'], 2)} ({p['ranks']})" for p in strong)
-            tests = ", ".join(f"{share(p['test_fraction'])} ({p['ranks']})" for p in strong)
-            lines.append(f"- {shape}, strong scaling by nodes: communication efficiency {comm}; test share {tests}.")
-        largest = max(p["ranks"] for p in points)
-        at_largest = [p for p in points if p["ranks"] == largest and (largest, p["scaling"]) in base]
-        fixes = [p for p in at_largest if not pop_unchanged(p)]
-        if fixes:
-            changes = "; ".join(
-                f"{pop_change(p)} {times(base[(largest, p['scaling'])]['wall_s'] / p['wall_s'])}" for p in fixes
-            )
-            lines.append(f"- {shape}, at {largest} nodes, each change's speed against no change: {changes}.")
-    for seed in saved["result"].get("seed_pop", []):
-        rows.append(
-            [
-                "seed 001 (V100s)",
-                f"{seed['ranks']} GPUs",
-                "strong",
-                "–",
-                "–",
-                "",
-                "",
-                "–",
-                fixed(seed["load_balance"], 2),
-                fixed(seed["communication_efficiency"], 2),
-                fixed(seed["parallel_efficiency"], 2),
-            ]
-        )
-    header = ["link", "nodes", "scaling", "change", "wall s", "vs 1 node", "vs no change", "test share", "LB", "CommE"]
-    header.append("PE")
-    body = table(header, ["l", "r", "l", "l"] + ["r"] * 7, rows)
-    return "\n\n".join([body, "\n".join(lines), sources_line(*sweeps)])
+__all__ = ["CASE", "PUBLISHED_POP", "PopScaling", "PopScalingSettings"]

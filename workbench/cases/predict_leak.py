@@ -1,6 +1,6 @@
 """Case study: does ``Model.predict`` in a loop leak memory on every rank, and what does it cost?
 
-The seed (an S-GAN trained with Horovod) found one rank past 129 GB, about 56 GB of it never
+The published study (an S-GAN trained with Horovod) found one rank past 129 GB, about 56 GB of it never
 released by the discriminator's ``Model.predict`` (TF issue 33009, Keras issue 13118), and fixed it
 with ``predict_on_batch``. Here every rank runs ``workbench.workloads.predict_leak`` (predict,
 predict_on_batch, model(x), and a control that really leaks) into ONE run, one RSS sample after
@@ -15,7 +15,7 @@ One point per sweep, at the largest rank count: ``Experiment("predict-leak", ran
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,17 +25,16 @@ import pandas as pd
 from workbench.analysis.memory import MIN_SAMPLES_FOR_VERDICT, memory_growth
 from workbench.events import EVALUATION
 from workbench.experiment import Case, CaseOption, ExperimentResult, Point
-from workbench.markdown import Measurement, SavedResults, number, small, source_line, table
 from workbench.store import RunData
 from workbench.workloads.predict_leak import CONTROL, METHODS, kept_mb_per_call, run_on_rank
 
 #: Growth per call above which (with the whole 95 % interval above it) a method leaks: 10 kB per call
-#: is 10 GB per million calls, the scale of the seed's problem.
+#: is 10 GB per million calls, the scale of the published study's problem.
 LEAK_THRESHOLD_MB = 0.01
 #: How bad a verdict is, to pick the worst over ranks (unknown strings rank as "too few samples").
 VERDICT_SEVERITY = {"no leak": 0, "too few samples": 1, "inconclusive": 2, "leak": 3}
-SEED_STORY = (
-    "The seed trained a semi-supervised GAN with Horovod on 1360 x 1360 images. One rank's memory "
+PUBLISHED_STORY = (
+    "The published study trained a semi-supervised GAN with Horovod on 1360 x 1360 images. One rank's memory "
     "passed 129 GB; a memory profiler showed about 56 GB not released in the discriminator's forward "
     "pass, a known bug of Keras `Model.predict` called in a loop (TensorFlow issue 33009, Keras issue "
     "13118). Replacing `predict` with `predict_on_batch` lowered every rank's memory."
@@ -73,17 +72,6 @@ class PredictLeak(Case):
     }
     options = (CaseOption("--methods", "methods", f"comma-separated, of {', '.join(METHODS)}", parse_methods),)
     workload = staticmethod(run_on_rank)
-    measurements = (
-        Measurement(
-            "predict-leak-reduced",
-            "workbench run predict-leak --preset reduced --ranks 2 --out artifacts/predict-leak-reduced --json",
-            "the case study's table on this machine's cores",
-        ),
-    )
-
-    def docs_tables(self) -> dict[str, Callable[[Mapping[str, Any], SavedResults], str]]:
-        """The docs' tables this case renders, by the name of the saved result each comes from."""
-        return {"predict-leak-reduced": render_predict_leak}
 
     def points(self, settings: PredictLeakSettings, max_ranks: int) -> list[Point]:
         return [Point.of(max_ranks)]
@@ -265,7 +253,8 @@ def verdict_text(summary: Mapping[str, Any]) -> str:
             ]
             lines.append(
                 f"`predict` still grows here: {slope * 1000:.0f} MB per 1000 calls, a per-call cost (Keras builds "
-                "a new data adapter and iterator on every `predict`). That is far from the seed's 56 GB, but it "
+                "a new data adapter and iterator on every `predict`). That is far from the published study's 56"
+                " GB, but it "
                 "adds up over a long run"
                 + (f"; {', '.join(f'`{m}`' for m in flat)} stay flat" if flat else "")
                 + (f" ({', '.join(faster)} per call)." if faster else ".")
@@ -288,12 +277,12 @@ def timing_by_rank(timing: pd.DataFrame) -> pd.DataFrame:
 
 
 def report_sections(result: ExperimentResult) -> list[tuple[str, Any]]:
-    """Verdicts, the growth table, the seed's story, a memory figure per method, timing, the method."""
+    """Verdicts, the growth table, the published study's story, a memory figure per method, timing, the method."""
     summary, growth, samples = result.summary, result.tables["growth"], result.tables["samples"]
     sections: list[tuple[str, Any]] = [
         ("Verdicts", verdict_text(summary)),
         ("Growth per rank and method (MB per call)", growth),  # the numbers first, their evidence below
-        ("The seed's story", SEED_STORY),
+        ("The published study's story", PUBLISHED_STORY),
     ]
     for method in summary["slope_mb_per_call"]:
         sections.append((f"Memory: {method}", memory_figure_for(samples, growth, method)))
@@ -329,31 +318,3 @@ __all__ = [
     "verdict_text",
     "worst_verdict",
 ]
-
-
-# -- its tables in the docs (benchmarks/render_readme.py renders them from saved results) -----------
-def render_predict_leak(saved: Mapping[str, Any], results: SavedResults) -> str:
-    """Memory growth per call of every method, with its interval over the ranks, and the verdict."""
-    result = saved["result"]
-    names = {
-        "predict": "`predict`",
-        "predict_on_batch": "`predict_on_batch`",
-        "call": "`model(x, training=False)`",
-        "tf_function": "`tf.function` forward",
-        "kept_outputs": "control: keeps each output",
-    }
-    rows = []
-    for method, slope in result["slope_mb_per_call"].items():
-        low, high = result["ci_mb_per_call"][method]
-        verdict = result["verdict"][method]
-        rows.append(
-            [
-                names.get(method, method),
-                f"{small(slope)} [{small(low)}, {small(high)}]",
-                number(result["ms_per_call"].get(method)),
-                f"**{verdict}**" if verdict == "leak" else verdict,
-            ]
-        )
-    header = [f"method ({result['ranks']} ranks, {result['iterations']} calls)", "MB per call [95 % interval]",
-              "ms per call", "verdict"]  # fmt: skip
-    return table(header, ["l", "l", "r", "l"], rows) + "\n\n" + source_line(saved)

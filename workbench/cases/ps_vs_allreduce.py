@@ -1,6 +1,6 @@
 """Case study "parameter servers vs allreduce": InceptionV3, synthetic vs real data.
 
-The seed benchmarked distributed TensorFlow with parameter servers (between-graph replication) on
+The published study benchmarked distributed TensorFlow with parameter servers (between-graph replication) on
 InceptionV3, in images/s, with a method: for each number of workers search the number of PS tasks
 on synthetic data (no I/O), run the best on real data; 10 warm-up steps, the next 100 averaged, 5
 runs. It found 99.6 % scaling efficiency at 8 GPUs in one DGX-1, 80 % (synthetic) / 72 % (real) at
@@ -12,12 +12,11 @@ tasks) and Horovod allreduce, on synthetic and on real data; each point measured
 ``BenchmarkMethod``. Each worker runs on its rank's host, the PS tasks dealt over the ranks' hosts and
 the chief on rank 0's. On one machine they all share its cores (the findings say by how much); on a
 cluster's nodes (``workbench run ps-vs-allreduce --nodes 1,2,4 --link RATE``) the PS traffic crosses the
-links, as in the seed.
+links, as in the published study.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -28,31 +27,16 @@ import pandas as pd
 from workbench import analysis
 from workbench.analysis import ps_load
 from workbench.analysis.benchmark_method import BenchmarkMethod
-from workbench.cases.docs import node_cluster, node_sweep_runs, node_sweeps
 from workbench.config import physical_cores
 from workbench.events import BYTES_PER_MB, NS_PER_S
 from workbench.experiment import Case, CaseOption, ExperimentResult, Point, parse_counts, parse_yes_no
 from workbench.formatting import format_interval
-from workbench.markdown import (
-    Measurement,
-    ReadmeClause,
-    SavedResults,
-    duration,
-    number,
-    percent,
-    rate_words,
-    share,
-    source_line,
-    sources_line,
-    table,
-    times,
-    varied,
-)
 from workbench.store import RunData
 from workbench.workloads.ps_vs_allreduce import InceptionSettings, train_on_rank
 
-#: The seed's scaling efficiency (InceptionV3, TF 1.1, parameter servers): (system, GPUs, data) -> efficiency.
-SEED_EFFICIENCY: tuple[dict[str, Any], ...] = (
+#: The published study's scaling efficiency (InceptionV3, TF 1.1, parameter servers): (system, GPUs, data) ->
+#: efficiency.
+PUBLISHED_EFFICIENCY: tuple[dict[str, Any], ...] = (
     {"system": "NVIDIA DGX-1 (P100, NVLink)", "gpus": 8, "data": "synthetic", "efficiency": 0.9956},
     {"system": "Piz Daint (P100, Aries)", "gpus": 8, "data": "synthetic", "efficiency": 0.9207},
     {"system": "Piz Daint (P100, Aries)", "gpus": 64, "data": "synthetic", "efficiency": 0.8046},
@@ -64,10 +48,10 @@ SEED_EFFICIENCY: tuple[dict[str, Any], ...] = (
     {"system": "p2.8xlarge (8 K80 per node)", "gpus": 64, "data": "synthetic", "efficiency": 0.8855},
     {"system": "p2.8xlarge (8 K80 per node)", "gpus": 128, "data": "synthetic", "efficiency": 0.8524},
 )
-SEED_IO_OVERHEAD = (
+PUBLISHED_IO_OVERHEAD = (
     "17 % with 8 GPUs per node (p2.8xlarge, local SSD), 11 % on Piz Daint at 8–64 GPUs, ~1 % on p2.xlarge"
 )
-#: The seed's systems as the projection's named networks, and the worker counts projected.
+#: The published study's systems as the projection's named networks, and the worker counts projected.
 PROJECTION_NETWORKS: tuple[tuple[str, str, int], ...] = (
     ("Piz Daint (P100, Aries)", "aries", 1),
     ("p2.xlarge (K80, 1 per node)", "aws-high", 1),
@@ -170,60 +154,7 @@ class PsVsAllreduce(Case):
         CaseOption("--warmup-steps", "warmup_steps", "steps left out before timing", int),
     )
     workload = staticmethod(train_on_rank)
-    #: the repetitions for the projection (-r1..-r3: allreduce and one PS task), not the case study's single sweeps
-    node_sweeps = ("artifacts/nodes-ps-vs-allreduce-*-r[0-9]",)
-    measurements = (
-        Measurement(
-            "ps-vs-allreduce-reduced",
-            "workbench run ps-vs-allreduce --preset reduced --ranks 2 --json",
-            "the case study's table on this machine's cores",
-        ),
-        *varied(
-            Measurement(
-                "ps-vs-allreduce-nodes-{link}",
-                "workbench run ps-vs-allreduce --preset ci --data synthetic --ps 1,2 --sharded yes --nodes 1,2,4"
-                " --cpus-per-node 0.4 --link {link} --out artifacts/nodes-ps-vs-allreduce-{link} --json",
-                "each worker on a node of its own, 1 and 2 PS tasks (2 sharded at 4 workers) and allreduce",
-                root=True,
-            ),
-            link=("1gbit", "unshaped"),
-        ),
-        *node_sweep_runs(
-            "projection-nodes-sweeps",
-            "ps-vs-allreduce --preset ci --data synthetic --ps 1 --sharded no --measured-steps 6 --repetitions 2",
-            "nodes-ps-vs-allreduce-{link}-r{repetition}",
-            "1,2,4",
-            0.4,
-            ("1gbit", "unshaped"),
-            "allreduce and one PS task for the projection",
-        ),
-        *node_sweep_runs(
-            "projection-nodes-sleeping-sweeps",
-            "ps-vs-allreduce --preset ci --data synthetic --ps 1 --sharded no --measured-steps 6 --repetitions 2",
-            "sleepbatch/nodes-ps-vs-allreduce-{link}-r{repetition}",
-            "1,2,4",
-            0.4,
-            ("unshaped", "1gbit"),
-            "ranks waiting in MPI asleep",
-        ),
-        *node_sweep_runs(
-            "projection-nodes-sleeping-sweeps",
-            "ps-vs-allreduce --preset ci --data synthetic --ps 1 --sharded no --measured-steps 6 --repetitions 2",
-            "lightrec/nodes-ps-vs-allreduce-{link}-r{repetition}",
-            "1,2,4",
-            0.4,
-            ("unshaped",),
-            "the lighter recorder",
-        ),
-    )
 
-    def docs_tables(self) -> dict[str, Callable[[Mapping[str, Any], SavedResults], str]]:
-        """The docs' tables this case renders, by the name of the saved result each comes from."""
-        return {
-            "ps-vs-allreduce-reduced": render_ps_vs_allreduce,
-            "ps-vs-allreduce-nodes": render_ps_vs_allreduce_nodes,
-            "ps-vs-allreduce-nodes-repeated": render_ps_vs_allreduce_repeated,
-        }
     def projection_base(
         self, runs: pd.DataFrame, row: Any, base: pd.Series
     ) -> tuple[pd.Series | None, Callable[[Any], dict[str, Any]]]:
@@ -239,34 +170,6 @@ class PsVsAllreduce(Case):
 
         return twin, exchange
 
-    def readme_clause(self, results: SavedResults) -> ReadmeClause | None:
-        """The README's line on the schemes on nodes: each scheme's efficiency on fast and slow links at the most
-        workers beside the seed's, and one PS task's traffic counted against the model's."""
-        slow_name, fast_name = PS_NODE_SWEEPS
-        if not (results.has(slow_name) and results.has(fast_name)):
-            return None
-        slow, fast = results.load(slow_name)["result"], results.load(fast_name)["result"]
-        ps_fast, ps_slow = _at_most_workers(fast, "ps"), _at_most_workers(slow, "ps")
-        ring_fast, ring_slow = _at_most_workers(fast, "allreduce"), _at_most_workers(slow, "allreduce")
-        one_ps = next(
-            p
-            for p in slow["points"]
-            if (p["scheme"], p["workers"], p["ps"], p["data"]) == ("ps", ps_slow["workers"], 1, "synthetic")
-        )
-        counted, modelled = ps_link_traffic(slow, one_ps)
-        seeds = slow["seed_efficiency"]
-        seed = {r["system"]: r["efficiency"] for r in seeds if (r["gpus"], r["data"]) == (64, "synthetic")}
-        return ReadmeClause(
-            "Parameter servers and CPU tuning on nodes",
-            f"on {ps_slow['workers']} nodes the efficiency of parameter servers fell from"
-            f" {percent(ps_fast['efficiency'])} on fast links (unshaped) to {percent(ps_slow['efficiency'])} on"
-            " 1 Gbit/s ones, allreduce's from"
-            f" {percent(ring_fast['efficiency'])} to {percent(ring_slow['efficiency'])} (the seed at 64 GPUs:"
-            f" {percent(seed[PS_SEED_SYSTEMS[0]])} on Piz Daint, {percent(seed[PS_SEED_SYSTEMS[1]])} on p2.xlarge);"
-            f" one PS task's node carried {number(counted)} MB a step each way ({number(modelled)} MB modelled)",
-            (slow_name, fast_name),
-        )
-
     def projection_inputs(self, run: RunData, row: Any) -> tuple[dict[str, Any], float, str]:
         """A step of every worker: workers x batch images at the measured images/s; the PS tasks sit on the workers'
         nodes (task j beside worker j mod workers, as the workload places them) holding the shares TensorFlow
@@ -274,7 +177,7 @@ class PsVsAllreduce(Case):
         settings = (run.meta.get("config") or {}).get("settings") or {}
         batch = int(settings.get("batch", 1))
         kwargs: dict[str, Any] = {
-            "profile": {"gradient_bytes": float(row.gradient_mb) * BYTES_PER_MB, "batch_per_rank": batch},
+            "step_costs": {"gradient_bytes": float(row.gradient_mb) * BYTES_PER_MB, "batch_per_rank": batch},
             "no_horovod": row.scheme != "allreduce",
         }
         if row.scheme == "ps":
@@ -381,7 +284,7 @@ class PsVsAllreduce(Case):
             "io_overhead": io_overhead_table(efficiency),
             "ps_load": load,
             "placements": compared,
-            "projection": project_seed_systems(table, runs),
+            "projection": project_published_systems(table, runs),
         }
 
     def summary(
@@ -461,7 +364,7 @@ class PsVsAllreduce(Case):
                 oversubscribed, ["point", "processes", "threads_total", "threads_busiest_host"]
             ),
             "projection": analysis.json_records(tables["projection"]),
-            "seed_efficiency": list(SEED_EFFICIENCY),
+            "published_efficiency": list(PUBLISHED_EFFICIENCY),
             "model": {
                 "image_size": settings.image_size,
                 "classes": settings.classes,
@@ -521,7 +424,7 @@ class PsVsAllreduce(Case):
                 )
             lines.append(f"- I/O overhead, {where}, {row['workers']} worker(s): {cost}.")
         if summary["io_overhead"]:
-            lines.append(f"- The seed's I/O overhead: {SEED_IO_OVERHEAD}.")
+            lines.append(f"- The published study's I/O overhead: {PUBLISHED_IO_OVERHEAD}.")
         for row in summary["placement_imbalance"]:
             if row["ps"] > 1:
                 lines.append(
@@ -543,16 +446,18 @@ class PsVsAllreduce(Case):
         projection = summary.get("projection") or []
         if projection:
             lines.append(
-                "- Projected from the 1-worker run to networks like the seed's (PS scheme, one PS task per node): "
+                "- Projected from the 1-worker run to networks like the published study's (PS scheme, one PS"
+                " task per node): "
                 + "; ".join(
                     f"{row['system']}: {row['efficiency']:.0%} at {row['workers']}"
                     for row in projection
                     if row["workers"] in (64, 128)
                 )
-                + ". The seed measured Piz Daint 80 % / 52 %, p2.xlarge 51 % / 28 %, p2.8xlarge 89 % / 85 %"
+                + ". The published study measured Piz Daint 80 % / 52 %, p2.xlarge 51 % / 28 %, p2.8xlarge 89 % / 85 %"
                 " at 64 / 128."
                 " With one PS task per node the busiest card carries the same bytes at any size, so the model's"
-                " efficiency flattens; the seed's fall past 64 nodes (the network's capacity, in its words) is"
+                " efficiency flattens; the published study's fall past 64 nodes (the network's capacity, in its"
+                " words) is"
                 " contention this latency-bandwidth model does not have."
             )
         return "\n".join(lines)
@@ -598,8 +503,8 @@ class PsVsAllreduce(Case):
         if len(result.tables["placements"]):
             sections.append(("Load of the PS tasks by placement", figures.ps_load_figure(result.tables["placements"])))
         if len(result.tables["projection"]):
-            sections.append(("Projected to the seed's systems", result.tables["projection"]))
-        sections.append(("The seed's efficiency", pd.DataFrame(SEED_EFFICIENCY)))
+            sections.append(("Projected to the published study's systems", result.tables["projection"]))
+        sections.append(("The published study's efficiency", pd.DataFrame(PUBLISHED_EFFICIENCY)))
         sections.append(("Runs: every column", Details(runs.drop(columns=["path", "run_id"]), "show every column")))
         return sections
 
@@ -724,7 +629,7 @@ def efficiency_over_repetitions(sweeps: Sequence[tuple[str, Mapping[str, Any]]])
 
 
 def best_configurations(efficiency: pd.DataFrame) -> pd.DataFrame:
-    """The seed's search: per scheme and workers, the fastest configuration on synthetic data."""
+    """The published study's search: per scheme and workers, the fastest configuration on synthetic data."""
     synthetic = efficiency[efficiency["data"] == "synthetic"] if len(efficiency) else efficiency
     if synthetic.empty:
         return synthetic
@@ -741,8 +646,8 @@ def confirmed_on_real(efficiency: pd.DataFrame, best: pd.DataFrame) -> pd.DataFr
     return real.merge(best[keys], on=keys).sort_values(["scheme", "workers"]).reset_index(drop=True)
 
 
-def project_seed_systems(table: pd.DataFrame, runs: Mapping[str, RunData]) -> pd.DataFrame:
-    """The 1-worker allreduce run (pure compute) projected with the PS scheme onto the seed's networks."""
+def project_published_systems(table: pd.DataFrame, runs: Mapping[str, RunData]) -> pd.DataFrame:
+    """The 1-worker allreduce run (pure compute) projected with the PS scheme onto the published study's networks."""
     from workbench.analysis import projection
 
     one = table[(table["scheme"] == "allreduce") & (table["workers"] == 1) & (table["data"] == "synthetic")]
@@ -750,14 +655,14 @@ def project_seed_systems(table: pd.DataFrame, runs: Mapping[str, RunData]) -> pd
         return pd.DataFrame()
     run = runs[one["point"].iloc[0]]
     try:
-        profile = projection.step_costs(run.events, run.meta, run.memory)
+        costs = projection.step_costs(run.events, run.meta, run.memory)
     except ValueError:
-        return pd.DataFrame()  # too few steps recorded to profile: nothing to project
+        return pd.DataFrame()  # too few steps recorded: nothing to project
     frames = []
     for system, name, per_node in PROJECTION_NETWORKS:
         net = projection.network(name, ranks_per_node=per_node)
         projected = projection.project(
-            profile, list(PROJECTED_WORKERS), net, kind="weak", changes=projection.Changes(scheme="ps"), bootstrap=0
+            costs, list(PROJECTED_WORKERS), net, kind="weak", changes=projection.Changes(scheme="ps"), bootstrap=0
         )
         frames.append(
             projected.table[["ranks", "efficiency", "limiter"]]
@@ -828,236 +733,4 @@ def fmt_rate(row: Mapping[str, Any]) -> str:
 
 CASE = PsVsAllreduce()
 
-__all__ = ["CASE", "SEED_EFFICIENCY", "PsVsAllreduce", "PsVsAllreduceSettings", "phase_per_step"]
-
-
-# -- its tables in the docs (benchmarks/render_readme.py renders them from saved results) -----------
-#: The ps-vs-allreduce sweeps on the same nodes: a slow link first, then the kernel's own (unshaped).
-PS_NODE_SWEEPS = ("ps-vs-allreduce-nodes-1gbit", "ps-vs-allreduce-nodes-unshaped")
-
-
-#: The seed's systems with one GPU per node, like a node here: its fast network and its slow one.
-PS_SEED_SYSTEMS = ("Piz Daint (P100, Aries)", "p2.xlarge (K80, 1 per node)")
-
-
-def _at_most_workers(result: Mapping[str, Any], scheme: str) -> Mapping[str, Any]:
-    """The scheme's row of a node sweep at the most workers on synthetic data (the fewest PS tasks, round-robin)."""
-    rows = [r for r in result["efficiency"] if r["scheme"] == scheme and r["data"] == "synthetic"]
-    most = [r for r in rows if r["workers"] == max(r["workers"] for r in rows) and r["placement"] != "sharded"]
-    return min(most, key=lambda r: r["ps"])
-
-
-def ps_link_traffic(result: Mapping[str, Any], point: Mapping[str, Any]) -> tuple[float | None, float]:
-    """(measured, modelled) MB per step each way on a point's busiest link: the bytes counted on every
-    node's link over the point (``link-bytes.json``; its start included) per step of each worker, and
-    ``ps_load.link_bytes_per_step`` from the gradients' size and the PS tasks' shares."""
-    from workbench.analysis.ps_load import link_bytes_per_step
-
-    method = result["method"]
-    steps = (method["warmup_steps"] + method["measured_steps"]) * method["repetitions"]
-    counted = (result.get("link_bytes") or {}).get(point["point"])
-    measured = max((max(node["sent"], node["received"]) for node in counted.values()), default=0) if counted else None
-    shares = point.get("placed_shares") or []
-    gradient_bytes = point["gradient_mb"] * BYTES_PER_MB
-    ran = point.get("steps_per_worker") if point["scheme"] == "ps" else None
-    modelled = max(link_bytes_per_step(point["scheme"], point["workers"], gradient_bytes, shares, ran))
-    return (measured / steps / BYTES_PER_MB if measured is not None else None), modelled / BYTES_PER_MB
-
-
-def ps_label(point: Mapping[str, Any]) -> str:
-    """``allreduce``, ``PS × 2``, ``PS × 2, sharded``."""
-    if point["scheme"] == "allreduce":
-        return "allreduce"
-    return f"PS × {point['ps']}" + (", sharded" if point["placement"] == "sharded" else "")
-
-
-# -- one renderer per saved result ---------------------------------------------------------------------------
-def render_ps_vs_allreduce(saved: Mapping[str, Any], results: SavedResults) -> str:
-    """The PS-vs-allreduce sweep: throughput with its interval, efficiency, the step's parts."""
-    result = saved["result"]
-    efficiency = {(r["scheme"], r["data"], r["workers"], r["ps"], r["placement"]): r for r in result["efficiency"]}
-    rows = []
-    order = {"allreduce": 0, "ps": 1}
-    points = sorted(
-        result["points"],
-        key=lambda p: (
-            p["data"] != "synthetic",
-            order[p["scheme"]],
-            p["placement"] == "sharded",
-            p["workers"],
-            p["ps"],
-        ),
-    )
-    for point in points:
-        key = (point["scheme"], point["data"], point["workers"], point["ps"], point["placement"])
-        row = efficiency.get(key, {})
-        scheme = (
-            "allreduce"
-            if point["scheme"] == "allreduce"
-            else "PS" + (", sharded" if point["placement"] == "sharded" else "")
-        )
-        interval = (
-            f"{number(row.get('images_per_s'))} [{number(row.get('ci_low'))}, {number(row.get('ci_high'))}]"
-            if row
-            else "–"
-        )
-        rows.append(
-            [
-                scheme,
-                point["data"],
-                str(point["workers"]),
-                str(point["ps"]) if point["ps"] else "–",
-                interval,
-                percent(row.get("efficiency")),
-                f"{number(point['train_step_ms'])} ms",
-                f"{number(point['comm_ms'])} ms" if point["workers"] > 1 or point["ps"] else "–",
-                str(point["processes"]),
-            ]
-        )
-    header = [
-        "scheme",
-        "data",
-        "workers",
-        "PS",
-        "images/s [95 % interval]",
-        "efficiency",
-        "forward+backward / step",
-        "push or allreduce / step",
-        "processes",
-    ]
-    return table(header, ["l", "l", "r", "r", "l", "r", "r", "r", "r"], rows) + "\n\n" + source_line(saved)
-
-
-def render_ps_vs_allreduce_nodes(saved: Mapping[str, Any], results: SavedResults) -> str:
-    """ps-vs-allreduce on 1, 2 and 4 nodes at each link: efficiency by workers for both schemes, and the
-    busiest link's bytes per step (measured and modelled) against the step: the PS bottleneck."""
-    sweeps = node_sweeps(saved, PS_NODE_SWEEPS, results)
-    rows, lines = [], []
-    for one in sweeps:
-        result = one["result"]
-        link, shape = node_cluster(one)
-        nodes = result.get("cluster", {}).get("nodes") or [{}]
-        rate = nodes[0].get("link_bits_per_s")
-        efficiency = {
-            (r["scheme"], r["workers"], r["ps"], r["placement"]): r
-            for r in result["efficiency"]
-            if r["data"] == "synthetic"
-        }
-        batch = result["model"]["batch_per_worker"]
-        points = sorted(
-            (p for p in result["points"] if p["data"] == "synthetic"),
-            key=lambda p: (p["workers"], p["scheme"] != "allreduce", p["ps"], p["placement"] == "sharded"),
-        )
-        by_key = {}
-        for point in points:
-            key = (point["scheme"], point["workers"], point["ps"], point["placement"])
-            row = efficiency.get(key, {})
-            measured, modelled = ps_link_traffic(result, point)
-            step_s = point["workers"] * batch / row["images_per_s"] if row.get("images_per_s") else None
-            link_s = modelled * BYTES_PER_MB * 8 / rate if rate and point["workers"] > 1 else None
-            by_key[key] = (row, measured, modelled, step_s, link_s)
-            rows.append(
-                [
-                    rate_words(link),
-                    str(point["workers"]),
-                    ps_label(point),
-                    f"{number(row.get('images_per_s'))} [{number(row.get('ci_low'))}, {number(row.get('ci_high'))}]"
-                    if row
-                    else "–",
-                    percent(row.get("efficiency")),
-                    f"{number(step_s)} s" if step_s else "–",
-                    f"{number(point['comm_ms'])} ms" if point["workers"] > 1 or point["ps"] else "–",
-                    number(measured) if measured is not None else "–",
-                    number(modelled),
-                    f"{number(link_s)} s" if link_s else "–",
-                ]
-            )
-        most = max(p["workers"] for p in points)
-        by_scheme = ", ".join(
-            f"{ps_label({'scheme': scheme, 'ps': ps, 'placement': placement})} {percent(value[0].get('efficiency'))}"
-            for (scheme, workers, ps, placement), value in by_key.items()
-            if workers == most and placement != "sharded"
-        )
-        lines.append(f"- {shape}: efficiency at {most} nodes, {by_scheme}.")
-        one_ps = by_key.get(("ps", most, 1, "round-robin"))
-        if one_ps and rate and one_ps[4] and one_ps[3]:
-            lines.append(
-                f"- {shape}: with one PS task at {most} nodes its node's link carries {number(one_ps[2])} MB each way"
-                f" per step ({number(one_ps[1])} MB counted), {number(one_ps[4])} s at {rate_words(link)} of a"
-                f" {number(one_ps[3])} s step."
-            )
-    seeds = [r for r in saved["result"].get("seed_efficiency", []) if r["system"] in PS_SEED_SYSTEMS]
-    for seed in sorted(seeds, key=lambda r: (PS_SEED_SYSTEMS.index(r["system"]), r["gpus"], r["data"])):
-        rows.append(
-            [f"seed 004: {seed['system']}", f"{seed['gpus']} GPUs", f"PS ({seed['data']})", "–"]
-            + [percent(seed["efficiency"])]
-            + ["–"] * 5
-        )
-    header = [
-        "link",
-        "nodes",
-        "scheme",
-        "images/s [95 % interval]",
-        "efficiency",
-        "step",
-        "push or allreduce / step",
-        "busiest link, MB/step each way: counted",
-        "modelled",
-        "modelled on the link",
-    ]
-    body = table(header, ["l", "r", "l", "l"] + ["r"] * 6, rows)
-    return "\n\n".join([body, "\n".join(lines), sources_line(*sweeps)])
-
-
-def spread_of(row: Mapping[str, Any], name: str, shown: Callable[[float], str]) -> str:
-    """``median [min–max]`` of a quantity over repetitions (the median alone from one; ``–`` without one)."""
-    median = row.get(name)
-    if median is None or median != median:
-        return "–"
-    if row.get("repetitions", 1) < 2 or row[f"{name}_min"] == row[f"{name}_max"]:
-        return shown(median)
-    return f"{shown(median)} [{shown(row[f'{name}_min'])}–{shown(row[f'{name}_max'])}]"
-
-
-def render_ps_vs_allreduce_repeated(saved: Mapping[str, Any], results: SavedResults) -> str:
-    """The case's efficiency by workers for both schemes over the projection's repeated node sweeps: each
-    point's median and range, and a PS round against the allreduce round of the same sweep."""
-    result = saved["result"]
-    rows, lines = [], []
-    found = result.get("ps_vs_allreduce_repetitions") or []
-    for r in found:
-        link = re.search(r"(\S+) per node", r["cluster"])
-        rows.append(
-            [
-                rate_words(link[1]) if link else r["cluster"],
-                str(r["workers"]),
-                ps_label(r),
-                str(r["repetitions"]),
-                spread_of(r, "efficiency", share),
-                spread_of(r, "round_s", duration),
-                spread_of(r, "over_allreduce", times) if r["scheme"] == "ps" else "–",
-            ]
-        )
-    for cluster in dict.fromkeys(r["cluster"] for r in found):
-        here = [r for r in found if r["cluster"] == cluster]
-        most = max(r["workers"] for r in here)
-        at_most = [r for r in here if r["workers"] == most]
-        efficiencies = ", ".join(f"{ps_label(r)} {spread_of(r, 'efficiency', share)}" for r in at_most)
-        slower = ", ".join(
-            f"{ps_label(r)} {spread_of(r, 'over_allreduce', times)}" for r in at_most if r["scheme"] == "ps"
-        )
-        lines.append(
-            f"- {cluster.split(': ', 1)[-1]}: efficiency at {most} nodes, {efficiencies}; a round against"
-            f" allreduce's: {slower}."
-        )
-    header = [
-        "link",
-        "nodes",
-        "scheme",
-        "repetitions",
-        "efficiency",
-        "round: one step of every worker",
-        "PS over allreduce",
-    ]
-    body = table(header, ["l", "r", "l", "r", "r", "r", "r"], rows)
-    return "\n\n".join([body, "\n".join(lines), source_line(saved)])
+__all__ = ["CASE", "PUBLISHED_EFFICIENCY", "PsVsAllreduce", "PsVsAllreduceSettings", "phase_per_step"]

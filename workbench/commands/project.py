@@ -20,7 +20,7 @@ import pandas as pd
 from workbench.analysis import json_ready
 from workbench.analysis import projection as pj
 from workbench.events import BYTES_PER_MB
-from workbench.formatting import format_rate, format_ratio, format_seconds, format_share, text_table
+from workbench.formatting import format_percent, format_rate, format_ratio, format_seconds, text_table
 from workbench.gradients import gradient_layout, read_layout_file
 from workbench.store import RunData
 
@@ -28,6 +28,8 @@ from workbench.store import RunData
 DEFAULT_NETWORK = "10gbe"
 #: ``--network here``: the α–β fitted to this project's machine (README, allreduce bench).
 HERE = "here"
+#: The reference system whose allreduce ships with the package (``projection.REFERENCE_VM_ALLREDUCE``).
+REFERENCE_VM = "reference-vm"
 
 
 #: Node counts ``workbench project`` projects a described system to when ``--nodes`` is not given.
@@ -167,17 +169,31 @@ def read_allreduce_rows(path: str | Path) -> list[dict[str, Any]]:
 def resolve_network(
     name: str | None, *, ranks_per_node: int | None = None, allreduce_json: str | Path | None = None
 ) -> pj.Network:
-    """A named network, ``here`` (fitted to this machine's bench), or a bench JSON file fitted on the spot."""
+    """A named network; ``here``: fitted to what ``workbench bench allreduce`` measured on this machine;
+    ``reference-vm``: the documented reference system; or a bench JSON file fitted on the spot."""
     changes = {"ranks_per_node": ranks_per_node} if ranks_per_node else {}
     if allreduce_json is not None:
         rows = read_allreduce_rows(allreduce_json)
         return pj.network(pj.fit_network(rows, name=f"fitted to {Path(allreduce_json).name}"), **changes)
-    if (name or "").lower() == HERE:
+    chosen = (name or "").lower()
+    if chosen == HERE:
+        from workbench.bench.allreduce import MEASURED_HERE
+
+        if not MEASURED_HERE.exists():
+            raise ValueError(
+                "--network here: no allreduce measured on this machine yet: run `workbench bench allreduce --ranks 2`"
+                " once (it keeps its result), or pass --allreduce FILE or a named --network"
+            )
+        rows = read_allreduce_rows(MEASURED_HERE)
         from workbench.config import physical_cores
 
-        cores = physical_cores()
-        here = pj.fit_network(pj.here_allreduce_rows(), name="here (this project's machine)", cores_per_node=cores)
+        here = pj.fit_network(rows, name="here (measured on this machine)", cores_per_node=physical_cores())
         return pj.network(here, **changes)
+    if chosen == REFERENCE_VM:
+        reference = pj.fit_network(
+            pj.reference_vm_allreduce_rows(), name="reference-vm (2-core VM, shared memory)", cores_per_node=2
+        )
+        return pj.network(reference, **changes)
     return pj.network(name or DEFAULT_NETWORK, **changes)
 
 
@@ -185,9 +201,9 @@ def measured_points(runs: Sequence[RunData]) -> pd.DataFrame:
     """One row per run: ranks, wall_s and mean step_s, to mark beside the projection."""
     rows = []
     for run in runs:
-        profile = pj.step_costs(run.events, run.meta, run.memory)
+        costs = pj.step_costs(run.events, run.meta, run.memory)
         rows.append(
-            {"run": str(run.path), "ranks": profile.ranks, "wall_s": profile.wall_s, "step_s": profile.step_period_s}
+            {"run": str(run.path), "ranks": costs.ranks, "wall_s": costs.wall_s, "step_s": costs.step_period_s}
         )
     return pd.DataFrame(rows, columns=["run", "ranks", "wall_s", "step_s"])
 
@@ -216,17 +232,17 @@ def project_runs(
         raise ValueError("name at least one run directory")
     points = measured_points(runs)
     base = runs[int(points["ranks"].to_numpy().argmin())]
-    profile = pj.step_costs(
+    costs = pj.step_costs(
         base.events, base.meta, base.memory, gradient_bytes=gradient_bytes, batch_per_rank=batch_per_rank
     )
     if gradient_layout is not None:
-        profile = replace(profile, gradient_layout=gradient_layout)
-    if changes is not None and changes.epoch_samples and not profile.batch_per_rank:
+        costs = replace(costs, gradient_layout=gradient_layout)
+    if changes is not None and changes.epoch_samples and not costs.batch_per_rank:
         raise ValueError(
             f"--epoch-samples needs the batch per rank, which {base.path.name} did not record: add --batch N"
         )
     counts = sorted({*ranks, *points["ranks"].tolist()})
-    result = pj.project(profile, counts, net, kind=kind, changes=changes)
+    result = pj.project(costs, counts, net, kind=kind, changes=changes)
     predicted = result.table.set_index("ranks")
     points["predicted_wall_s"] = [predicted["wall_s"].get(n, math.nan) for n in points["ranks"]]
     points["predicted_step_s"] = [predicted["step_s"].get(n, math.nan) for n in points["ranks"]]
@@ -255,10 +271,10 @@ def format_projection(result: pj.Projection, points: pd.DataFrame | None = None)
                 format_seconds(row.epoch_s),
                 format_rate(row.throughput, row.unit),
                 f"{row.speedup:.3g}x" if math.isfinite(row.speedup) else "–",
-                format_share(row.efficiency),
+                format_percent(row.efficiency),
                 format_ratio(row.parallel_efficiency),
                 str(row.limiter),
-                *([format_share(row.hidden_share) if math.isfinite(row.hidden_share) else "–"] if played else []),
+                *([format_percent(row.hidden_share) if math.isfinite(row.hidden_share) else "–"] if played else []),
             ]
         )
     lines += text_table(header, rows)
@@ -267,7 +283,8 @@ def format_projection(result: pj.Projection, points: pd.DataFrame | None = None)
     if len(table):
         largest = int(table["ranks"].max())
         at = result.limits[(result.limits["ranks"] == largest) & (result.limits["seconds"] > 0)]
-        parts = [f"{r.limit} {format_share(r.share)}" for r in at.sort_values("seconds", ascending=False).itertuples()]
+        ordered = at.sort_values("seconds", ascending=False).itertuples()
+        parts = [f"{r.limit} {format_percent(r.share)}" for r in ordered]
         lines += ["", f"where an epoch goes at {largest} ranks: " + ", ".join(parts)]
     if points is not None and len(points):
         lines += ["", "measured runs beside the projection (the fewest ranks built the model):"]
@@ -293,7 +310,7 @@ def hidden_lines(table: pd.DataFrame) -> list[str]:
     row = last.iloc[0]
     exposed = row["communication_s"] + row["per_call_s"]
     return [
-        f"hidden behind backprop at {int(row['ranks'])} ranks: {format_share(row['hidden_share'])} of the allreduce"
+        f"hidden behind backprop at {int(row['ranks'])} ranks: {format_percent(row['hidden_share'])} of the allreduce"
         f" ({format_seconds(row['hidden_s'])} an epoch hidden, {format_seconds(exposed)} exposed after the backward"
         " pass): Horovod's loop played over each step from the gradients' layout (assumptions)"
     ]

@@ -30,7 +30,7 @@ def heatmap_figure(
     Parameters are drawn as categories (1, 2, 4, 8 evenly spaced). Repeated (x, y) pairs are an
     error: averaging repeats is analysis and belongs before this call. ``failed`` (columns ``x``,
     ``y``, ``reason``) marks the points that did not run as grey cells saying "failed", the reason
-    in their hover: the seed's white cells, with why.
+    in their hover: the published study's white cells, with why.
     """
     missing = [c for c in (x, y, value) if c not in frame]
     if missing:

@@ -11,7 +11,7 @@ from workbench.events import EXTRA_COLOURS
 def speedup_bars_figure(steps: pd.DataFrame, *, title: str | None = None, height: int = 360) -> go.Figure:
     """One bar per tuning step (``label``, ``images_per_s``), labelled with its speedup over the first bar.
 
-    The seed's Figure 11: baseline -> tuned node -> scaled out.
+    The published study's Figure 11: baseline -> tuned node -> scaled out.
     """
     first = float(steps["images_per_s"].iloc[0]) if len(steps) else 1.0
     speedups = steps["images_per_s"] / first
@@ -39,7 +39,7 @@ def rate_vs_time_figure(table: pd.DataFrame, *, title: str | None = None, height
     """Speedup over 1 rank in training images/s beside the speedup in time, per evaluation schedule.
 
     ``table``: rows with ``ranks``, ``eval``, ``train_speedup`` (images/s while training) and
-    ``time_speedup`` (images per second of wall time, evaluation included): the seed's "linear in
+    ``time_speedup`` (images per second of wall time, evaluation included): the published study's "linear in
     images/s, sublinear in time".
     """
     fig = go.Figure()

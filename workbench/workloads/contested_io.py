@@ -1,6 +1,6 @@
 """Contested storage, modelled honestly: shared bandwidth that every reader on the machine draws from.
 
-The seed (003) trained on an HPC system where ~16 jobs shared the file system: each read waited for
+The published study (003) trained on an HPC system where ~16 jobs shared the file system: each read waited for
 its share of the bandwidth. ``TokenBucket`` is that share as a cross-process token bucket: its state
 (tokens, last refill) lives in a small file under ``/dev/shm`` and every process that opens the same
 name draws from it under ``fcntl.flock``. A read of *n* bytes reserves *n* tokens at once and sleeps
@@ -13,7 +13,7 @@ roughly an equal share per request, as on a fair file server.
   readers (threads that read the same chunk size in a loop, standing in for the other jobs);
 - the **node link**, shared by this job's readers on this machine only: more enqueue threads get a
   larger share of the file system, but never more than the link carries — so more threads delay the
-  queue running dry without curing it, as the seed found;
+  queue running dry without curing it, as the published study found;
 - **latency** per read (metadata, seek): one thread alone cannot reach the bandwidth.
 
 All ranks of a run on one machine share the buckets (named after the run; the node link after the run and

@@ -1,13 +1,13 @@
 """Workload of the "evaluation frequency" case: an MNIST-shaped classifier, data-parallel.
 
-Modelled on the seed's MPI + TensorFlow toolkit run: every rank trains on its shard, gradients
+Modelled on the published study's MPI + TensorFlow toolkit run: every rank trains on its shard, gradients
 are averaged across ranks every step, and every ``eval_interval`` epochs rank 0 computes loss
 and accuracy on the whole training and test sets while the other ranks wait (they block in the
-next step's allreduce — which is exactly what a profile of the seed showed as "time in MPI").
+next step's allreduce — which is exactly what a profile of the published study showed as "time in MPI").
 ``eval_mode="sharded"`` is the other fix: every rank evaluates its shard and the sums are reduced.
 
 Two gradient-averaging backends:
-- ``mpi4py`` — as in the seed's toolkit: TF computes gradients, one fused numpy buffer is
+- ``mpi4py`` — as in the published study's toolkit: TF computes gradients, one fused numpy buffer is
   averaged with ``MPI.Allreduce``;
 - ``horovod`` — ``hvd.grouped_allreduce`` of the gradient list (what ``DistributedGradientTape``
   does), kept as its own call so that communication is timed apart from compute.
@@ -33,7 +33,7 @@ class TrainSettings:
     epochs: int = 30
     eval_interval: int = 1
     eval_mode: str = "rank0"  # or "sharded"
-    eval_passes: int = 2  # the seed's toolkit ran loss and accuracy as separate passes
+    eval_passes: int = 2  # the published study's toolkit ran loss and accuracy as separate passes
     eval_batch: int = 64
     batch: int = 64
     hidden: int = 128
@@ -168,7 +168,7 @@ def train_on_rank(run_path: str, settings_dict: dict[str, Any]) -> dict[str, Any
             step += 1
         if settings.evaluates_at(epoch):
             if settings.eval_mode == "rank0":
-                # as in the seed: rank 0 alone evaluates; the others go on and wait in the next allreduce
+                # as in the published study: rank 0 alone evaluates; the others go on and wait in the next allreduce
                 train_metrics = test_metrics = (0.0, 0.0, 0)
                 if rank == 0:
                     with recorder.phase("evaluation", "evaluate"):

@@ -1,6 +1,6 @@
 """Workload of the "input pipeline" case: LeNet-5 on MNIST, data-parallel, fed through a queue.
 
-As in the seed (003): N **enqueue threads** read batches of MNIST records from files and put them
+As in the published study (003): N **enqueue threads** read batches of MNIST records from files and put them
 into a **bounded queue**; the training loop dequeues one batch every ``interval`` steps (batch
 repetition: ``interval`` = 1 is the standard pipeline) and trains LeNet-5 with Horovod. Reading
 goes through ``ContestedStorage``: shared bandwidth and per-read latency, with other jobs competing
@@ -10,7 +10,7 @@ Data sources, one per run:
 
 - ``contested``: the enqueue threads read from the IDX files through the contested storage;
 - ``memory``: the training set is read once (through the same storage, timed as phase ``input``,
-  name ``load_into_memory``) and batches come from memory: the seed's 17x fix;
+  name ``load_into_memory``) and batches come from memory: the published study's 17x fix;
 - ``tf.data``: today's way: ``Dataset.map(read, num_parallel_calls=threads).prefetch(capacity)``
   over the same contested reads (its queue is internal, so no depth signal).
 
@@ -120,7 +120,7 @@ class IdxBatches:
 
 
 def lenet5() -> Any:
-    """LeNet-5 as in the seed's MNIST runs (ReLU, average pooling), logits out."""
+    """LeNet-5 as in the published study's MNIST runs (ReLU, average pooling), logits out."""
     import tensorflow as tf
 
     layers = tf.keras.layers

@@ -1,11 +1,11 @@
 """Workload of the "POP metrics and scaling" case: a ResNet on BigEarthNet-shaped patches with Horovod.
 
-As in the seed (001): a ResNet (ResNet-50 in ``full``; a smaller bottleneck ResNet of the same
+As in the published study (001): a ResNet (ResNet-50 in ``full``; a smaller bottleneck ResNet of the same
 family in ``reduced``/``ci``) learns the 43 BigEarthNet labels (sigmoid, binary cross-entropy) from
 12-band Sentinel-2 patches read from patch folders (``data/bigearthnet`` or the reduced copy). Each
 batch is prepared **online** (resize to the input size, random flip and 90° rotation, mix-up) by
 ``workers`` parallel calls of a ``tf.data`` map, or taken from an **offline** cache prepared once.
-After every epoch a **test phase** runs either on rank 0 alone while the others wait (the seed's
+After every epoch a **test phase** runs either on rank 0 alone while the others wait (the published study's
 "before") or sharded over every rank with the sums reduced (the fix).
 
 Recorded per rank: ``input`` (waiting for the next batch: the "device idle"), ``compute`` (forward,
@@ -66,7 +66,7 @@ class PopSettings:
 
 
 def resnet(input_shape: tuple[int, int, int], classes: int, *, stages: tuple[int, ...], width: int) -> Any:
-    """A bottleneck ResNet (ResNet-50 is stages (3, 4, 6, 3), width 64): the seed's architecture family."""
+    """A bottleneck ResNet (ResNet-50 is stages (3, 4, 6, 3), width 64): the published study's architecture family."""
     import tensorflow as tf
 
     layers = tf.keras.layers
@@ -144,7 +144,7 @@ def train_on_rank(run_path: str, settings_dict: dict[str, Any]) -> dict[str, Any
     side = settings.image_size
 
     def prepare(x: Any, y: Any) -> tuple[Any, Any]:
-        """The seed's online preprocessing: resize, random flip and rotation, mix-up within the batch."""
+        """The published study's online preprocessing: resize, random flip and rotation, mix-up within the batch."""
         x = tf.image.resize(x, (side, side))
         x = tf.image.random_flip_left_right(x)
         x = tf.image.rot90(x, k=tf.random.uniform([], 0, 4, dtype=tf.int32))
@@ -153,7 +153,7 @@ def train_on_rank(run_path: str, settings_dict: dict[str, Any]) -> dict[str, Any
         return (1 - weight) * x + weight * tf.gather(x, mix), (1 - weight) * y + weight * tf.gather(y, mix)
 
     shard = tf.data.Dataset.from_tensor_slices((images[rank::size], labels[rank::size]))
-    if settings.preprocessing == "offline":  # prepared once, kept in memory: the seed's recommendation
+    if settings.preprocessing == "offline":  # prepared once, kept in memory: the published study's recommendation
         prepared = shard.batch(batch, drop_remainder=True).map(prepare).cache()
         dataset = prepared.repeat().prefetch(2)
     else:
@@ -197,7 +197,7 @@ def train_on_rank(run_path: str, settings_dict: dict[str, Any]) -> dict[str, Any
             step += 1
         if settings.test_mode == "rank0":
             sums = np.zeros(3)
-            if rank == 0:  # the seed's sequential test phase: the other ranks wait in the next collective
+            if rank == 0:  # the published study's sequential test phase: the other ranks wait in the next collective
                 with recorder.phase("evaluation", "test"):
                     sums = test(test_images, test_labels)
         else:

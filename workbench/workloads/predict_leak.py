@@ -1,12 +1,12 @@
 """Inference in a loop, several ways, with one RSS sample after every call: does ``predict`` leak?
 
-The seed's S-GAN training called ``Model.predict`` on the discriminator in a loop and one rank grew
+The published study's S-GAN training called ``Model.predict`` on the discriminator in a loop and one rank grew
 past 129 GB (TF issue 33009, Keras issue 13118); ``predict_on_batch`` fixed it. This workload
 repeats that pattern on a small S-GAN-shaped discriminator so the leak detector
 (``workbench.analysis.memory.memory_growth``) can judge each way of calling the model:
 
 - ``predict``          ``model.predict(x, verbose=0)``: builds a data adapter and iterator per call
-- ``predict_on_batch`` ``model.predict_on_batch(x)``: the seed's fix
+- ``predict_on_batch`` ``model.predict_on_batch(x)``: the published study's fix
 - ``call``             ``model(x, training=False)``: the plain eager forward pass (output turned to
                        numpy, as every other method returns numpy)
 - ``tf_function``      the same forward pass compiled once with ``tf.function``: what TF advises for
@@ -53,7 +53,7 @@ def build_discriminator(
     """The S-GAN discriminator, shrunk for a CPU: (classifier, first feature map model), shared weights.
 
     S-GAN discriminators are strided convolutions with LeakyReLU, dropout and a class head; the
-    supervised classifier is what the seed's training loop called ``predict`` on.
+    supervised classifier is what the published study's training loop called ``predict`` on.
     """
     import tensorflow as tf
 

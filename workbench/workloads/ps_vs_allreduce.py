@@ -1,4 +1,4 @@
-"""Workload of the "parameter servers vs allreduce" case: InceptionV3 trained two ways (seed 004).
+"""Workload of the "parameter servers vs allreduce" case: InceptionV3 trained two ways (study 004).
 
 - ``allreduce``: every MPI rank is a worker; gradients averaged by Horovod's grouped allreduce
   (what ``hvd.DistributedOptimizer`` does), the step written out so that each part is timed.

@@ -1,20 +1,20 @@
-"""Workload of the "CPU tuning" case: a semi-supervised GAN (S-GAN) trained with Horovod (seed 002).
+"""Workload of the "CPU tuning" case: a semi-supervised GAN (S-GAN) trained with Horovod (study 002).
 
-As in the seed, the discriminator has a supervised head (softmax over the classes, trained on a few
+As in the published study, the discriminator has a supervised head (softmax over the classes, trained on a few
 labelled images) and an unsupervised one (real vs generated, from the same logits: D(x) = Z / (Z + 1)
 with Z = Σ exp(logits), Salimans et al. 2016); the generator learns to fool it. Data: scikit-learn's
 digits at 28×28 (ships with the package), ``labelled`` of them with their labels; ``image_size``
-resizes them (bilinear) to the seed's shapes (its tuning runs used 256×256 images) and the models grow
+resizes them (bilinear) to the published study's shapes (its tuning runs used 256×256 images) and the models grow
 with it: the generator upsamples by 2 until it reaches the size, the discriminator halves it as often.
 
 Each iteration: one discriminator step (supervised + unsupervised loss) and one generator step,
 each with Horovod's grouped allreduce of its gradients. Rank 0 evaluates the classifier on the test
 set on a schedule:
 
-- ``per_epoch`` (the seed's "before"): once per epoch; the epoch is ``eval_every`` iterations on one
+- ``per_epoch`` (the published study's "before"): once per epoch; the epoch is ``eval_every`` iterations on one
   rank and the data is split over the ranks, so an epoch is ``eval_every / ranks`` iterations: with
   more ranks rank 0 evaluates more often per iteration while the others wait in the next allreduce;
-- ``fixed``: every ``eval_every`` iterations whatever the rank count (the seed's fix: 15).
+- ``fixed``: every ``eval_every`` iterations whatever the rank count (the published study's fix: 15).
 
 Recorded per rank: ``compute`` (``train_step``: the discriminator's forward and backward; ``generator_step``;
 ``apply_gradients``), ``communication`` (``allreduce``), ``evaluation`` (rank 0).

@@ -49,7 +49,7 @@ def average_gradients(hvd: Any, grads: Any) -> Any:
 
 
 def fused_mpi_average(comm: Any, variables: Any) -> Callable[[Any], list[Any]]:
-    """``average(grads)`` as the seed's toolkit did it: the gradients copied into one numpy buffer, one
+    """``average(grads)`` as the published study's toolkit did it: the gradients copied into one numpy buffer, one
     ``MPI.Allreduce``, divided by the ranks and split back into tensors of the variables' shapes."""
     import numpy as np
     import tensorflow as tf

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from workbench.markdown import REPETITIONS, Measurement, SavedResults, varied
+from docsbench.markdown import REPETITIONS, Measurement, SavedResults, varied
 
 
 def case_text(saved: Mapping[str, Any]) -> str:

@@ -1,4 +1,4 @@
-"""A GAN trained the way the seed's S-GAN was: a Horovod-wrapped Keras discriminator, a generator's
+"""A GAN trained the way the published study's S-GAN was: a Horovod-wrapped Keras discriminator, a generator's
 predictions on fresh noise every iteration. Written as a user writes it: no workbench import.
 
     mpiexec -n 2 python gan.py --iterations 400 --predict predict

@@ -27,7 +27,7 @@ fitted to ``workbench bench allreduce`` with ``fit_network``), then evaluated at
 - **Evaluation** (and checkpoint) per epoch: by the ranks that did it in the measured run. When one
   rank evaluates alone, the others wait (serial time per epoch); sharded evaluation is split over
   all ranks. Weak scaling (per-rank batch fixed, dataset fixed) makes epochs ``n`` times shorter,
-  so a serial evaluation weighs more at scale: the seeds' story.
+  so a serial evaluation weighs more at scale: the published studies' story.
 - **Threads**: on nodes with ``cores_per_node`` cores, ``g`` ranks per node get ``cores/g`` threads
   each (at most what they had); compute scales by ``(threads_measured/threads)^thread_scaling``,
   or, when the run sampled CPU use, by ``(min(P, threads_measured)/min(P, threads))^thread_scaling``
@@ -79,10 +79,10 @@ from workbench.analysis.projection.networks import (
     fit_network,
     fused_allreduce_seconds,
     fused_calls,
-    here_allreduce_rows,
     network,
     parameter_server_link_bytes,
     parameter_server_seconds,
+    reference_vm_allreduce_rows,
     ring_allreduce_seconds,
     tree_allreduce_seconds,
 )
@@ -131,7 +131,6 @@ __all__ = [
     "fit_network",
     "fused_allreduce_seconds",
     "fused_calls",
-    "here_allreduce_rows",
     "layout_overlap",
     "limits_table",
     "network",
@@ -140,6 +139,7 @@ __all__ = [
     "project",
     "project_system",
     "ready_times",
+    "reference_vm_allreduce_rows",
     "ring_allreduce_seconds",
     "step_costs",
     "system_from_mapping",

@@ -92,7 +92,7 @@ class StepCosts:
         )
 
     def summary(self) -> dict[str, Any]:
-        """The profile's scalars (for JSON and reports)."""
+        """The costs' scalars (for JSON and reports)."""
         return {
             "ranks": self.ranks,
             "steps": self.steps,

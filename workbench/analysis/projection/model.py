@@ -228,7 +228,7 @@ class Projection:
     scheme: str
     notes: tuple[str, ...]
     assumptions: tuple[str, ...]
-    profile: dict[str, Any] = field(default_factory=dict)
+    costs: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (NaN as None)."""
@@ -241,14 +241,14 @@ class Projection:
             "changes": self.changes.describe(),
             "projection": json_records(self.table),
             "limits": json_records(self.limits),
-            "profile": json_ready(self.profile),
+            "costs": json_ready(self.costs),
             "notes": list(self.notes),
             "assumptions": list(self.assumptions),
         }
 
 
 def project(
-    profile: StepCosts,
+    costs: StepCosts,
     ranks: Iterable[int],
     net: Network | str,
     *,
@@ -286,8 +286,8 @@ def project(
     counts = sorted({int(n) for n in ranks})
     if not counts or counts[0] < 1:
         raise ValueError("ranks must be whole numbers >= 1, e.g. 8,16,32,64")
-    notes = list(profile.notes)
-    assumptions = _assumptions(profile, net, kind, changes, scheme, thread_scaling, shared_input_batches_per_s)
+    notes = list(costs.notes)
+    assumptions = _assumptions(costs, net, kind, changes, scheme, thread_scaling, shared_input_batches_per_s)
     storage = shared_storage
     if shared_storage is not None:
         assumptions = (*assumptions, shared_storage.describe())
@@ -296,8 +296,8 @@ def project(
     if overlap:
         assumptions = (*assumptions, f"the collective hides behind up to {overlap:.0%} of each step's compute")
     elif scheme == "allreduce":
-        assumptions = (*assumptions, _overlap_assumption(profile.gradient_layout, changes))
-    if not len(profile.compute_s):
+        assumptions = (*assumptions, _overlap_assumption(costs.gradient_layout, changes))
+    if not len(costs.compute_s):
         empty = pd.DataFrame(
             [{**dict.fromkeys(PROJECTION_COLUMNS, math.nan), "ranks": n, "kind": kind} for n in counts]
         )
@@ -311,11 +311,11 @@ def project(
             scheme,
             (*notes, "no measured steps: nothing to project"),
             assumptions,
-            profile.summary(),
+            costs.summary(),
         )
 
     model = _Model(
-        profile,
+        costs,
         net,
         kind,
         changes,
@@ -326,12 +326,12 @@ def project(
         input_is_useful,
         storage,
     )
-    reference_ranks = min(counts[0], profile.ranks)
-    reference = model.at(reference_ranks, profile.compute_s, profile.input_s, profile.evaluation_s)
-    resamples = _resamples(profile, bootstrap, seed)
+    reference_ranks = min(counts[0], costs.ranks)
+    reference = model.at(reference_ranks, costs.compute_s, costs.input_s, costs.evaluation_s)
+    resamples = _resamples(costs, bootstrap, seed)
     rows, limit_rows = [], []
     for n in counts:
-        point = model.at(n, profile.compute_s, profile.input_s, profile.evaluation_s)
+        point = model.at(n, costs.compute_s, costs.input_s, costs.evaluation_s)
         low, high = _interval(point, [model.at(n, c, i, e) for c, i, e in resamples])
         speedup = (point["throughput"] / reference["throughput"]) if reference["throughput"] > 0 else math.nan
         losses = {limit: point[f"{limit}_s"] for limit in LIMITS}
@@ -371,22 +371,22 @@ def project(
         scheme=scheme,
         notes=tuple(notes),
         assumptions=assumptions,
-        profile=profile.summary(),
+        costs=costs.summary(),
     )
 
 
-def _resamples(profile: StepCosts, bootstrap: int, seed: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+def _resamples(costs: StepCosts, bootstrap: int, seed: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """``bootstrap`` resamples of the measured steps (compute and input together) and evaluations."""
     rng = np.random.default_rng(seed)
     resamples = []
     for _ in range(max(int(bootstrap), 0)):
-        pick = rng.integers(0, len(profile.compute_s), len(profile.compute_s))
+        pick = rng.integers(0, len(costs.compute_s), len(costs.compute_s))
         evals = (
-            profile.evaluation_s[rng.integers(0, len(profile.evaluation_s), len(profile.evaluation_s))]
-            if len(profile.evaluation_s)
-            else profile.evaluation_s
+            costs.evaluation_s[rng.integers(0, len(costs.evaluation_s), len(costs.evaluation_s))]
+            if len(costs.evaluation_s)
+            else costs.evaluation_s
         )
-        resamples.append((profile.compute_s[pick], profile.input_s[pick], evals))
+        resamples.append((costs.compute_s[pick], costs.input_s[pick], evals))
     return resamples
 
 
@@ -401,7 +401,7 @@ def _interval(point: Mapping[str, Any], resampled: list[dict[str, Any]]) -> tupl
 
 @dataclass(frozen=True)
 class _Model:
-    profile: StepCosts
+    costs: StepCosts
     net: Network
     kind: str
     changes: Changes
@@ -414,7 +414,7 @@ class _Model:
 
     def threads_at(self, n: int) -> int | None:
         """TensorFlow threads each rank gets at ``n`` ranks (None: not recorded or no core count)."""
-        measured = self.profile.threads_per_rank
+        measured = self.costs.threads_per_rank
         if measured is None or self.net.cores_per_node is None:
             return None
         return max(1, min(measured, self.net.cores_per_node // min(self.net.ranks_per_node, n)))
@@ -439,11 +439,11 @@ class _Model:
 
     def _sharing_factor(self, n: int) -> float:
         """Compute slowdown when ranks on one node share its cores."""
-        measured = self.profile.threads_per_rank
+        measured = self.costs.threads_per_rank
         threads = self.threads_at(n)
         if measured is None or threads is None:
             return 1.0
-        used = self.profile.cores_used
+        used = self.costs.cores_used
         if used is not None and used > 0:  # a rank that used P cores runs at min(P, threads) cores' speed
             # raised to thread_scaling too: ranks contending for a full node (caches, memory, the
             # collective's threads) can slow more than the cores they lose (1 = exactly that)
@@ -457,15 +457,15 @@ class _Model:
         thread's ``h`` cores fit beside it, and otherwise runs at ``(threads - h) / busy`` of it.
         """
         h = self.net.horovod_thread_cores if self.scheme == "allreduce" and n >= 2 else 0.0
-        threads = self.threads_at(n) or self.profile.threads_per_rank
+        threads = self.threads_at(n) or self.costs.threads_per_rank
         if h <= 0 or threads is None:
             return 1.0
-        busy = min(self.profile.cores_used or threads, threads)
+        busy = min(self.costs.cores_used or threads, threads)
         return max(1.0, busy / max(threads - h, 0.05 * threads))
 
     def at(self, n: int, compute: np.ndarray, wait: np.ndarray, evaluation: np.ndarray) -> dict[str, Any]:
         """Every projected quantity at ``n`` ranks from one sample of the measured costs."""
-        p, c = self.profile, self.changes
+        p, c = self.costs, self.changes
         n0 = p.ranks
         batch = c.batch_scale * (n0 / n if self.kind == "strong" else 1.0)
         factor = self.thread_factor(n) / self.thread_factor(n0)
@@ -537,7 +537,7 @@ class _Model:
     def communication(self, n: int, slowest: float, mean_busy: float, compute: float) -> tuple[float, float, float]:
         """Seconds per step of the scheme's transfer and fixed per-call cost at ``n`` ranks, and how much of
         them hides behind compute (Horovod's loop played over the step, or the imposed ``overlap`` share)."""
-        p, c = self.profile, self.changes
+        p, c = self.costs, self.changes
         if self.scheme == "ps":
             if c.servers_asynchronous:
                 transfer = asynchronous_parameter_server_seconds(
@@ -577,14 +577,14 @@ class _Model:
     def simulates_overlap(self) -> bool:
         """Horovod's loop is played over the step when the gradients' layout is known and no share is imposed."""
         return (
-            self.profile.gradient_layout is not None
+            self.costs.gradient_layout is not None
             and self.scheme == "allreduce"
             and not self.overlap
         )
 
     def backprop(self, compute_s: float, n: int) -> StepOverlap:
         """One step's allreduces at ``n`` ranks against a backward pass in a step of ``compute_s`` seconds."""
-        layout = self.profile.gradient_layout
+        layout = self.costs.gradient_layout
         assert layout is not None
         return layout_overlap(
             layout,
@@ -619,7 +619,7 @@ def _overlap_assumption(layout: GradientLayout | None, changes: Changes) -> str:
 
 
 def _assumptions(
-    profile: StepCosts,
+    costs: StepCosts,
     net: Network,
     kind: str,
     changes: Changes,
@@ -629,7 +629,7 @@ def _assumptions(
 ) -> tuple[str, ...]:
     items = [
         net.describe(),
-        f"{kind} scaling from the run on {profile.ranks} rank(s); what-ifs: {changes.describe()}",
+        f"{kind} scaling from the run on {costs.ranks} rank(s); what-ifs: {changes.describe()}",
         "a step lasts as long as the slowest rank (E[max] of the measured per-step times) plus the collective",
         "per-rank compute scales linearly with the per-rank batch",
     ]
@@ -655,17 +655,17 @@ def _assumptions(
         items.append(
             f"parameter servers ({count}) {where}, {held}; nodes combine their ranks' gradients first; {steps}"
         )
-    if profile.input_bound:
+    if costs.input_bound:
         items.append(
             "input-bound run: the input pipeline's measured period per step stays per rank"
-            + (", slowed by core sharing as compute is (CPU use sampled)" if profile.cores_used else "")
+            + (", slowed by core sharing as compute is (CPU use sampled)" if costs.cores_used else "")
             + ("" if shared_input is None else f", capped at {shared_input:.3g} batches/s per node")
         )
-    if net.cores_per_node is not None and profile.threads_per_rank is not None:
+    if net.cores_per_node is not None and costs.threads_per_rank is not None:
         rule = (
             f"(min(P, threads measured) / min(P, threads))^{thread_scaling:g}"
-            f" with P = {profile.cores_used:.2g} cores used"
-            if profile.cores_used
+            f" with P = {costs.cores_used:.2g} cores used"
+            if costs.cores_used
             else f"(threads measured / threads)^{thread_scaling:g}"
         )
         items.append(f"ranks on one node share its {net.cores_per_node} cores; compute grows as {rule}")
@@ -673,14 +673,14 @@ def _assumptions(
         items.append(
             f"from 2 ranks on, Horovod's background thread takes {net.horovod_thread_cores:.2g} of a core from"
             " each rank's training compute where it keeps every core busy"
-            + ("" if profile.threads_per_rank is not None else " (not applied: the run recorded no thread count)")
+            + ("" if costs.threads_per_rank is not None else " (not applied: the run recorded no thread count)")
         )
     if net.compute_factor_beside_collectives != 1.0:
         items.append(
             f"from 2 ranks on, compute takes x{net.compute_factor_beside_collectives:.3g} as long with collectives"
             " between it (measured on these nodes: waiting in MPI polls, and the node's CPU is capped)"
         )
-    if len(profile.evaluation_s) and (len(profile.evaluating_ranks) < profile.ranks or profile.ranks == 1):
+    if len(costs.evaluation_s) and (len(costs.evaluating_ranks) < costs.ranks or costs.ranks == 1):
         items.append("evaluation by one rank while the others wait (serial), unless sharded")
     return tuple(items)
 

@@ -470,9 +470,11 @@ def _collective(nbytes: float, ranks: int, net: Network) -> float:
     return inside + cost(nbytes, nodes, net.latency_s, net.bandwidth_bytes_per_s)
 
 
-#: Allreduce times of this machine (2 ranks, Open MPI 5.0.11, `workbench bench allreduce --ranks 2
-#: --json --min-seconds 0.05`, 2026-11-22): bytes -> (MPI s, Horovod s). Used when no fresh bench is run.
-HERE_ALLREDUCE: tuple[tuple[int, float, float], ...] = (
+#: The reference system's allreduce times: a 2-core VM (x86-64, 2 ranks over shared memory, Open MPI 5.0.11,
+#: Horovod 0.28.1, `workbench bench allreduce --ranks 2 --json --min-seconds 0.05`, 2026-11-22): bytes ->
+#: (MPI s, Horovod s). ``--network reference-vm``; the docs' projection checks were made on it. A user's own
+#: machine is ``--network here`` (what ``workbench bench allreduce`` measured there).
+REFERENCE_VM_ALLREDUCE: tuple[tuple[int, float, float], ...] = (
     (1024, 0.157e-3, 1.145e-3),
     (4096, 0.032e-3, 1.124e-3),
     (16384, 0.072e-3, 1.090e-3),
@@ -485,21 +487,21 @@ HERE_ALLREDUCE: tuple[tuple[int, float, float], ...] = (
 )
 
 
-#: Cores' worth of a rank's compute Horovod's idle background thread took on this machine (2 ranks bound
-#: to a core each, HOROVOD_CYCLE_TIME 1 ms: `workbench bench allreduce --ranks 2`, 2026-11-24; 0.26-0.37
+#: Cores' worth of a rank's compute Horovod's idle background thread took on the reference system (2 ranks
+#: bound to a core each, HOROVOD_CYCLE_TIME 1 ms: `workbench bench allreduce --ranks 2`, 2026-11-24; 0.26-0.37
 #: in five runs).
-HERE_HOROVOD_THREAD_CORES = 0.34
+REFERENCE_VM_HOROVOD_THREAD_CORES = 0.34
 
 
-def here_allreduce_rows() -> list[dict[str, Any]]:
-    """``HERE_ALLREDUCE`` as ``workbench bench allreduce --json`` rows."""
+def reference_vm_allreduce_rows() -> list[dict[str, Any]]:
+    """``REFERENCE_VM_ALLREDUCE`` as ``workbench bench allreduce --json`` rows."""
     return [
         {
             "bytes": b,
             "ranks": 2,
             "mpi_seconds": m,
             "horovod_seconds": h,
-            "horovod_thread_cores": HERE_HOROVOD_THREAD_CORES,
+            "horovod_thread_cores": REFERENCE_VM_HOROVOD_THREAD_CORES,
         }
-        for b, m, h in HERE_ALLREDUCE
+        for b, m, h in REFERENCE_VM_ALLREDUCE
     ]
