@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from docsbench.analysis import synthetic_events, write_run
+from workbench.datasets.made_traces.job import made_events, write_run
 
 RANKS_PER_HOST = 8
 
@@ -49,7 +49,7 @@ def export_once(run_path: Path, out: Path) -> dict:
 
 
 def measure(events: int, ranks: int, repeats: int) -> dict:
-    frame = synthetic_events(events, ranks)
+    frame = made_events(events, ranks)
     frame["host"] = [f"node{rank // RANKS_PER_HOST + 1}" for rank in frame["rank"]]
     with tempfile.TemporaryDirectory(prefix="workbench-export-") as scratch:
         run_path = write_run(frame, scratch, ranks)

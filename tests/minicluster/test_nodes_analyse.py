@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from docsbench.analysis import write_synthetic_run
 from workbench.analysis.run_analysis import SplitAnalysis
 from workbench.cli import main
+from workbench.datasets.made_traces.job import write_made_run
 from workbench.rank_groups import analyse_split
 
 #: Each node's memory here: a whole-run analysis of the run below peaks near 1.1 GB; a rank group of 8 of its
@@ -31,7 +31,7 @@ def limited(mini):
 
 
 def test_a_run_one_node_cannot_hold_is_analysed_in_groups_on_the_nodes(limited, tmp_path, capsys):
-    path = write_synthetic_run(tmp_path, EVENTS, RANKS, ranks_per_node=8, slow_nodes=1, straggler_share=0.02)
+    path = write_made_run(tmp_path, EVENTS, RANKS, ranks_per_node=8, slow_nodes=1, straggler_share=0.02)
     # the whole run in one process on a node: the kernel kills it at the node's memory
     whole = limited.popen(
         "node1",

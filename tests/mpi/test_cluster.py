@@ -130,10 +130,10 @@ def test_a_run_analysed_on_the_engines_in_rank_groups_equals_it_analysed_here(cl
     """Each engine loads and reduces its own rank groups of a stored run; the merge is the same."""
     import pandas as pd
 
-    from docsbench.analysis import write_synthetic_run
+    from workbench.datasets.made_traces.job import write_made_run
     from workbench.rank_groups import analyse_split, engine_workers
 
-    path = write_synthetic_run(tmp_path, 40_000, 8, ranks_per_node=2, slow_nodes=1, straggler_share=0.02)
+    path = write_made_run(tmp_path, 40_000, 8, ranks_per_node=2, slow_nodes=1, straggler_share=0.02)
     here = analyse_split(path, group_ranks=2)
     engines = analyse_split(path, group_ranks=2, workers=engine_workers(cluster2))
     assert engines.workers == 2 and engines.groups == 4

@@ -6,7 +6,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from docsbench.analysis import synthetic_events
 from workbench.analysis.activity import (
     WAITING,
     RankTimeGrid,
@@ -18,6 +17,7 @@ from workbench.analysis.activity import (
     slowest_ranks,
 )
 from workbench.analysis.breakdown import phase_breakdown
+from workbench.datasets.made_traces.job import made_events
 from workbench.events import events_frame
 from workbench.figures import rank_rows, rank_time_figure
 
@@ -110,7 +110,7 @@ def test_a_rank_that_started_earlier_gets_bins_in_front():
 
 
 def test_a_whole_run_matches_the_phase_breakdown():
-    events = synthetic_events(100_000, 8)
+    events = made_events(100_000, 8)
     table = grid_frame(rank_time_grid(events, bin_s=1.0))
     grid_seconds = table.groupby(["rank", "phase"])["seconds"].sum()
     breakdown = phase_breakdown(events, by=("rank",)).set_index(["rank", "phase"])["seconds"]
@@ -121,7 +121,7 @@ def test_a_whole_run_matches_the_phase_breakdown():
 
 def test_a_run_fed_in_chunks_stays_close_to_the_whole():
     """Chunks cut by end time, so steps and their allreduces land in different chunks now and then."""
-    events = synthetic_events(100_000, 8)
+    events = made_events(100_000, 8)
     whole = rank_time_grid(events, bin_s=1.0)
     chunked = RankTimeGrid(bin_s=1.0)
     by_end = events.sort_values("end_ns")
@@ -134,7 +134,7 @@ def test_a_run_fed_in_chunks_stays_close_to_the_whole():
 
 
 def test_the_slowest_ranks_wait_least_and_the_slowest_host_is_named():
-    events = synthetic_events(60_000, 8)  # the last rank computes 10 % longer; rank 0 evaluates
+    events = made_events(60_000, 8)  # the last rank computes 10 % longer; rank 0 evaluates
     events["host"] = [f"node{r // 4}" for r in events["rank"]]
     activity = rank_activity(rank_time_grid(events, bin_s=1.0), slowest=2)
     assert set(slowest_ranks(activity, 2)) == {0, 7}

@@ -18,8 +18,8 @@ from analysis_parity import (
     write_made_gpu_run,
 )
 
-from docsbench.analysis import synthetic_events, write_run, write_synthetic_run
 from workbench.analysis.pieces import FRAMES, PIECES, TABLES
+from workbench.datasets.made_traces.job import made_events, write_made_run, write_run
 from workbench.rank_groups import GROUPED_PIECES, analyse_split, mark_group, rank_groups
 from workbench.store import create_run, update_run_meta
 
@@ -107,7 +107,7 @@ def test_real_gpu_traces_give_the_same_gpu_analysis_in_rank_groups(tmp_path, fol
 
 @pytest.mark.parametrize("group_ranks", [1, 3, 16])
 def test_a_synthetic_job_merges_into_the_whole_runs_analysis(tmp_path, group_ranks):
-    path = write_synthetic_run(tmp_path, 60_000, 12, chunk_ranks=5, **JOB)
+    path = write_made_run(tmp_path, 60_000, 12, chunk_ranks=5, **JOB)
     split = analyse_split(path, group_ranks=group_ranks)
     assert_same_analysis(split, whole_analysis(path), context=f"groups of {group_ranks}")
     # the job's shape shows: the slow node's ranks arrive last most often, rank 0 evaluates alone
@@ -125,7 +125,7 @@ def test_worker_processes_give_the_same_answer_and_report_their_memory(made_runs
 
 
 def test_declared_ranks_without_events_are_idle_for_the_whole_run(tmp_path):
-    events = synthetic_events(20_000, 4)
+    events = made_events(20_000, 4)
     path = write_run(events, tmp_path, 4)
     # the run declares 8 ranks; 4-7 never wrote: a whole group of them has no file at all
     update_run_meta(path, ranks=8)
@@ -142,7 +142,7 @@ def test_low_ranks_without_steps_leave_the_reference_to_the_groups(tmp_path):
     else found by the groups and marked in a round of its own; both give the run's lateness."""
     from workbench.rank_groups import REFERENCE_PROBE_RANKS
 
-    events = synthetic_events(30_000, 8)
+    events = made_events(30_000, 8)
     quiet = REFERENCE_PROBE_RANKS + 1  # ranks 0..4 keep only their input waits: no step, no negotiation
     steps_or_talk = events["name"].isin(["train_step"]) | events["name"].astype(str).str.startswith("NEGOTIATE")
     events = events[~((events["rank"] < quiet) & steps_or_talk)].reset_index(drop=True)
@@ -151,7 +151,7 @@ def test_low_ranks_without_steps_leave_the_reference_to_the_groups(tmp_path):
     assert "mark" in found_late.seconds
     assert_same_analysis(found_late, whole_analysis(late))
     assert int(found_late.lateness["rank"].min()) >= quiet
-    first = write_run(synthetic_events(30_000, 8), tmp_path / "first", 8)
+    first = write_run(made_events(30_000, 8), tmp_path / "first", 8)
     found_first = analyse_split(first, group_ranks=3)
     assert "mark" not in found_first.seconds and found_first.lateness["rank"].nunique() == 8
     assert_same_analysis(found_first, whole_analysis(first))
@@ -163,7 +163,7 @@ def test_bad_use_says_what_to_do(tmp_path):
     with pytest.raises(RuntimeError, match="open_group first"):
         mark_group("never-opened", pd.DataFrame())
     with pytest.raises(ValueError, match="at least 1"):
-        analyse_split(write_run(synthetic_events(5_000, 2), tmp_path, 2), workers=0)
+        analyse_split(write_run(made_events(5_000, 2), tmp_path, 2), workers=0)
     empty = create_run(tmp_path / "empty", "nothing", ranks=2)
     result = analyse_split(empty)
     assert result.events == 0 and "no_events" in set(result.findings["kind"])

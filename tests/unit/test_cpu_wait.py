@@ -215,11 +215,11 @@ def test_analyse_run_names_the_wait_from_the_runs_counters():
 
 
 def test_a_run_analysed_in_rank_groups_names_the_same_wait(tmp_path):
-    from docsbench.analysis import write_synthetic_run
+    from workbench.datasets.made_traces.job import write_made_run
     from workbench.rank_groups import analyse_split
     from workbench.store import StreamWriter, read_run_meta
 
-    path = write_synthetic_run(tmp_path, 6_000, 6, chunk_ranks=3, ranks_per_node=3)
+    path = write_made_run(tmp_path, 6_000, 6, chunk_ranks=3, ranks_per_node=3)
     run_id = read_run_meta(path)["run_id"]
     first_ns = int(RunData.load(path).events["start_ns"].min())
     for rank in range(6):  # ranks 3-5 waited half their ready time, the others not at all

@@ -5,7 +5,6 @@ import json
 import pandas as pd
 import pytest
 
-from docsbench.timeline import run as bench_timeline
 from workbench.datasets.made_traces.horovod_timeline import write_made_timeline
 from workbench.formats import (
     TimelineError,
@@ -236,14 +235,6 @@ def test_large_synthetic_timeline_reads_the_same_both_ways_across_chunks(tmp_pat
     pd.testing.assert_frame_equal(direct, read_horovod_timeline(path, engine="arrow"))
     with pytest.raises(ValueError, match="engine 'polars' is not known"):
         read_horovod_timeline(path, engine="polars")
-
-
-def test_bench_timeline_reports_speed_and_memory(tmp_path):
-    result = bench_timeline(0.5)
-    assert {"file_mb", "mb_per_s", "peak_rss_mb", "events"} <= set(result)
-    assert result["mb_per_s"] > 0 and result["peak_rss_mb"] > 0 and result["events"] > 0
-    assert set(result["engines"]) == {"auto", "arrow"}
-    assert result["engines"]["arrow"]["events"] == result["events"]  # both engines read the same spans
 
 
 def test_tf_profiler_kernels_pair_start_and_done_per_tensor_and_step():

@@ -1,18 +1,19 @@
-"""The analysis benchmark: synthetic events conform to the schema and the timing run reports its keys."""
+"""The docs' analysis and timeline benchmarks (`workbench bench analysis`, `bench timeline`) on small made runs."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
-from docsbench.analysis import run, synthetic_events, write_run
+from docsbench.analysis import run
 from workbench import events as ev
 from workbench.analysis import findings, phase_breakdown, pop_metrics
+from workbench.datasets.made_traces.job import made_events, write_run
 from workbench.store import RunData
 
 
 def test_stored_run_loads_as_written_whole_or_in_part(tmp_path):
-    events = synthetic_events(events=20_000, ranks=4)
+    events = made_events(events=20_000, ranks=4)
     path = write_run(events, tmp_path, 4)
     pd.testing.assert_frame_equal(RunData.load(path).events, events)
     categorical = RunData.load(path, categorical=True).events
@@ -25,8 +26,8 @@ def test_stored_run_loads_as_written_whole_or_in_part(tmp_path):
     assert part.ranks == [1, 3]
 
 
-def test_synthetic_events_look_like_a_recorded_run():
-    events = synthetic_events(events=40_000, ranks=4)
+def test_made_events_look_like_a_recorded_run():
+    events = made_events(events=40_000, ranks=4)
     assert list(events.columns) == list(ev.EVENT_COLUMNS)
     assert abs(len(events) - 40_000) < 100
     assert (events["end_ns"] >= events["start_ns"]).all()
@@ -43,7 +44,7 @@ def test_run_loads_and_analyses_the_stored_run_it_reports_on():
     result = run(events=20_000, ranks=2, repeats=1)
     assert {"events", "seconds", "load_seconds", "peak_rss_mb", "breakdown_seconds", "pop_seconds"} <= set(result)
     # the child process loaded the run from the store and analysed it: the same events, the same answer
-    events = synthetic_events(events=20_000, ranks=2)
+    events = made_events(events=20_000, ranks=2)
     assert result["events"] == len(events)
     assert result["parallel_efficiency"] == pytest.approx(pop_metrics(events)["parallel_efficiency"].item())
     assert result["findings"] == list(findings(events)["kind"])
@@ -52,7 +53,7 @@ def test_run_loads_and_analyses_the_stored_run_it_reports_on():
     assert result["seconds"] >= max(result[part] for part in parts)
     assert result["peak_rss_mb"] > 0
     with pytest.raises(ValueError, match="events"):
-        synthetic_events(events=3, ranks=2)
+        made_events(events=3, ranks=2)
 
 
 def test_split_bench_times_each_way_on_one_stored_job_and_they_agree():
@@ -75,8 +76,8 @@ def test_split_bench_times_each_way_on_one_stored_job_and_they_agree():
 def test_a_step_split_into_many_transfers_covers_the_same_allreduce():
     """``allreduce_parts``: a timeline's transfers a step, back to back over the allreduce; the other spans and the
     step times do not change, so the same events come from fewer steps."""
-    two = synthetic_events(20_000, 4, seed=3)
-    many = synthetic_events(20_000, 4, seed=3, allreduce_parts=40)
+    two = made_events(20_000, 4, seed=3)
+    many = made_events(20_000, 4, seed=3, allreduce_parts=40)
     per_step = many[(many["step"] == 1) & (many["rank"] == 2)]
     transfers = per_step[per_step["name"] == "MPI_ALLREDUCE"].sort_values("start_ns")
     assert len(transfers) == 40 and len(per_step) == 3 + 40
@@ -87,4 +88,14 @@ def test_a_step_split_into_many_transfers_covers_the_same_allreduce():
     assert transfers["end_ns"].max() == step["end_ns"].item()
     assert many["step"].max() < two["step"].max()
     with pytest.raises(ValueError, match="allreduce_parts >= 1"):
-        synthetic_events(20_000, 4, allreduce_parts=0)
+        made_events(20_000, 4, allreduce_parts=0)
+
+
+def test_bench_timeline_reports_speed_and_memory(tmp_path):
+    from docsbench.timeline import run as bench_timeline
+
+    result = bench_timeline(0.5)
+    assert {"file_mb", "mb_per_s", "peak_rss_mb", "events"} <= set(result)
+    assert result["mb_per_s"] > 0 and result["peak_rss_mb"] > 0 and result["events"] > 0
+    assert set(result["engines"]) == {"auto", "arrow"}
+    assert result["engines"]["arrow"]["events"] == result["events"]  # both engines read the same spans
