@@ -2,7 +2,8 @@
 
 Formats: Horovod timelines as 0.28 writes them and as 0.15-0.16 did (no start record, cycle marks, never
 closed), the latter gzipped too, and a multi-host TensorFlow profile (one ``<host>.xplane.pb`` per host, made
-by ``bench.xplane``). Each import runs alone in a child process (``workbench.importer.import_traces``); its
+by ``workbench.datasets.made_traces.xplane``). Each import runs alone in a child process
+(``workbench.importer.import_traces``); its
 peak RSS is the child's ``ru_maxrss``, so nothing this process holds counts. Files are made first, outside
 the timing. Run: ``python benchmarks/import_traces.py --timeline-mb 300 --xplane-mb 1000 --hosts 4 [--json]``.
 """

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Re-measure the documented figures: each registered measurement (workbench.bench.measurements(): the benchmarks'
-# and every case's Case.measurements) runs, its --json output is saved as benchmarks/results/NAME.json with the
+# Re-measure the documented figures: each registered measurement (docsbench.registry.measurements(): the
+# benchmarks' and every case's CaseDocs.measurements) runs, its --json output is saved as benchmarks/results/NAME.json with the
 # command and when it ran, then the tables in README.md and docs/*.md are rendered from them.
 #
 #   benchmarks/measure_readme.sh                 # all of them (hours: the node sweeps need root and take most)

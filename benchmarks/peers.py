@@ -14,7 +14,8 @@ Our child reads one rank's file at a time (as ``workbench import`` does); HTA ho
 child takes the path a large run takes: ``workbench import``, then the whole analysis in rank groups
 (``analyse_split``, a rank a group, 2 workers), HTA's shares read from the analysis's ``gpu_time`` table.
 
-Sets: HTA's own samples (``data/traces/hta_trace_filter``) and made traces (``bench.kineto``) shaped like real
+Sets: HTA's own samples (``data/traces/hta_trace_filter``) and made traces
+(``workbench.datasets.made_traces.kineto``) shaped like real
 profiles (``--steps`` steps of many kernels each), ``--made`` giving each set's ranks and events per rank.
 ``--scale`` times the workbench's own analysis of a 100 M-event run in the same run (the scale where HTA's users
 give up). ``--json`` prints the results as one JSON object (the tables to stderr), as saved in

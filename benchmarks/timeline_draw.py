@@ -20,7 +20,7 @@ from pathlib import Path
 
 import plotly
 
-from docsbench.redraw import synthetic_events
+from docsbench.redraw import made_spans
 from workbench.figures.timeline import timeline_figure
 
 CHROMIUM = Path(shutil.which("chromium") or "/usr/bin/chromium")
@@ -57,7 +57,7 @@ def main() -> int:
         return 1
     from playwright.sync_api import sync_playwright
 
-    events = synthetic_events(ranks=64, spans_per_rank=450)
+    events = made_spans(ranks=64, spans_per_rank=450)
     figures = {}
     for label, options in VARIANTS.items():
         figure = timeline_figure(events, height=900, **options)

@@ -62,7 +62,7 @@ def time_analysis(run_path: str | Path, *, categorical: bool = True) -> dict:
 
 
 def run(events: int = 1_000_000, ranks: int = 8, repeats: int = 3, *, categorical: bool = True) -> dict:
-    """Load + analyse a stored synthetic run of ``events`` over ``ranks`` (best of ``repeats`` fresh processes).
+    """Load + analyse a stored made run of ``events`` over ``ranks`` (best of ``repeats`` fresh processes).
 
     ``seconds`` is the whole: ``load_seconds`` + breakdown + POP + findings, as a user waits for it;
     ``cpu_seconds`` the CPU time it took (on a shared machine, what other jobs cannot inflate).

@@ -1,9 +1,9 @@
 """Markdown for the docs' measured tables: a table from rows, numbers as the docs write them, a source line.
 
 The tables in README.md and docs/*.md are rendered from saved results (``benchmarks/render_readme.py``), some
-of them by the cases themselves (``Case.docs_tables``); both write their numbers with these helpers, so a
+of them by the cases' docs (``docsbench.cases``: ``CaseDocs.tables``); both write their numbers with these helpers, so a
 figure reads the same wherever it appears. ``SavedResults`` reads the saved results by name; a ``Measurement``
-says how one is measured again (``workbench.bench.measurements`` lists them all, the cases' included).
+says how one is measured again (``docsbench.registry.measurements`` lists them all, the cases' included).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from workbench.figures.timeline import DEFAULT_MAX_SPANS, timeline_figure
 from workbench.widgets.dashboard import Dashboard, sync_figure
 
 
-def synthetic_events(ranks: int = 8, spans_per_rank: int = 10_000, seed: int = 0) -> pd.DataFrame:
+def made_spans(ranks: int = 8, spans_per_rank: int = 10_000, seed: int = 0) -> pd.DataFrame:
     """Steps of input -> compute -> communication per rank, ~30 ms each, with jitter."""
     rng = np.random.default_rng(seed)
     phases = np.array(["input", "compute", "communication"])
@@ -87,7 +87,7 @@ class _Source:
 
 def run(ranks: int = 8, spans_per_rank: int = 10_000) -> dict:
     """Build/update timings for ranks x spans_per_rank spans (seconds, best of 3)."""
-    events = synthetic_events(ranks, spans_per_rank)
+    events = made_spans(ranks, spans_per_rank)
     later = events.assign(start_ns=events["start_ns"] + 1_000, end_ns=events["end_ns"] + 1_000)
     t0 = int(events["start_ns"].min())
     result: dict = {"spans": len(events), "max_spans": DEFAULT_MAX_SPANS}
