@@ -82,7 +82,9 @@ class Run(store.RunData):
     def measured_events(self) -> pd.DataFrame:
         """The events the methods analyse: spans that end before they start left out (``analyse()`` leaves them
         out too, with a finding saying how many), since the functions refuse them."""
-        return _measured(self.events)
+        from workbench.analysis.run_analysis import forward_spans
+
+        return forward_spans(self.events)
 
     @property
     def hosts(self) -> dict[int, str]:
@@ -389,20 +391,13 @@ class Run(store.RunData):
         return top_kernels(self.devices, count=count)
 
 
-def _measured(events: pd.DataFrame) -> pd.DataFrame:
-    """``events`` without spans that end before they start (the same frame when there are none)."""
-    if not len(events):
-        return events
-    backwards = (events["end_ns"] < events["start_ns"]).to_numpy()
-    return events[~backwards] if backwards.any() else events
-
-
 def _events_of(run: store.RunData, waits: bool) -> pd.DataFrame:
     """A run's measured events, with each rank's wait for the last one as ``communication_wait`` when ``waits``
     (``analysis.with_step_waits``: what ``workbench analyse`` and ``workbench compare`` break down)."""
+    from workbench.analysis.run_analysis import forward_spans, with_step_waits
+
     if not waits:
-        return _measured(run.events)
-    from workbench.analysis import with_step_waits
+        return forward_spans(run.events)
 
     return with_step_waits(run.events, run.ranks)
 

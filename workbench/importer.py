@@ -44,7 +44,7 @@ from workbench import events as ev
 from workbench.analysis.devices import device_phase_spans, group_codes
 from workbench.formats.gpu_trace import DeviceTrace
 from workbench.formats.horovod_timeline import TimelineError, iter_horovod_timeline, timeline_tensor_bytes
-from workbench.formats.registry import TraceReader, file_patterns, reader_named, sniff_reader
+from workbench.formats.registry import TraceReader, file_patterns, sniff_reader
 from workbench.store import StreamWriter, create_run, update_run_meta, write_rank_meta
 
 #: Timestamps (ns) above this are since the Unix epoch (after 1973); below, since some start the file omits.
@@ -73,17 +73,18 @@ def sniff(path: Path) -> str:
     return reader.name if reader else "unknown"
 
 
-def discover(paths: list[str | Path]) -> list[tuple[str, Path]]:
-    """The trace files among ``paths`` (folders searched), with their formats, in natural name order."""
-    found: list[tuple[str, Path]] = []
+def discover(paths: list[str | Path]) -> list[tuple[TraceReader | None, Path]]:
+    """The trace files among ``paths`` (folders searched), each with the reader that claims it (None: no format
+    does; a file given by itself is kept so that the import names it), in natural name order."""
+    found: list[tuple[TraceReader | None, Path]] = []
     for given in paths:
         path = Path(given)
         if not path.exists():
             raise TraceImportError(f"{path} does not exist: pass trace files or the folder that holds them")
         if path.is_dir():
             files = sorted({f for pattern in file_patterns() for f in path.rglob(pattern) if f.is_file()})
-            chosen = [(sniff(f), f) for f in files]
-            chosen = [(kind, f) for kind, f in chosen if kind != "unknown"]
+            chosen = [(sniff_reader(f), f) for f in files]
+            chosen = [(reader, f) for reader, f in chosen if reader is not None]
             if not chosen:
                 raise TraceImportError(
                     f"{path} holds no trace this reads (*.xplane.pb, *.trace.json.gz, a Horovod timeline):"
@@ -91,14 +92,14 @@ def discover(paths: list[str | Path]) -> list[tuple[str, Path]]:
                 )
             found += chosen
         else:
-            found.append((sniff(path), path))
+            found.append((sniff_reader(path), path))
     return sorted(found, key=lambda item: ev.natural_order(str(item[1])))
 
 
 def import_traces(paths: list[str | Path], *, out: str | Path | None = None, name: str | None = None) -> ImportResult:
     """Read the traces and write one run (see the module docstring); one clear error when nothing is readable."""
     sources = discover(paths)
-    readers = [(_check_readable(kind, path), path) for kind, path in sources]
+    readers = [(_check_readable(reader, path), path) for reader, path in sources]
     lines: list[str] = []
     timelines = [path for reader, path in readers if reader.kind == "timeline"]
     profiles = [(reader, path) for reader, path in readers if reader.kind == "activity"]
@@ -215,14 +216,13 @@ def _workbench_version() -> str:
         return "unknown"
 
 
-def _default_name(sources: list[tuple[str, Path]]) -> str:
+def _default_name(sources: list[tuple[TraceReader | None, Path]]) -> str:
     first = sources[0][1]
     return "import-" + (first.parent.name if first.parent.name else first.stem)
 
 
-def _check_readable(kind: str, path: Path) -> TraceReader:
+def _check_readable(reader: TraceReader | None, path: Path) -> TraceReader:
     """The file's reader; one line for a file of a format this does not read, before anything is written."""
-    reader = reader_named(kind)
     if reader is not None and reader.refusal:
         raise TraceImportError(reader.refusal.format(path=path))
     if reader is None or (reader.kind == "activity" and reader.read is None):

@@ -21,7 +21,8 @@ import plotly.graph_objects as go
 
 from workbench.events import empty_memory, events_frame
 from workbench.figures.timeline import DEFAULT_MAX_SPANS, timeline_figure
-from workbench.widgets.dashboard import Dashboard, sync_figure
+from workbench.widgets.dashboard import Dashboard
+from workbench.widgets.panels import sync_figure
 
 
 def made_spans(ranks: int = 8, spans_per_rank: int = 10_000, seed: int = 0) -> pd.DataFrame:

@@ -276,13 +276,22 @@ def type_of(extra: Mapping[str, Any]) -> type:
     return SplitAnalysis if extra else RunAnalysis
 
 
+def forward_spans(events: pd.DataFrame) -> pd.DataFrame:
+    """``events`` without spans that end before they start (the analysis leaves them out and says how many in a
+    finding); the same frame when there are none."""
+    if not len(events):
+        return events
+    backwards = (events["end_ns"] < events["start_ns"]).to_numpy()
+    return events[~backwards] if backwards.any() else events
+
+
 def with_step_waits(events: pd.DataFrame, ranks: list[int] | None = None) -> pd.DataFrame:
     """The events as ``analyse_run`` breaks them down: spans that end before they start left out, and each
     rank's wait for the last one in a step added as ``communication_wait`` (none where no collective was
     recorded). ``workbench compare`` uses it, so a wait reads as a wait in both commands."""
     if len(events) == 0:
         return events
-    events = events[(events["end_ns"] >= events["start_ns"]).to_numpy()]
+    events = forward_spans(events)
     if independent_ranks_finding(events, ranks) is not None:
         return events
     waits = step_waits(events)

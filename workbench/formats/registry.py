@@ -112,10 +112,6 @@ def readers() -> tuple[TraceReader, ...]:
     return tuple(sorted(_READERS.values(), key=lambda reader: reader.precedence))
 
 
-def reader_named(name: str) -> TraceReader | None:
-    return next((reader for reader in readers() if reader.name == name), None)
-
-
 def sniff_reader(path: Path) -> TraceReader | None:
     """The format that claims the file, or None."""
     start = FileStart(Path(path))

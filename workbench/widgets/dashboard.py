@@ -35,11 +35,6 @@ from workbench.events import NS_PER_S, host_count, rank_hosts, ranks_with_hosts
 from workbench.figures import phase_order
 from workbench.figures.timeline import DEFAULT_MAX_SPANS, MAX_TIMELINE_RANKS
 from workbench.widgets.figure import preload
-
-# NO_MEMORY, WAITING and sync_figure live with the panels that show and use them; still importable from here
-from workbench.widgets.panels import (
-    NO_MEMORY as NO_MEMORY,
-)
 from workbench.widgets.panels import (
     WAITING,
     Banner,
@@ -60,6 +55,8 @@ from workbench.widgets.panels import (
     TimelineFrame,
     TimelinePanel,
 )
+
+# sync_figure lives with the panels that use it; ``workbench.widgets.sync_figure`` reaches it through here
 from workbench.widgets.panels import sync_figure as sync_figure
 
 log = logging.getLogger(__name__)

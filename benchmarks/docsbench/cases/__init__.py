@@ -42,13 +42,16 @@ _REGISTERED: dict[str, CaseDocs] = {}
 
 def _registered() -> dict[str, CaseDocs]:
     """The registry, with this package's cases' docs loaded on first use (they import the cases, which import
-    TensorFlow-free but not light modules)."""
-    if not getattr(_registered, "loaded", False):
-        for module in _MODULES:
+    TensorFlow-free but not light modules); one registered before keeps its place."""
+    for module in _MODULES:
+        if module not in _LOADED:
             docs = importlib.import_module(f"docsbench.cases.{module}").DOCS
             _REGISTERED.setdefault(docs.case, docs)
-        _registered.loaded = True  # type: ignore[attr-defined]
+            _LOADED.add(module)
     return _REGISTERED
+
+
+_LOADED: set[str] = set()
 
 
 def register_case_docs(docs: CaseDocs) -> CaseDocs:
