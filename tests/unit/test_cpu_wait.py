@@ -110,7 +110,9 @@ def test_threads_that_share_one_core_are_seen_waiting_for_it():
 def test_the_recorders_heartbeat_writes_the_wait_for_a_core_and_its_meta_the_cores_allowed(tmp_path):
     path = create_run(tmp_path, "beats", ranks=1)
     with Recorder(path, rank=0, flush_interval_s=0.1, heartbeat_interval_s=0.2) as rec:
-        until = rec.now_ns() + 700_000_000
+        # 1.5 s of beats every 0.2 s: a wait needs two readings, and a beat held up on a busy machine (seen once
+        # in 0.7 s) still leaves two
+        until = rec.now_ns() + 1_500_000_000
         while rec.now_ns() < until:
             pass
     run = RunData.load(path)
